@@ -1,0 +1,764 @@
+//! The HTTP surface: one router for `main` and the tests, request parsing, authn/authz,
+//! content negotiation (objects or Tables), and the verbs wired to the [`Registry`].
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use fedingress_api::{Cluster, FederatedIngress, Resource, Time};
+use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::auth::{Authenticator, User};
+use crate::codec::{self, BodyFormat, FieldValidation};
+use crate::metrics::Metrics;
+use crate::registry::{self, DeletePreconditions, Filter, Registry, Scope};
+use crate::status::{ApiError, Target};
+use crate::table::{self, IncludeObject, Printable};
+use crate::{discovery, openapi, watch};
+
+/// Request bodies larger than this are refused (kube-apiserver allows 3 MiB).
+pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+
+/// The client's address, put into request extensions by the listener.
+#[derive(Clone, Copy, Debug)]
+pub struct Peer(pub SocketAddr);
+
+/// Knobs of the API surface.
+#[derive(Clone, Debug)]
+pub struct ApiSettings {
+    pub bookmark_interval: Duration,
+    /// Longest watch when the client gives no timeoutSeconds.
+    pub max_watch: Duration,
+}
+
+impl Default for ApiSettings {
+    fn default() -> Self {
+        Self {
+            bookmark_interval: Duration::from_secs(10),
+            max_watch: Duration::from_secs(30 * 60),
+        }
+    }
+}
+
+/// Everything a request handler needs.
+pub struct AppState {
+    pub registry: Registry,
+    pub auth: Authenticator,
+    pub metrics: Arc<Metrics>,
+    pub settings: ApiSettings,
+    openapi_document: Bytes,
+    openapi_hash: String,
+}
+
+impl AppState {
+    pub fn new(registry: Registry, auth: Authenticator, settings: ApiSettings) -> Self {
+        let document = openapi::group_version_document().to_string();
+        let openapi_hash = openapi::content_hash(document.as_bytes());
+        Self {
+            registry,
+            auth,
+            metrics: Arc::new(Metrics::default()),
+            settings,
+            openapi_document: Bytes::from(document),
+            openapi_hash,
+        }
+    }
+}
+
+/// The API server's router, used by `main` and by tests.
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new().fallback(handle).with_state(state)
+}
+
+async fn handle(State(state): State<Arc<AppState>>, request: Request) -> Response {
+    let started = Instant::now();
+    let method = request.method().clone();
+    let path = request.uri().path().to_string();
+    let (verb, resource, response) = match dispatch(&state, request).await {
+        Ok((verb, resource, response)) => (verb, resource, response),
+        Err((verb, resource, error)) => (verb, resource, error.into_response()),
+    };
+    let code = response.status().as_u16();
+    state
+        .metrics
+        .observe(verb, &resource, code, started.elapsed());
+    tracing::debug!(%method, path, verb, code, elapsed_ms = started.elapsed().as_millis() as u64, "request");
+    response
+}
+
+type Outcome = Result<(&'static str, String, Response), (&'static str, String, ApiError)>;
+
+fn json_response(code: StatusCode, value: &Value) -> Response {
+    (
+        code,
+        [(header::CONTENT_TYPE, "application/json")],
+        value.to_string(),
+    )
+        .into_response()
+}
+
+async fn dispatch(state: &AppState, request: Request) -> Outcome {
+    let path = request.uri().path().trim_end_matches('/').to_string();
+    let path = if path.is_empty() {
+        "/".to_string()
+    } else {
+        path
+    };
+    let nonresource =
+        |value: Value| Ok(("get", String::new(), json_response(StatusCode::OK, &value)));
+    match path.as_str() {
+        "/healthz" | "/readyz" | "/livez" => {
+            return Ok(("get", String::new(), (StatusCode::OK, "ok").into_response()));
+        }
+        "/version" => return nonresource(discovery::version()),
+        _ => {}
+    }
+    let peer = request.extensions().get::<Peer>().map(|p| p.0);
+    let authorization = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    let Some(user) = state.auth.authenticate(authorization, peer) else {
+        return Err(("", String::new(), ApiError::unauthorized()));
+    };
+    if request.method() == Method::GET {
+        match path.as_str() {
+            "/api" => return nonresource(discovery::core_versions()),
+            "/api/v1" => return nonresource(discovery::core_resources()),
+            "/apis" => return nonresource(discovery::groups()),
+            "/apis/fedingress.io" => return nonresource(discovery::group_document()),
+            "/apis/fedingress.io/v1alpha1" => return nonresource(discovery::group_resources()),
+            "/openapi/v3" => return nonresource(openapi::index(&state.openapi_hash)),
+            "/metrics" => {
+                if !user.may("get") {
+                    return Err(("get", String::new(), forbidden_path(&user, "/metrics")));
+                }
+                let revision = state.registry.store().revision().await.unwrap_or_default();
+                let text = state.metrics.render(revision);
+                return Ok((
+                    "get",
+                    String::new(),
+                    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response(),
+                ));
+            }
+            p if p == format!("/openapi/v3/{}", openapi::GROUP_VERSION_PATH) => {
+                let response = (
+                    [
+                        (header::CONTENT_TYPE, "application/json"),
+                        (header::CACHE_CONTROL, "public, immutable"),
+                    ],
+                    state.openapi_document.clone(),
+                )
+                    .into_response();
+                return Ok(("get", String::new(), response));
+            }
+            _ => {}
+        }
+    }
+    let Some(rest) = path.strip_prefix("/apis/fedingress.io/v1alpha1/") else {
+        return Err(("", String::new(), ApiError::no_route(&path)));
+    };
+    let target = parse_target(rest).map_err(|e| ("", String::new(), e))?;
+    match target.plural.as_str() {
+        p if p == FederatedIngress::PLURAL => {
+            serve::<FederatedIngress>(state, &user, target, request).await
+        }
+        p if p == Cluster::PLURAL => serve::<Cluster>(state, &user, target, request).await,
+        _ => Err(("", String::new(), ApiError::no_route(&path))),
+    }
+}
+
+fn forbidden_path(user: &User, path: &str) -> ApiError {
+    ApiError::forbidden(
+        format!(
+            "forbidden: User \"{}\" cannot get path \"{path}\"",
+            user.name
+        ),
+        None,
+    )
+}
+
+/// A resource URL: `[namespaces/{ns}/]{plural}[/{name}[/{subresource}]]`.
+#[derive(Debug, PartialEq, Eq)]
+struct TargetPath {
+    namespace: Option<String>,
+    plural: String,
+    name: Option<String>,
+    subresource: Option<String>,
+}
+
+fn parse_target(rest: &str) -> Result<TargetPath, ApiError> {
+    let parts: Vec<&str> = rest.split('/').collect();
+    let (namespace, parts) = match parts.as_slice() {
+        ["namespaces", ns, tail @ ..] if !tail.is_empty() => (Some(ns.to_string()), tail.to_vec()),
+        _ => (None, parts),
+    };
+    let missing = || ApiError::no_route(&format!("/apis/fedingress.io/v1alpha1/{rest}"));
+    let (plural, name, subresource) = match parts.as_slice() {
+        [plural] => (plural.to_string(), None, None),
+        [plural, name] => (plural.to_string(), Some(name.to_string()), None),
+        [plural, name, sub] => (
+            plural.to_string(),
+            Some(name.to_string()),
+            Some(sub.to_string()),
+        ),
+        _ => return Err(missing()),
+    };
+    if plural.is_empty() || name.as_deref() == Some("") || namespace.as_deref() == Some("") {
+        return Err(missing());
+    }
+    Ok(TargetPath {
+        namespace,
+        plural,
+        name,
+        subresource,
+    })
+}
+
+/// Query parameters of the resource endpoints (unknown ones are ignored, as kube does).
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Params {
+    label_selector: Option<String>,
+    field_selector: Option<String>,
+    limit: Option<String>,
+    #[serde(rename = "continue")]
+    continue_token: Option<String>,
+    resource_version: Option<String>,
+    watch: Option<String>,
+    allow_watch_bookmarks: Option<String>,
+    timeout_seconds: Option<String>,
+    field_validation: Option<String>,
+    dry_run: Option<String>,
+    include_object: Option<String>,
+}
+
+fn flag(value: &Option<String>) -> bool {
+    matches!(value.as_deref(), Some("true" | "1"))
+}
+
+fn parse_dry_run(value: &Option<String>) -> Result<bool, ApiError> {
+    match value.as_deref() {
+        None | Some("") => Ok(false),
+        Some("All") => Ok(true),
+        Some(other) => Err(ApiError::bad_request(format!(
+            "dryRun: Unsupported value: \"{other}\": supported values: \"All\""
+        ))),
+    }
+}
+
+/// Whether the client asked for a `meta.k8s.io` Table.
+fn wants_table(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|media| {
+            let params: Vec<&str> = media.split(';').map(str::trim).collect();
+            params.contains(&"as=Table") && params.contains(&"g=meta.k8s.io")
+        })
+}
+
+fn verb_of(
+    method: &Method,
+    target: &TargetPath,
+    params: &Params,
+) -> Result<&'static str, ApiError> {
+    let named = target.name.is_some();
+    Ok(match (method.as_str(), named) {
+        ("GET", true) => "get",
+        ("GET", false) if flag(&params.watch) => "watch",
+        ("GET", false) => "list",
+        ("POST", false) => "create",
+        ("PUT", true) => "update",
+        ("PATCH", true) => "patch",
+        ("DELETE", true) => "delete",
+        (m, _) => {
+            return Err(ApiError::method_not_allowed(format!(
+                "the server does not allow this method on the requested resource ({m})"
+            )));
+        }
+    })
+}
+
+/// Bodies up to this size are read to the end even when too large, so the client gets
+/// the 413 instead of a broken pipe; past it the connection is dropped.
+const DRAIN_LIMIT: usize = 64 * 1024 * 1024;
+
+async fn read_body(request: Request) -> Result<(HeaderMap, Bytes), ApiError> {
+    use http_body_util::BodyExt;
+    let (parts, mut body) = request.into_parts();
+    let mut buffer = bytes::BytesMut::new();
+    let mut total = 0usize;
+    while let Some(frame) = body.frame().await {
+        let frame =
+            frame.map_err(|e| ApiError::bad_request(format!("reading the request body: {e}")))?;
+        if let Ok(data) = frame.into_data() {
+            total += data.len();
+            if total > DRAIN_LIMIT {
+                break;
+            }
+            if total <= MAX_BODY_BYTES {
+                buffer.extend_from_slice(&data);
+            }
+        }
+    }
+    if total > MAX_BODY_BYTES {
+        return Err(ApiError::too_large(MAX_BODY_BYTES));
+    }
+    Ok((parts.headers, buffer.freeze()))
+}
+
+fn content_type(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+}
+
+fn with_warnings(mut response: Response, warnings: &[String]) -> Response {
+    for warning in warnings {
+        let text = format!(
+            "299 - \"{}\"",
+            warning.replace('\\', "\\\\").replace('"', "\\\"")
+        );
+        if let Ok(value) = HeaderValue::from_str(&text) {
+            response.headers_mut().append(header::WARNING, value);
+        }
+    }
+    response
+}
+
+/// Serves one request on kind `R`.
+async fn serve<R: Printable>(
+    state: &AppState,
+    user: &User,
+    target: TargetPath,
+    request: Request,
+) -> Outcome {
+    let resource = match &target.subresource {
+        Some(sub) => format!("{}/{sub}", R::PLURAL),
+        None => R::PLURAL.to_string(),
+    };
+    let params: Params = axum::extract::Query::<Params>::try_from_uri(request.uri())
+        .map(|q| q.0)
+        .unwrap_or_default();
+    let verb = match verb_of(request.method(), &target, &params) {
+        Ok(verb) => verb,
+        Err(e) => return Err(("", resource, e)),
+    };
+    match serve_verb::<R>(state, user, &target, &resource, verb, params, request).await {
+        Ok(response) => Ok((verb, resource, response)),
+        Err(e) => Err((verb, resource, e)),
+    }
+}
+
+async fn serve_verb<R: Printable>(
+    state: &AppState,
+    user: &User,
+    target: &TargetPath,
+    resource: &str,
+    verb: &'static str,
+    params: Params,
+    request: Request,
+) -> Result<Response, ApiError> {
+    // The shape of the URL must fit the kind.
+    let namespace = target.namespace.as_deref();
+    if R::NAMESPACED && namespace.is_none() && !matches!(verb, "list" | "watch") {
+        return Err(ApiError::no_route(request.uri().path()));
+    }
+    if !R::NAMESPACED && namespace.is_some() {
+        return Err(ApiError::no_route(request.uri().path()));
+    }
+    let scope = match target.subresource.as_deref() {
+        None => Scope::Main,
+        Some("status") if matches!(verb, "get" | "update" | "patch") => Scope::Status,
+        Some(_) => return Err(ApiError::no_route(request.uri().path())),
+    };
+    if !user.may(verb) {
+        let name = target.name.clone().unwrap_or_default();
+        let object = if name.is_empty() {
+            String::new()
+        } else {
+            format!(" \"{name}\"")
+        };
+        let ns = namespace
+            .map(|n| format!(" in the namespace \"{n}\""))
+            .unwrap_or_default();
+        let scope_words = if namespace.is_none() {
+            " at the cluster scope"
+        } else {
+            ""
+        };
+        return Err(ApiError::forbidden(
+            format!(
+                "{}{object} is forbidden: User \"{}\" cannot {verb} resource \"{resource}\" in API group \"{}\"{ns}{scope_words}",
+                registry::group_resource::<R>(),
+                user.name,
+                fedingress_api::GROUP,
+            ),
+            Some(Target {
+                group: fedingress_api::GROUP,
+                kind: R::PLURAL.to_string(),
+                name,
+            }),
+        ));
+    }
+    let table = wants_table(request.headers());
+    let include = IncludeObject::parse(params.include_object.as_deref())?;
+    let now = Time(chrono::Utc::now());
+    let registry = &state.registry;
+    let render_one = |object: &R| -> Value {
+        if table {
+            table::table(
+                std::slice::from_ref(object),
+                include,
+                &now,
+                json!({"resourceVersion": object.metadata().resource_version}),
+            )
+        } else {
+            serde_json::to_value(object).unwrap_or_default()
+        }
+    };
+    let name = target.name.clone().unwrap_or_default();
+    match verb {
+        "get" => {
+            let object = registry.get::<R>(namespace, &name).await?;
+            Ok(json_response(StatusCode::OK, &render_one(&object)))
+        }
+        "list" => {
+            let filter = Filter::parse(
+                params.label_selector.as_deref(),
+                params.field_selector.as_deref(),
+            )?;
+            let limit = match params.limit.as_deref() {
+                None | Some("") => 0,
+                Some(l) => l
+                    .parse::<i64>()
+                    .map_err(|_| ApiError::bad_request(format!("invalid limit: {l:?}")))?
+                    .max(0) as usize,
+            };
+            if let Some(rv) = params
+                .resource_version
+                .as_deref()
+                .filter(|rv| !rv.is_empty())
+            {
+                registry::parse_revision(rv)?;
+            }
+            let page = registry
+                .list::<R>(namespace, &filter, limit, params.continue_token.as_deref())
+                .await?;
+            let mut list_meta = json!({"resourceVersion": page.resource_version.to_string()});
+            if let Some(token) = &page.continue_token {
+                list_meta["continue"] = json!(token);
+            }
+            let body = if table {
+                table::table(&page.items, include, &now, list_meta)
+            } else {
+                json!({
+                    "kind": R::LIST_KIND,
+                    "apiVersion": fedingress_api::API_VERSION,
+                    "metadata": list_meta,
+                    "items": page.items,
+                })
+            };
+            Ok(json_response(StatusCode::OK, &body))
+        }
+        "watch" => {
+            let filter = Filter::parse(
+                params.label_selector.as_deref(),
+                params.field_selector.as_deref(),
+            )?;
+            let after = match params.resource_version.as_deref() {
+                None | Some("") | Some("0") => None,
+                Some(rv) => Some(registry::parse_revision(rv)?),
+            };
+            let timeout = match params.timeout_seconds.as_deref() {
+                None | Some("") => state.settings.max_watch,
+                Some(t) => Duration::from_secs(t.parse::<u64>().map_err(|_| {
+                    ApiError::bad_request(format!("invalid timeoutSeconds: {t:?}"))
+                })?),
+            };
+            let render: watch::Render<R> = if table {
+                Box::new(move |object: &R| {
+                    table::table(
+                        std::slice::from_ref(object),
+                        include,
+                        &Time(chrono::Utc::now()),
+                        json!({"resourceVersion": object.metadata().resource_version}),
+                    )
+                })
+            } else {
+                Box::new(|object: &R| serde_json::to_value(object).unwrap_or_default())
+            };
+            let receiver = watch::start::<R>(
+                registry,
+                watch::WatchRequest {
+                    namespace: namespace.map(String::from),
+                    filter,
+                    after,
+                    bookmarks: flag(&params.allow_watch_bookmarks),
+                    bookmark_interval: state.settings.bookmark_interval,
+                    timeout,
+                    render,
+                },
+            )
+            .await;
+            let receiver = match receiver {
+                Ok(receiver) => receiver,
+                // kube-apiserver answers a too-old watch with 200 and an ERROR event.
+                Err(e) if e.code == StatusCode::GONE => {
+                    let mut line = json!({"type": "ERROR", "object": e.to_status()}).to_string();
+                    line.push('\n');
+                    return Ok(([(header::CONTENT_TYPE, "application/json")], line).into_response());
+                }
+                Err(e) => return Err(e),
+            };
+            let guard = state.metrics.watch_started();
+            let stream = futures_util::stream::unfold(
+                (receiver, guard),
+                |(mut receiver, guard)| async move {
+                    receiver
+                        .recv()
+                        .await
+                        .map(|bytes| (Ok::<_, std::convert::Infallible>(bytes), (receiver, guard)))
+                },
+            );
+            Ok((
+                [
+                    (header::CONTENT_TYPE, "application/json"),
+                    (header::CACHE_CONTROL, "no-cache, private"),
+                ],
+                Body::from_stream(stream),
+            )
+                .into_response())
+        }
+        "create" => {
+            let dry_run = parse_dry_run(&params.dry_run)?;
+            let validation = FieldValidation::parse(params.field_validation.as_deref())?;
+            let (headers, body) = read_body(request).await?;
+            let value = codec::parse_body(
+                &body,
+                BodyFormat::from_content_type(content_type(&headers))?,
+            )?;
+            let (object, warnings) = codec::decode::<R>(value, validation)?;
+            let created = registry
+                .create(namespace, object, now.clone(), dry_run)
+                .await?;
+            Ok(with_warnings(
+                json_response(
+                    StatusCode::CREATED,
+                    &serde_json::to_value(&created).unwrap_or_default(),
+                ),
+                &warnings,
+            ))
+        }
+        "update" => {
+            let dry_run = parse_dry_run(&params.dry_run)?;
+            let validation = FieldValidation::parse(params.field_validation.as_deref())?;
+            let (headers, body) = read_body(request).await?;
+            let value = codec::parse_body(
+                &body,
+                BodyFormat::from_content_type(content_type(&headers))?,
+            )?;
+            let (object, warnings) = codec::decode::<R>(value, validation)?;
+            if object.metadata().name.as_deref().is_some_and(|n| n != name)
+                || object.metadata().name.is_none()
+            {
+                return Err(ApiError::bad_request(format!(
+                    "the name of the object ({}) does not match the name on the URL ({name})",
+                    object.metadata().name.clone().unwrap_or_default()
+                )));
+            }
+            let updated = registry
+                .update::<R>(namespace, &name, scope, dry_run, |_| Ok(object.clone()))
+                .await?;
+            Ok(with_warnings(
+                json_response(
+                    StatusCode::OK,
+                    &serde_json::to_value(&updated).unwrap_or_default(),
+                ),
+                &warnings,
+            ))
+        }
+        "patch" => {
+            let dry_run = parse_dry_run(&params.dry_run)?;
+            let validation = FieldValidation::parse(params.field_validation.as_deref())?;
+            let (headers, body) = read_body(request).await?;
+            let patch = Patch::parse(content_type(&headers), &body)?;
+            let mut warnings = Vec::new();
+            let updated = registry
+                .update::<R>(namespace, &name, scope, dry_run, |current| {
+                    let mut document = serde_json::to_value(current)
+                        .map_err(|e| ApiError::internal(format!("encoding current object: {e}")))?;
+                    patch.apply(&mut document)?;
+                    let (object, found) = codec::decode::<R>(document, validation)?;
+                    warnings = found;
+                    Ok(object)
+                })
+                .await?;
+            Ok(with_warnings(
+                json_response(
+                    StatusCode::OK,
+                    &serde_json::to_value(&updated).unwrap_or_default(),
+                ),
+                &warnings,
+            ))
+        }
+        "delete" => {
+            let (headers, body) = read_body(request).await?;
+            let options: DeleteOptions = if body.iter().all(u8::is_ascii_whitespace) {
+                DeleteOptions::default()
+            } else {
+                let value = codec::parse_body(
+                    &body,
+                    BodyFormat::from_content_type(content_type(&headers))?,
+                )?;
+                serde_json::from_value(value)
+                    .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?
+            };
+            let dry_run =
+                parse_dry_run(&params.dry_run)? || options.dry_run.iter().any(|d| d == "All");
+            let deleted = registry
+                .delete::<R>(
+                    namespace,
+                    &name,
+                    &options.preconditions.unwrap_or_default(),
+                    now.clone(),
+                    dry_run,
+                )
+                .await?;
+            Ok(json_response(
+                StatusCode::OK,
+                &serde_json::to_value(&deleted).unwrap_or_default(),
+            ))
+        }
+        _ => Err(ApiError::method_not_allowed("unsupported verb")),
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct DeleteOptions {
+    preconditions: Option<DeletePreconditions>,
+    #[serde(default)]
+    dry_run: Vec<String>,
+}
+
+/// A parsed PATCH body.
+enum Patch {
+    Merge(Value),
+    Json(json_patch::Patch),
+}
+
+impl Patch {
+    fn parse(content_type: Option<&str>, body: &[u8]) -> Result<Self, ApiError> {
+        let essence = content_type
+            .map(|c| {
+                c.split(';')
+                    .next()
+                    .unwrap_or("")
+                    .trim()
+                    .to_ascii_lowercase()
+            })
+            .unwrap_or_default();
+        let parse = |body: &[u8]| -> Result<Value, ApiError> {
+            serde_json::from_slice(body).map_err(|e| {
+                ApiError::bad_request(format!("couldn't decode the patch as JSON: {e}"))
+            })
+        };
+        match essence.as_str() {
+            "application/merge-patch+json" => {
+                let value = parse(body)?;
+                if !value.is_object() {
+                    return Err(ApiError::bad_request("a merge patch must be a JSON object"));
+                }
+                Ok(Self::Merge(value))
+            }
+            "application/json-patch+json" => {
+                let value = parse(body)?;
+                serde_json::from_value(value)
+                    .map(Self::Json)
+                    .map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))
+            }
+            "application/apply-patch+yaml" | "application/apply-patch+cbor" => {
+                Err(ApiError::unsupported_media_type(
+                    "server-side apply is not supported yet; use client-side kubectl apply (without --server-side), or a merge or JSON patch",
+                ))
+            }
+            other => Err(ApiError::unsupported_media_type(format!(
+                "the body of the request was in an unknown format ({other}) - accepted media types include: application/json-patch+json, application/merge-patch+json"
+            ))),
+        }
+    }
+
+    fn apply(&self, document: &mut Value) -> Result<(), ApiError> {
+        match self {
+            Self::Merge(patch) => {
+                json_patch::merge(document, patch);
+                Ok(())
+            }
+            Self::Json(patch) => json_patch::patch(document, patch)
+                .map_err(|e| ApiError::invalid_patch(e.to_string())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_resource_paths() {
+        let t = parse_target("namespaces/default/federatedingresses/shop/status").unwrap();
+        assert_eq!(t.namespace.as_deref(), Some("default"));
+        assert_eq!(t.plural, "federatedingresses");
+        assert_eq!(t.name.as_deref(), Some("shop"));
+        assert_eq!(t.subresource.as_deref(), Some("status"));
+        let t = parse_target("clusters").unwrap();
+        assert_eq!((t.namespace, t.name), (None, None));
+        assert!(parse_target("namespaces/default/a/b/c/d").is_err());
+        assert!(parse_target("clusters//status").is_err());
+    }
+
+    #[test]
+    fn table_negotiation() {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::ACCEPT,
+            HeaderValue::from_static(
+                "application/json;as=Table;v=v1;g=meta.k8s.io,application/json",
+            ),
+        );
+        assert!(wants_table(&headers));
+        headers.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
+        assert!(!wants_table(&headers));
+    }
+
+    #[test]
+    fn patch_types() {
+        assert!(Patch::parse(Some("application/merge-patch+json"), b"{\"a\":1}").is_ok());
+        assert!(
+            Patch::parse(
+                Some("application/json-patch+json"),
+                b"[{\"op\":\"remove\",\"path\":\"/a\"}]"
+            )
+            .is_ok()
+        );
+        let smp = Patch::parse(Some("application/strategic-merge-patch+json"), b"{}")
+            .err()
+            .unwrap();
+        assert_eq!(smp.code, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+        let apply = Patch::parse(Some("application/apply-patch+yaml"), b"{}")
+            .err()
+            .unwrap();
+        assert_eq!(apply.code, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    }
+}

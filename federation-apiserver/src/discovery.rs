@@ -1,0 +1,101 @@
+//! Discovery documents: `/version`, `/api`, `/apis`, the group and its resource list.
+
+use fedingress_api::{Cluster, FederatedIngress, Resource};
+use serde_json::{Value, json};
+
+/// The Kubernetes version we report. kubectl's dispatcher picks the kubectl binary that
+/// matches `major.minor`; 1.32 is the newest our conventions follow.
+pub const KUBE_MAJOR: &str = "1";
+pub const KUBE_MINOR: &str = "32";
+
+/// Verbs every served kind supports.
+const VERBS: &[&str] = &[
+    "create", "delete", "get", "list", "patch", "update", "watch",
+];
+const STATUS_VERBS: &[&str] = &["get", "patch", "update"];
+/// `kubectl get fedingress` lists every kind of ours.
+pub const CATEGORY: &str = "fedingress";
+
+pub fn version() -> Value {
+    json!({
+        "major": KUBE_MAJOR,
+        "minor": KUBE_MINOR,
+        "gitVersion": format!("v{KUBE_MAJOR}.{KUBE_MINOR}.0-fedingress.{}", env!("CARGO_PKG_VERSION")),
+        "gitCommit": "",
+        "gitTreeState": "clean",
+        "buildDate": "",
+        "goVersion": "",
+        "compiler": "rustc",
+        "platform": format!("{}/{}", std::env::consts::OS, go_arch()),
+    })
+}
+
+fn go_arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    }
+}
+
+pub fn core_versions() -> Value {
+    json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []})
+}
+
+/// The core group: nothing of it is served yet (Events come with the GSLB work).
+pub fn core_resources() -> Value {
+    json!({"kind": "APIResourceList", "groupVersion": "v1", "resources": []})
+}
+
+fn group() -> Value {
+    let gv =
+        json!({"groupVersion": fedingress_api::API_VERSION, "version": fedingress_api::VERSION});
+    json!({
+        "kind": "APIGroup",
+        "apiVersion": "v1",
+        "name": fedingress_api::GROUP,
+        "versions": [gv.clone()],
+        "preferredVersion": gv,
+    })
+}
+
+pub fn groups() -> Value {
+    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [group()]})
+}
+
+pub fn group_document() -> Value {
+    group()
+}
+
+fn resource_entries<R: Resource>() -> [Value; 2] {
+    [
+        json!({
+            "name": R::PLURAL,
+            "singularName": R::SINGULAR,
+            "namespaced": R::NAMESPACED,
+            "kind": R::KIND,
+            "verbs": VERBS,
+            "shortNames": R::SHORT_NAMES,
+            "categories": [CATEGORY],
+        }),
+        json!({
+            "name": format!("{}/status", R::PLURAL),
+            "singularName": "",
+            "namespaced": R::NAMESPACED,
+            "kind": R::KIND,
+            "verbs": STATUS_VERBS,
+        }),
+    ]
+}
+
+pub fn group_resources() -> Value {
+    let mut resources = Vec::new();
+    resources.extend(resource_entries::<FederatedIngress>());
+    resources.extend(resource_entries::<Cluster>());
+    json!({
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": fedingress_api::API_VERSION,
+        "resources": resources,
+    })
+}

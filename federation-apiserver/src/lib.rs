@@ -1,0 +1,22 @@
+//! federation-apiserver: the fedingress hub's REST API, speaking the Kubernetes API
+//! conventions well enough that unmodified `kubectl` is a comfortable client.
+//!
+//! Entry points: [`api::router`] (the whole HTTP surface, used by `main` and tests),
+//! [`config::load`] (flags + strict YAML into checked [`config::Settings`]) and
+//! [`server::run`]. Layers, top down: [`api`] (URLs, verbs, auth, negotiation) →
+//! [`registry`] (Kubernetes object semantics, generic over kinds) → a
+//! [`fedingress_store::Store`]. Resource types and validation live in `fedingress-api`;
+//! nothing here defines what a valid FederatedIngress is.
+
+pub mod api;
+pub mod auth;
+pub mod codec;
+pub mod config;
+pub mod discovery;
+pub mod metrics;
+pub mod openapi;
+pub mod registry;
+pub mod server;
+pub mod status;
+pub mod table;
+pub mod watch;

@@ -1,0 +1,57 @@
+//! `federation-apiserver`: parse flags and config (exit 64 when they are bad, before
+//! binding anything), then serve.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use fedingress_apiserver::{config, server};
+
+/// EX_USAGE: bad flags or config.
+const EXIT_CONFIG: u8 = 64;
+
+fn main() -> ExitCode {
+    let cli = match config::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if e.use_stderr() => {
+            let _ = e.print();
+            return ExitCode::from(EXIT_CONFIG);
+        }
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+    };
+    // Both rustls providers may be compiled in once features unify: pick one.
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let settings = match config::load(&cli) {
+        Ok(settings) => settings,
+        Err(e) => {
+            eprintln!("federation-apiserver: {e}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("FEDINGRESS_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("federation-apiserver: starting the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(server::run(settings)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("federation-apiserver: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

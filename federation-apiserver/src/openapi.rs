@@ -1,0 +1,330 @@
+//! OpenAPI v3 documents (`/openapi/v3` and the group-version document) built from the
+//! Rust types' schemas, so `kubectl apply` validates on the server (fieldValidation)
+//! and `kubectl explain` prints the field docs.
+
+use fedingress_api::{Cluster, FederatedIngress, Resource};
+use serde_json::{Map, Value, json};
+
+/// Path of the group-version document, relative to `/openapi/v3/`.
+pub const GROUP_VERSION_PATH: &str = "apis/fedingress.io/v1alpha1";
+
+fn schema_name(kind: &str) -> String {
+    format!("io.fedingress.{}.{kind}", fedingress_api::VERSION)
+}
+
+fn schema_ref(kind: &str) -> Value {
+    json!({"$ref": format!("#/components/schemas/{}", schema_name(kind))})
+}
+
+fn gvk(kind: &str) -> Value {
+    json!({"group": fedingress_api::GROUP, "version": fedingress_api::VERSION, "kind": kind})
+}
+
+/// The schema of a kind, every subschema inlined (kubectl's explain walks properties).
+fn kind_schema<R: Resource>() -> Value {
+    let generator = schemars::generate::SchemaSettings::openapi3()
+        .with(|settings| settings.inline_subschemas = true)
+        .into_generator();
+    let mut schema = generator.into_root_schema_for::<R>().to_value();
+    unwrap_descriptions(&mut schema);
+    if let Some(object) = schema.as_object_mut() {
+        object.remove("$schema");
+        object.remove("title");
+        object.remove("components");
+        object.remove("$defs");
+        object.insert(
+            "x-kubernetes-group-version-kind".into(),
+            json!([gvk(R::KIND)]),
+        );
+    }
+    schema
+}
+
+/// Doc comments arrive hard-wrapped: join wrapped lines so kubectl can wrap them itself,
+/// keeping paragraph breaks and list items.
+fn unwrap_descriptions(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            for (key, child) in map.iter_mut() {
+                match child {
+                    Value::String(text) if key == "description" => *text = unwrap_text(text),
+                    _ => unwrap_descriptions(child),
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(unwrap_descriptions),
+        _ => {}
+    }
+}
+
+fn unwrap_text(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut lines = text.lines().peekable();
+    while let Some(line) = lines.next() {
+        out.push_str(line.trim_end());
+        if let Some(next) = lines.peek() {
+            let next = next.trim_start();
+            let keep_break = line.trim().is_empty() || next.is_empty() || next.starts_with("- ");
+            out.push(if keep_break { '\n' } else { ' ' });
+        }
+    }
+    out
+}
+
+fn list_schema<R: Resource>() -> Value {
+    json!({
+        "description": format!("{} is a list of {}.", R::LIST_KIND, R::KIND),
+        "type": "object",
+        "required": ["items"],
+        "properties": {
+            "apiVersion": {"type": "string", "description": "APIVersion defines the versioned schema of this representation of an object."},
+            "kind": {"type": "string", "description": "Kind is a string value representing the REST resource this object represents."},
+            "metadata": {"type": "object", "description": "Standard list metadata: resourceVersion and continue."},
+            "items": {"type": "array", "items": schema_ref(R::KIND)},
+        },
+        "x-kubernetes-group-version-kind": [gvk(R::LIST_KIND)],
+    })
+}
+
+fn query(name: &str, description: &str, kind: &str) -> Value {
+    json!({"name": name, "in": "query", "description": description, "schema": {"type": kind, "uniqueItems": true}})
+}
+
+fn write_params() -> Vec<Value> {
+    vec![
+        query(
+            "dryRun",
+            "When present (All), the request is validated but not persisted.",
+            "string",
+        ),
+        query(
+            "fieldManager",
+            "A name for the actor making the change.",
+            "string",
+        ),
+        query(
+            "fieldValidation",
+            "How unknown fields in the body are handled: Ignore, Warn (default) or Strict.",
+            "string",
+        ),
+    ]
+}
+
+fn list_params() -> Vec<Value> {
+    vec![
+        query(
+            "allowWatchBookmarks",
+            "Ask for BOOKMARK events in a watch.",
+            "boolean",
+        ),
+        query(
+            "continue",
+            "The continue token of the previous page.",
+            "string",
+        ),
+        query(
+            "fieldSelector",
+            "metadata.name and metadata.namespace, with =, == or !=.",
+            "string",
+        ),
+        query("labelSelector", "A Kubernetes label selector.", "string"),
+        query("limit", "Maximum number of items in one page.", "integer"),
+        query(
+            "resourceVersion",
+            "Watch changes after this resourceVersion.",
+            "string",
+        ),
+        query(
+            "timeoutSeconds",
+            "Timeout of a list or watch call.",
+            "integer",
+        ),
+        query("watch", "Stream changes instead of listing.", "boolean"),
+    ]
+}
+
+fn path_param(name: &str) -> Value {
+    json!({"name": name, "in": "path", "required": true, "schema": {"type": "string", "uniqueItems": true}})
+}
+
+fn response(schema: Value) -> Value {
+    json!({"description": "OK", "content": {"application/json": {"schema": schema}}})
+}
+
+fn operation(
+    action: &str,
+    verb_id: &str,
+    kind: &str,
+    description: String,
+    params: Vec<Value>,
+    body: Option<Value>,
+    result: Value,
+) -> Value {
+    let mut op = json!({
+        "operationId": format!("{verb_id}FedingressIoV1alpha1{kind}"),
+        "description": description,
+        "tags": ["fedingressIo_v1alpha1"],
+        "parameters": params,
+        "responses": {"200": response(result)},
+        "x-kubernetes-action": action,
+        "x-kubernetes-group-version-kind": gvk(kind),
+    });
+    if let Some(body) = body {
+        op["requestBody"] = body;
+    }
+    op
+}
+
+fn json_body(kind: &str) -> Value {
+    json!({"required": true, "content": {"application/json": {"schema": schema_ref(kind)}, "application/yaml": {"schema": schema_ref(kind)}}})
+}
+
+fn patch_body() -> Value {
+    // No strategic merge patch: kubectl apply then falls back to JSON merge patch, as
+    // it does for custom resources.
+    json!({"required": true, "content": {
+        "application/json-patch+json": {"schema": {"type": "object"}},
+        "application/merge-patch+json": {"schema": {"type": "object"}},
+    }})
+}
+
+fn add_paths<R: Resource>(paths: &mut Map<String, Value>) {
+    let kind = R::KIND;
+    let base = format!("/apis/{}", fedingress_api::API_VERSION);
+    let (collection, mut scope_params) = if R::NAMESPACED {
+        (
+            format!("{base}/namespaces/{{namespace}}/{}", R::PLURAL),
+            vec![path_param("namespace")],
+        )
+    } else {
+        (format!("{base}/{}", R::PLURAL), Vec::new())
+    };
+    let list = format!("list {} objects", kind);
+    let mut collection_item = json!({
+        "get": operation("list", "list", kind, list.clone(), list_params(), None, schema_ref(R::LIST_KIND)),
+        "post": operation("post", "create", kind, format!("create a {kind}"), write_params(), Some(json_body(kind)), schema_ref(kind)),
+        "parameters": scope_params.clone(),
+    });
+    if let Some(p) = collection_item["parameters"].as_array_mut() {
+        p.extend(write_params());
+    }
+    paths.insert(collection.clone(), collection_item);
+    if R::NAMESPACED {
+        paths.insert(
+            format!("{base}/{}", R::PLURAL),
+            json!({"get": operation("list", "listAllNamespaces", kind, list, list_params(), None, schema_ref(R::LIST_KIND)), "parameters": []}),
+        );
+    }
+    scope_params.push(path_param("name"));
+    let mut item_params = scope_params.clone();
+    item_params.extend(write_params());
+    let delete_params = vec![query(
+        "dryRun",
+        "When present (All), nothing is deleted.",
+        "string",
+    )];
+    paths.insert(
+        format!("{collection}/{{name}}"),
+        json!({
+            "get": operation("get", "read", kind, format!("read the specified {kind}"), vec![], None, schema_ref(kind)),
+            "put": operation("put", "replace", kind, format!("replace the specified {kind}"), write_params(), Some(json_body(kind)), schema_ref(kind)),
+            "patch": operation("patch", "patch", kind, format!("partially update the specified {kind}"), write_params(), Some(patch_body()), schema_ref(kind)),
+            "delete": operation("delete", "delete", kind, format!("delete a {kind}"), delete_params, None, schema_ref(kind)),
+            "parameters": item_params.clone(),
+        }),
+    );
+    paths.insert(
+        format!("{collection}/{{name}}/status"),
+        json!({
+            "get": operation("get", "readStatus", kind, format!("read status of the specified {kind}"), vec![], None, schema_ref(kind)),
+            "put": operation("put", "replaceStatus", kind, format!("replace status of the specified {kind}"), write_params(), Some(json_body(kind)), schema_ref(kind)),
+            "patch": operation("patch", "patchStatus", kind, format!("partially update status of the specified {kind}"), write_params(), Some(patch_body()), schema_ref(kind)),
+            "parameters": item_params,
+        }),
+    );
+}
+
+/// The group-version document.
+pub fn group_version_document() -> Value {
+    let mut paths = Map::new();
+    add_paths::<FederatedIngress>(&mut paths);
+    add_paths::<Cluster>(&mut paths);
+    let mut schemas = Map::new();
+    schemas.insert(
+        schema_name(FederatedIngress::KIND),
+        kind_schema::<FederatedIngress>(),
+    );
+    schemas.insert(
+        schema_name(FederatedIngress::LIST_KIND),
+        list_schema::<FederatedIngress>(),
+    );
+    schemas.insert(schema_name(Cluster::KIND), kind_schema::<Cluster>());
+    schemas.insert(schema_name(Cluster::LIST_KIND), list_schema::<Cluster>());
+    json!({
+        "openapi": "3.0.0",
+        "info": {"title": "fedingress", "version": env!("CARGO_PKG_VERSION")},
+        "paths": paths,
+        "components": {"schemas": schemas},
+    })
+}
+
+/// The `/openapi/v3` index; `hash` is the group-version document's content hash.
+pub fn index(hash: &str) -> Value {
+    json!({"paths": {GROUP_VERSION_PATH: {"serverRelativeURL": format!("/openapi/v3/{GROUP_VERSION_PATH}?hash={hash}")}}})
+}
+
+/// A stable content hash (FNV-1a, hex) for the index's cache-busting parameter.
+pub fn content_hash(bytes: &[u8]) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in bytes {
+        hash ^= u64::from(*byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{hash:016X}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_patch_operation_carries_field_validation_and_gvk() {
+        let doc = group_version_document();
+        let mut patches = 0;
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            if let Some(patch) = item.get("patch") {
+                patches += 1;
+                assert!(
+                    patch["x-kubernetes-group-version-kind"]["kind"].is_string(),
+                    "{path}"
+                );
+                let names: Vec<&str> = patch["parameters"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|p| p["name"].as_str().unwrap())
+                    .collect();
+                assert!(names.contains(&"fieldValidation"), "{path}");
+                assert!(
+                    patch["requestBody"]["content"]
+                        .get("application/strategic-merge-patch+json")
+                        .is_none()
+                );
+            }
+        }
+        assert_eq!(patches, 4);
+    }
+
+    #[test]
+    fn schemas_are_inline_and_carry_gvk() {
+        let doc = group_version_document();
+        let schema = &doc["components"]["schemas"]["io.fedingress.v1alpha1.FederatedIngress"];
+        assert_eq!(
+            schema["x-kubernetes-group-version-kind"][0]["kind"],
+            "FederatedIngress"
+        );
+        let text = schema.to_string();
+        assert!(!text.contains("$ref"), "subschemas must be inlined");
+        assert!(schema["properties"]["spec"]["properties"]["rules"]["description"].is_string());
+    }
+}

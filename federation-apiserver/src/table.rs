@@ -1,0 +1,242 @@
+//! Server-side printing: `meta.k8s.io/v1` Table responses, the columns `kubectl get` shows.
+
+use fedingress_api::{Cluster, FederatedIngress, ObjectMeta, Resource, Time};
+use serde_json::{Value, json};
+
+/// What `includeObject` asked to embed in each row.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum IncludeObject {
+    None,
+    #[default]
+    Metadata,
+    Object,
+}
+
+impl IncludeObject {
+    pub fn parse(value: Option<&str>) -> Result<Self, crate::status::ApiError> {
+        match value {
+            None | Some("") | Some("Metadata") => Ok(Self::Metadata),
+            Some("None") => Ok(Self::None),
+            Some("Object") => Ok(Self::Object),
+            Some(other) => Err(crate::status::ApiError::bad_request(format!(
+                "includeObject: Unsupported value: \"{other}\": supported values: \"None\", \"Metadata\", \"Object\""
+            ))),
+        }
+    }
+}
+
+/// A kind's columns and cells.
+pub trait Printable: Resource {
+    /// (name, type, description) of each column after NAME, before AGE.
+    const COLUMNS: &'static [(&'static str, &'static str, &'static str)];
+    fn cells(&self) -> Vec<Value>;
+}
+
+impl Printable for FederatedIngress {
+    const COLUMNS: &'static [(&'static str, &'static str, &'static str)] = &[
+        ("Hosts", "string", "Hosts the rules serve, or the DNS name"),
+        ("Ports", "string", "Listeners as port/protocol"),
+        ("Clusters", "string", "Clusters the ingress is placed on"),
+        (
+            "Ready",
+            "string",
+            "Placed clusters that are applied and healthy",
+        ),
+    ];
+
+    fn cells(&self) -> Vec<Value> {
+        let mut hosts = self.hosts();
+        if hosts.is_empty() {
+            if let Some(name) = self.spec.traffic.dns_name.clone() {
+                hosts.push(name);
+            }
+        }
+        let clusters = self
+            .status
+            .as_ref()
+            .map(|s| s.clusters.as_slice())
+            .unwrap_or_default();
+        let ready = clusters
+            .iter()
+            .filter(|c| c.healthy && c.phase == fedingress_api::ingress::ClusterPhase::Applied)
+            .count();
+        let names: Vec<&str> = clusters.iter().map(|c| c.name.as_str()).collect();
+        vec![
+            json!(join_or_none(&hosts)),
+            json!(join_or_none(&self.listener_summary())),
+            json!(if names.is_empty() {
+                "<none>".to_string()
+            } else {
+                names.join(",")
+            }),
+            json!(format!("{ready}/{}", clusters.len())),
+        ]
+    }
+}
+
+impl Printable for Cluster {
+    const COLUMNS: &'static [(&'static str, &'static str, &'static str)] = &[
+        ("Region", "string", "Region of the cluster"),
+        (
+            "Connected",
+            "string",
+            "Whether the cluster's agent is connected",
+        ),
+        ("Ready", "string", "Whether the cluster can take traffic"),
+    ];
+
+    fn cells(&self) -> Vec<Value> {
+        let status = self.status.clone().unwrap_or_default();
+        let ready = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .map(|c| c.status.as_str())
+            .unwrap_or("Unknown");
+        let ready = if self.spec.unschedulable {
+            format!("{ready},SchedulingDisabled")
+        } else {
+            ready.to_string()
+        };
+        vec![
+            json!(self.spec.region),
+            json!(if status.connected { "True" } else { "False" }),
+            json!(ready),
+        ]
+    }
+}
+
+fn join_or_none(items: &[String]) -> String {
+    if items.is_empty() {
+        "<none>".into()
+    } else {
+        items.join(",")
+    }
+}
+
+fn column_definitions<R: Printable>() -> Value {
+    let mut columns = vec![json!({
+        "name": "Name", "type": "string", "format": "name", "priority": 0,
+        "description": "Name must be unique within a namespace."
+    })];
+    for (name, kind, description) in R::COLUMNS {
+        columns.push(json!({"name": name, "type": kind, "format": "", "priority": 0, "description": description}));
+    }
+    columns.push(json!({
+        "name": "Age", "type": "date", "format": "", "priority": 0,
+        "description": "Time since the object was created."
+    }));
+    Value::Array(columns)
+}
+
+fn row<R: Printable>(object: &R, include: IncludeObject, now: &Time) -> Value {
+    let meta = object.metadata();
+    let mut cells = vec![json!(meta.name.clone().unwrap_or_default())];
+    cells.extend(object.cells());
+    cells.push(json!(age(meta, now)));
+    let mut row = json!({"cells": cells});
+    match include {
+        IncludeObject::None => {}
+        IncludeObject::Metadata => {
+            row["object"] = json!({
+                "kind": "PartialObjectMetadata",
+                "apiVersion": "meta.k8s.io/v1",
+                "metadata": meta,
+            });
+        }
+        IncludeObject::Object => row["object"] = serde_json::to_value(object).unwrap_or_default(),
+    }
+    row
+}
+
+/// A Table of `objects`.
+pub fn table<R: Printable>(
+    objects: &[R],
+    include: IncludeObject,
+    now: &Time,
+    list_meta: Value,
+) -> Value {
+    json!({
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": list_meta,
+        "columnDefinitions": column_definitions::<R>(),
+        "rows": objects.iter().map(|o| row(o, include, now)).collect::<Vec<_>>(),
+    })
+}
+
+fn age(meta: &ObjectMeta, now: &Time) -> String {
+    match &meta.creation_timestamp {
+        Some(created) => human_duration((now.0 - created.0).num_seconds()),
+        None => "<unknown>".into(),
+    }
+}
+
+/// kubectl's short human durations: 45s, 3m10s, 5h, 3d4h, 400d.
+pub fn human_duration(seconds: i64) -> String {
+    let s = seconds.max(0);
+    if s < 120 {
+        return format!("{s}s");
+    }
+    let m = s / 60;
+    if m < 10 {
+        let rest = s % 60;
+        return if rest == 0 {
+            format!("{m}m")
+        } else {
+            format!("{m}m{rest}s")
+        };
+    }
+    if m < 180 {
+        return format!("{m}m");
+    }
+    let h = s / 3600;
+    if h < 8 {
+        let rest = m % 60;
+        return if rest == 0 {
+            format!("{h}h")
+        } else {
+            format!("{h}h{rest}m")
+        };
+    }
+    if h < 48 {
+        return format!("{h}h");
+    }
+    let d = h / 24;
+    if d < 8 {
+        let rest = h % 24;
+        return if rest == 0 {
+            format!("{d}d")
+        } else {
+            format!("{d}d{rest}h")
+        };
+    }
+    if d < 365 * 2 {
+        return format!("{d}d");
+    }
+    let y = d / 365;
+    if y < 8 {
+        let rest = d % 365;
+        return if rest == 0 {
+            format!("{y}y")
+        } else {
+            format!("{y}y{rest}d")
+        };
+    }
+    format!("{y}y")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::human_duration;
+
+    #[test]
+    fn durations_read_like_kubectl() {
+        assert_eq!(human_duration(5), "5s");
+        assert_eq!(human_duration(190), "3m10s");
+        assert_eq!(human_duration(3600 * 5), "5h");
+        assert_eq!(human_duration(3600 * 30), "30h");
+        assert_eq!(human_duration(86400 * 3 + 3600 * 4), "3d4h");
+        assert_eq!(human_duration(86400 * 400), "400d");
+    }
+}

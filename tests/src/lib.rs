@@ -1,0 +1,308 @@
+//! fedingress-tests: the harness for end-to-end tests that run the workspace's real
+//! binaries and real peers (kubectl).
+//!
+//! Entry points: [`binary`] (build the workspace's binaries once, then locate one; Cargo
+//! sets `CARGO_BIN_EXE_*` only inside the package that owns a binary), [`Process`]
+//! (a child started on port 0 that prints a `READY {json}` line, killed by PID on drop),
+//! [`Kubectl`], [`TestPki`] and [`eventually`]. The tests themselves live in `tests/`.
+//! What does not belong here: product logic. Tests talk to the product only through its
+//! binaries and network APIs.
+
+#![allow(clippy::unwrap_used)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+
+/// The directory holding the workspace's binaries for this build profile.
+fn bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    // target/<profile>/deps/<test> → target/<profile>
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("test executable lives in target/<profile>/deps")
+        .to_path_buf()
+}
+
+/// Builds every binary of the workspace once per test process, then returns the path
+/// of `name`.
+pub fn binary(name: &str) -> PathBuf {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let dir = bin_dir();
+        let release = dir.file_name().is_some_and(|n| n == "release");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut command = Command::new(cargo);
+        command.args(["build", "--workspace", "--bins", "--quiet"]);
+        if release {
+            command.arg("--release");
+        }
+        if let Some(target) = dir.parent() {
+            command.env("CARGO_TARGET_DIR", target);
+        }
+        let status = command
+            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+            .status()
+            .expect("running cargo build");
+        assert!(status.success(), "cargo build --workspace --bins failed");
+    });
+    let path = bin_dir().join(name);
+    assert!(path.exists(), "binary {} was not built", path.display());
+    path
+}
+
+/// A child process that announced itself with `READY {json}`; killed (by PID) on drop.
+pub struct Process {
+    pub child: Child,
+    pub ready: serde_json::Value,
+    pub name: String,
+}
+
+impl Process {
+    /// Starts `command` and waits up to `timeout` for its READY line.
+    pub fn start(mut command: Command, name: &str, timeout: Duration) -> anyhow::Result<Self> {
+        command
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .stdin(Stdio::null());
+        let mut child = command
+            .spawn()
+            .with_context(|| format!("starting {name}"))?;
+        let stdout = child.stdout.take().context("child stdout")?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            let mut sent = false;
+            while let Some(Ok(line)) = lines.next() {
+                if !sent {
+                    if let Some(json) = line.strip_prefix("READY ") {
+                        let _ = tx.send(json.to_string());
+                        sent = true;
+                    }
+                }
+            }
+        });
+        match rx.recv_timeout(timeout) {
+            Ok(json) => Ok(Self {
+                child,
+                ready: serde_json::from_str(&json).context("parsing READY line")?,
+                name: name.to_string(),
+            }),
+            Err(_) => {
+                let _ = child.kill();
+                let status = child.wait().ok();
+                bail!("{name} printed no READY line within {timeout:?} (exit: {status:?})")
+            }
+        }
+    }
+
+    /// An address from the READY line, e.g. `addr("api")`.
+    pub fn addr(&self, key: &str) -> String {
+        self.ready[key].as_str().unwrap_or_default().to_string()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGKILL, and reap.
+    pub fn kill9(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, then wait for the exit status (SIGKILL after `timeout`).
+    pub fn terminate(mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        self.child.wait().ok()
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Polls `check` until it returns `Some`, or fails after `timeout` with the last reason.
+pub fn eventually<T>(
+    timeout: Duration,
+    what: &str,
+    mut check: impl FnMut() -> Result<T, String>,
+) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match check() {
+            Ok(value) => return value,
+            Err(reason) if Instant::now() >= deadline => {
+                panic!("timed out after {timeout:?} waiting for {what}: {reason}")
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+}
+
+/// Where the real kubectl binaries are: the dispatcher on PATH and the versioned ones.
+pub fn kubectl_path(version: Option<&str>) -> PathBuf {
+    let name = match version {
+        Some(v) => format!("kubectl.{v}"),
+        None => "kubectl".into(),
+    };
+    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect())
+        .unwrap_or_default();
+    dirs.push(PathBuf::from("/usr/lib/google-cloud-sdk/bin"));
+    for dir in dirs {
+        let candidate = dir.join(&name);
+        if candidate.is_file() {
+            return candidate;
+        }
+    }
+    panic!(
+        "{name} not found on PATH or in /usr/lib/google-cloud-sdk/bin: these tests need the real kubectl (1.27+; Debian's 1.20 is too old)"
+    );
+}
+
+/// kubectl against one server through its own kubeconfig.
+pub struct Kubectl {
+    pub binary: PathBuf,
+    pub kubeconfig: PathBuf,
+}
+
+impl Kubectl {
+    pub fn new(version: Option<&str>, kubeconfig: PathBuf) -> Self {
+        Self {
+            binary: kubectl_path(version),
+            kubeconfig,
+        }
+    }
+
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(&self.binary);
+        command
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(args)
+            .env(
+                "HOME",
+                self.kubeconfig.parent().unwrap_or(Path::new("/tmp")),
+            )
+            .env_remove("KUBECONFIG")
+            .stdin(Stdio::null());
+        command
+    }
+
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.command(args).output().expect("running kubectl")
+    }
+
+    /// Runs and requires success; returns stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            String::from_utf8_lossy(&out.stdout)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Runs and requires failure; returns stderr.
+    pub fn fails(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            !out.status.success(),
+            "kubectl {args:?} should have failed but printed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    }
+}
+
+/// Writes a kubeconfig for `server` (with a CA and a token when given).
+pub fn write_kubeconfig(path: &Path, server: &str, ca: Option<&Path>, token: Option<&str>) {
+    let cluster = match ca {
+        Some(ca) => format!(
+            "    server: {server}\n    certificate-authority: {}\n",
+            ca.display()
+        ),
+        None => format!("    server: {server}\n"),
+    };
+    let user = match token {
+        Some(token) => format!("    token: {token}\n"),
+        None => "    {}\n".into(),
+    };
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: fed\n  cluster:\n{cluster}users:\n- name: me\n  user:\n{user}contexts:\n- name: fed\n  context:\n    cluster: fed\n    user: me\n    namespace: default\ncurrent-context: fed\n"
+    );
+    std::fs::write(path, text).expect("writing kubeconfig");
+}
+
+/// A throwaway CA and a server certificate for 127.0.0.1 / ::1 / localhost.
+pub struct TestPki {
+    pub ca_pem: String,
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+impl TestPki {
+    pub fn generate() -> Self {
+        use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair, SanType};
+        let ca_key = KeyPair::generate().unwrap();
+        let mut ca_params = CertificateParams::new(Vec::new()).unwrap();
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca_params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "fedingress test CA");
+        let ca = ca_params.self_signed(&ca_key).unwrap();
+        let issuer = rcgen::Issuer::new(ca_params, ca_key);
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+        params
+            .subject_alt_names
+            .push(SanType::IpAddress("127.0.0.1".parse().unwrap()));
+        params
+            .subject_alt_names
+            .push(SanType::IpAddress("::1".parse().unwrap()));
+        let cert = params.signed_by(&key, &issuer).unwrap();
+        Self {
+            ca_pem: ca.pem(),
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        }
+    }
+
+    /// Writes ca.crt, tls.crt and tls.key into `dir`.
+    pub fn write(&self, dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+        let paths = (dir.join("ca.crt"), dir.join("tls.crt"), dir.join("tls.key"));
+        std::fs::write(&paths.0, &self.ca_pem).unwrap();
+        std::fs::write(&paths.1, &self.cert_pem).unwrap();
+        std::fs::write(&paths.2, &self.key_pem).unwrap();
+        paths
+    }
+}
+
+/// Path of a file under the repository root.
+pub fn repo_path(relative: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(relative)
+}
