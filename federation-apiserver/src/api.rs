@@ -1,6 +1,9 @@
 //! The HTTP surface: one router for `main` and the tests, request parsing, authn/authz,
 //! content negotiation (objects or Tables), and the verbs wired to the [`Registry`].
 
+// Errors here are rendered into one HTTP response each: their size does not matter.
+#![allow(clippy::result_large_err)]
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -549,9 +552,7 @@ async fn serve_verb<R: Printable>(
                 BodyFormat::from_content_type(content_type(&headers))?,
             )?;
             let (object, warnings) = codec::decode::<R>(value, validation)?;
-            let created = registry
-                .create(namespace, object, now.clone(), dry_run)
-                .await?;
+            let created = registry.create(namespace, object, now, dry_run).await?;
             Ok(with_warnings(
                 json_response(
                     StatusCode::CREATED,
@@ -631,7 +632,7 @@ async fn serve_verb<R: Printable>(
                     namespace,
                     &name,
                     &options.preconditions.unwrap_or_default(),
-                    now.clone(),
+                    now,
                     dry_run,
                 )
                 .await?;

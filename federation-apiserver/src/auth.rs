@@ -86,7 +86,7 @@ impl Authenticator {
                 line: index + 1,
                 problem: problem.to_string(),
             };
-            let fields = split_csv(line).map_err(|p| problem(p))?;
+            let fields = split_csv(line).map_err(&problem)?;
             if fields.len() < 3 {
                 return Err(problem("expected token,user,uid[,\"group1,group2\"]"));
             }

@@ -90,10 +90,10 @@ impl Filter {
     }
 
     pub fn matches(&self, meta: &ObjectMeta) -> bool {
-        if let Some(labels) = &self.labels {
-            if !labels.matches(&meta.labels) {
-                return false;
-            }
+        if let Some(labels) = &self.labels
+            && !labels.matches(&meta.labels)
+        {
+            return false;
         }
         if let Some(fields) = &self.fields {
             return fields.matches(|field| match field {
@@ -319,10 +319,10 @@ impl Registry {
                     _ => meta.namespace = namespace.map(String::from),
                 }
             }
-            if meta.name.as_deref().unwrap_or("").is_empty() {
-                if let Some(base) = meta.generate_name.as_deref().filter(|b| !b.is_empty()) {
-                    meta.name = Some(format!("{base}{}", random_suffix()));
-                }
+            if meta.name.as_deref().unwrap_or("").is_empty()
+                && let Some(base) = meta.generate_name.as_deref().filter(|b| !b.is_empty())
+            {
+                meta.name = Some(format!("{base}{}", random_suffix()));
             }
             meta.uid = Some(uuid::Uuid::new_v4().to_string());
             meta.creation_timestamp = Some(now);
@@ -444,8 +444,8 @@ impl Registry {
                 meta.name = old.name.clone();
                 meta.namespace = old.namespace.clone();
                 meta.uid = old.uid.clone();
-                meta.creation_timestamp = old.creation_timestamp.clone();
-                meta.deletion_timestamp = old.deletion_timestamp.clone();
+                meta.creation_timestamp = old.creation_timestamp;
+                meta.deletion_timestamp = old.deletion_timestamp;
                 meta.deletion_grace_period_seconds = old.deletion_grace_period_seconds;
                 meta.generate_name = old.generate_name.clone();
                 meta.generation = old.generation;
@@ -525,29 +525,29 @@ impl Registry {
                 .map_err(|e| store_error::<R>(name, e))?
                 .ok_or_else(|| ApiError::not_found(&group_resource::<R>(), target::<R>(name)))?;
             let mut object: R = Self::decode_stored(&kv)?;
-            if let Some(uid) = &preconditions.uid {
-                if object.metadata().uid.as_ref() != Some(uid) {
-                    return Err(ApiError::conflict(
-                        &group_resource::<R>(),
-                        target::<R>(name),
-                        &format!(
-                            "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                            object.metadata().uid.clone().unwrap_or_default()
-                        ),
-                    ));
-                }
+            if let Some(uid) = &preconditions.uid
+                && object.metadata().uid.as_ref() != Some(uid)
+            {
+                return Err(ApiError::conflict(
+                    &group_resource::<R>(),
+                    target::<R>(name),
+                    &format!(
+                        "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                        object.metadata().uid.clone().unwrap_or_default()
+                    ),
+                ));
             }
-            if let Some(rv) = &preconditions.resource_version {
-                if parse_revision(rv)? != kv.mod_revision {
-                    return Err(ApiError::conflict(
-                        &group_resource::<R>(),
-                        target::<R>(name),
-                        &format!(
-                            "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
-                            kv.mod_revision
-                        ),
-                    ));
-                }
+            if let Some(rv) = &preconditions.resource_version
+                && parse_revision(rv)? != kv.mod_revision
+            {
+                return Err(ApiError::conflict(
+                    &group_resource::<R>(),
+                    target::<R>(name),
+                    &format!(
+                        "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                        kv.mod_revision
+                    ),
+                ));
             }
             if dry_run {
                 return Ok(object);
@@ -558,7 +558,7 @@ impl Registry {
                     return Ok(object);
                 }
                 let meta = object.metadata_mut();
-                meta.deletion_timestamp = Some(now.clone());
+                meta.deletion_timestamp = Some(now);
                 meta.deletion_grace_period_seconds = Some(0);
                 meta.generation = Some(meta.generation.unwrap_or(0) + 1);
                 match self

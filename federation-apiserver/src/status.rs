@@ -21,7 +21,7 @@ pub struct ApiError {
     pub code: StatusCode,
     pub reason: &'static str,
     pub message: String,
-    pub target: Option<Target>,
+    pub target: Option<Box<Target>>,
     pub causes: Vec<Value>,
     /// `details.retryAfterSeconds`, when the client should retry.
     pub retry_after: Option<u32>,
@@ -40,7 +40,7 @@ impl ApiError {
     }
 
     fn with_target(mut self, target: Target) -> Self {
-        self.target = Some(target);
+        self.target = Some(Box::new(target));
         self
     }
 
@@ -94,11 +94,11 @@ impl ApiError {
         };
         let message = format!("{kind}.{group} \"{name}\" is invalid: {joined}");
         let mut error = Self::new(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", message);
-        error.target = Some(Target {
+        error.target = Some(Box::new(Target {
             group: fedingress_api::GROUP,
             kind: kind.to_string(),
             name: name.to_string(),
-        });
+        }));
         error.causes = errors
             .iter()
             .map(|e| json!({"reason": e.kind.reason(), "message": e.message(), "field": e.field()}))
@@ -121,7 +121,7 @@ impl ApiError {
 
     pub fn forbidden(message: String, target: Option<Target>) -> Self {
         let mut error = Self::new(StatusCode::FORBIDDEN, "Forbidden", message);
-        error.target = target;
+        error.target = target.map(Box::new);
         error
     }
 
@@ -221,12 +221,12 @@ impl IntoResponse for ApiError {
             body,
         )
             .into_response();
-        if let Some(seconds) = self.retry_after {
-            if let Ok(value) = http::HeaderValue::from_str(&seconds.to_string()) {
-                response
-                    .headers_mut()
-                    .insert(http::header::RETRY_AFTER, value);
-            }
+        if let Some(seconds) = self.retry_after
+            && let Ok(value) = http::HeaderValue::from_str(&seconds.to_string())
+        {
+            response
+                .headers_mut()
+                .insert(http::header::RETRY_AFTER, value);
         }
         response
     }

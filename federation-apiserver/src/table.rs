@@ -46,10 +46,10 @@ impl Printable for FederatedIngress {
 
     fn cells(&self) -> Vec<Value> {
         let mut hosts = self.hosts();
-        if hosts.is_empty() {
-            if let Some(name) = self.spec.traffic.dns_name.clone() {
-                hosts.push(name);
-            }
+        if hosts.is_empty()
+            && let Some(name) = self.spec.traffic.dns_name.clone()
+        {
+            hosts.push(name);
         }
         let clusters = self
             .status

@@ -78,11 +78,9 @@ impl Process {
             let mut lines = BufReader::new(stdout).lines();
             let mut sent = false;
             while let Some(Ok(line)) = lines.next() {
-                if !sent {
-                    if let Some(json) = line.strip_prefix("READY ") {
-                        let _ = tx.send(json.to_string());
-                        sent = true;
-                    }
+                if let Some(json) = line.strip_prefix("READY ").filter(|_| !sent) {
+                    let _ = tx.send(json.to_string());
+                    sent = true;
                 }
             }
         });
