@@ -544,14 +544,7 @@ async fn serve_verb<R: Printable>(
                 .into_response())
         }
         "create" => {
-            let dry_run = parse_dry_run(&params.dry_run)?;
-            let validation = FieldValidation::parse(params.field_validation.as_deref())?;
-            let (headers, body) = read_body(request).await?;
-            let value = codec::parse_body(
-                &body,
-                BodyFormat::from_content_type(content_type(&headers))?,
-            )?;
-            let (object, warnings) = codec::decode::<R>(value, validation)?;
+            let (object, warnings, dry_run) = decode_write::<R>(&params, request).await?;
             let created = registry.create(namespace, object, now, dry_run).await?;
             Ok(with_warnings(
                 json_response(
@@ -562,14 +555,7 @@ async fn serve_verb<R: Printable>(
             ))
         }
         "update" => {
-            let dry_run = parse_dry_run(&params.dry_run)?;
-            let validation = FieldValidation::parse(params.field_validation.as_deref())?;
-            let (headers, body) = read_body(request).await?;
-            let value = codec::parse_body(
-                &body,
-                BodyFormat::from_content_type(content_type(&headers))?,
-            )?;
-            let (object, warnings) = codec::decode::<R>(value, validation)?;
+            let (object, warnings, dry_run) = decode_write::<R>(&params, request).await?;
             if object.metadata().name.as_deref().is_some_and(|n| n != name)
                 || object.metadata().name.is_none()
             {
@@ -645,6 +631,20 @@ async fn serve_verb<R: Printable>(
     }
 }
 
+/// Reads and decodes the body of a create or update: the object, the warnings for the
+/// client, and whether it is a dry run.
+async fn decode_write<R: Resource>(
+    params: &Params,
+    request: Request,
+) -> Result<(R, Vec<String>, bool), ApiError> {
+    let dry_run = parse_dry_run(&params.dry_run)?;
+    let validation = FieldValidation::parse(params.field_validation.as_deref())?;
+    let (headers, body) = read_body(request).await?;
+    let format = BodyFormat::from_content_type(content_type(&headers))?;
+    let (object, warnings) = codec::decode::<R>(codec::parse_body(&body, format)?, validation)?;
+    Ok((object, warnings, dry_run))
+}
+
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct DeleteOptions {
@@ -661,15 +661,7 @@ enum Patch {
 
 impl Patch {
     fn parse(content_type: Option<&str>, body: &[u8]) -> Result<Self, ApiError> {
-        let essence = content_type
-            .map(|c| {
-                c.split(';')
-                    .next()
-                    .unwrap_or("")
-                    .trim()
-                    .to_ascii_lowercase()
-            })
-            .unwrap_or_default();
+        let essence = codec::media_type(content_type);
         let parse = |body: &[u8]| -> Result<Value, ApiError> {
             serde_json::from_slice(body).map_err(|e| {
                 ApiError::bad_request(format!("couldn't decode the patch as JSON: {e}"))

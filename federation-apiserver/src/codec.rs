@@ -42,16 +42,7 @@ pub enum BodyFormat {
 impl BodyFormat {
     /// From a `Content-Type` header (missing means JSON, as kube-apiserver assumes).
     pub fn from_content_type(content_type: Option<&str>) -> Result<Self, ApiError> {
-        let essence = content_type
-            .map(|c| {
-                c.split(';')
-                    .next()
-                    .unwrap_or("")
-                    .trim()
-                    .to_ascii_lowercase()
-            })
-            .unwrap_or_default();
-        match essence.as_str() {
+        match media_type(content_type).as_str() {
             "" | "application/json" | "*/*" => Ok(Self::Json),
             "application/yaml" | "application/x-yaml" | "text/yaml" => Ok(Self::Yaml),
             other => Err(ApiError::unsupported_media_type(format!(
@@ -59,6 +50,14 @@ impl BodyFormat {
             ))),
         }
     }
+}
+
+/// The lower-case media type of a `Content-Type` header, without parameters.
+pub fn media_type(content_type: Option<&str>) -> String {
+    content_type
+        .and_then(|c| c.split(';').next())
+        .map(|c| c.trim().to_ascii_lowercase())
+        .unwrap_or_default()
 }
 
 /// Parses a request body into a JSON value.
