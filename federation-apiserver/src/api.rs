@@ -24,7 +24,7 @@ use crate::metrics::Metrics;
 use crate::registry::{self, DeletePreconditions, Filter, Registry, Scope};
 use crate::status::{ApiError, Target};
 use crate::table::{self, IncludeObject, Printable};
-use crate::{discovery, openapi, watch};
+use crate::{discovery, openapi, openapi_v2, watch};
 
 /// Request bodies larger than this are refused (kube-apiserver allows 3 MiB).
 pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
@@ -58,6 +58,7 @@ pub struct AppState {
     pub settings: ApiSettings,
     openapi_document: Bytes,
     openapi_hash: String,
+    openapi_v2: Bytes,
 }
 
 impl AppState {
@@ -71,6 +72,7 @@ impl AppState {
             settings,
             openapi_document: Bytes::from(document),
             openapi_hash,
+            openapi_v2: Bytes::from(openapi_v2::document()),
         }
     }
 }
@@ -139,6 +141,14 @@ async fn dispatch(state: &AppState, request: Request) -> Outcome {
             "/apis/fedingress.io" => return nonresource(discovery::group_document()),
             "/apis/fedingress.io/v1alpha1" => return nonresource(discovery::group_resources()),
             "/openapi/v3" => return nonresource(openapi::index(&state.openapi_hash)),
+            "/openapi/v2" => {
+                let response = (
+                    [(header::CONTENT_TYPE, openapi_v2::MEDIA_TYPE)],
+                    state.openapi_v2.clone(),
+                )
+                    .into_response();
+                return Ok(("get", String::new(), response));
+            }
             "/metrics" => {
                 if !user.may("get") {
                     return Err(("get", String::new(), forbidden_path(&user, "/metrics")));

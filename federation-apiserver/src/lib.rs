@@ -15,6 +15,7 @@ pub mod config;
 pub mod discovery;
 pub mod metrics;
 pub mod openapi;
+pub mod openapi_v2;
 pub mod registry;
 pub mod server;
 pub mod status;

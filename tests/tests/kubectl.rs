@@ -323,14 +323,21 @@ fn older_and_newer_kubectl_work_too() {
     let server = apiserver(&dir.path().join("data"), &["--dev"]);
     for version in ["1.27", "1.33"] {
         let k = dev_kubectl(dir.path(), &server, Some(version));
-        // kubectl 1.27 and 1.28 look up fieldValidation support in the protobuf
-        // OpenAPI v2 document, which the server does not serve (docs/api.md): they
-        // apply with client-side validation off; server-side checks still run.
-        let validate = if version == "1.27" {
-            "--validate=false"
-        } else {
-            "--validate=strict"
-        };
+        // kubectl 1.27 finds fieldValidation support in the protobuf OpenAPI v2
+        // document, 1.33 in OpenAPI v3: both leave validation to the server.
+        let validate = "--validate=strict";
+        let unknown = write(
+            dir.path(),
+            "unknown.yaml",
+            &ECHO
+                .replace("TTL", "30")
+                .replace("spec:\n", "spec:\n  bogus: 1\n"),
+        );
+        let err = k.fails(&["apply", "-f", &unknown]);
+        assert!(
+            err.contains("unknown field \"spec.bogus\""),
+            "kubectl {version}: {err}"
+        );
         let echo = write(dir.path(), "echo.yaml", &ECHO.replace("TTL", "30"));
         assert!(
             k.ok(&["apply", validate, "-f", &echo])
@@ -354,11 +361,8 @@ fn older_and_newer_kubectl_work_too() {
             "-p",
             r#"{"metadata":{"labels":{"v":"x"}}}"#,
         ]);
-        // kubectl 1.27's explain needs the protobuf OpenAPI v2 document (docs/api.md).
-        if version != "1.27" {
-            let explain = k.ok(&["explain", "federatedingress.spec.traffic"]);
-            assert!(explain.contains("dnsName"), "kubectl {version}: {explain}");
-        }
+        let explain = k.ok(&["explain", "federatedingress.spec.traffic"]);
+        assert!(explain.contains("dnsName"), "kubectl {version}: {explain}");
         let bad = write(dir.path(), "bad.yaml", &ECHO.replace("TTL", "0"));
         let err = k.fails(&["apply", validate, "-f", &bad]);
         assert!(err.contains("spec.traffic.ttl"), "kubectl {version}: {err}");
