@@ -5,6 +5,10 @@
 //! the [`Resource`] trait the API server is generic over, [`ObjectMeta`] and friends in
 //! [`meta`], field-path validation errors in [`validation`], label and field selectors
 //! in [`selector`], and the name and hostname validators behind them in [`names`].
+//! The hub's pure decisions live here too: which clusters carry an ingress
+//! ([`placement::place`]), which ingresses contest a listener or DNS name
+//! ([`conflict::find_conflicts`]), and what each cluster's agent serves
+//! ([`plan::cluster_plans`], [`plan::ClusterPlan`]).
 //!
 //! Decoding is lenient where Kubernetes is (unknown fields are ignored; strict field
 //! validation is the API server's job), and every enum accepts any capitalisation and is
@@ -16,9 +20,12 @@
 //! tonic, hyper or kube-client; CI checks that.
 
 pub mod cluster;
+pub mod conflict;
 pub mod ingress;
 pub mod meta;
 pub mod names;
+pub mod placement;
+pub mod plan;
 pub mod selector;
 pub mod validation;
 

@@ -20,6 +20,7 @@ use serde_json::{Value, json};
 
 use crate::auth::{Authenticator, User};
 use crate::codec::{self, BodyFormat, FieldValidation};
+use crate::hub::tokens::TokenStore;
 use crate::metrics::Metrics;
 use crate::registry::{self, DeletePreconditions, Filter, Registry, Scope};
 use crate::status::{ApiError, Target};
@@ -54,6 +55,7 @@ impl Default for ApiSettings {
 pub struct AppState {
     pub registry: Registry,
     pub auth: Authenticator,
+    pub tokens: TokenStore,
     pub metrics: Arc<Metrics>,
     pub settings: ApiSettings,
     openapi_document: Bytes,
@@ -62,12 +64,18 @@ pub struct AppState {
 }
 
 impl AppState {
-    pub fn new(registry: Registry, auth: Authenticator, settings: ApiSettings) -> Self {
+    pub fn new(
+        registry: Registry,
+        auth: Authenticator,
+        tokens: TokenStore,
+        settings: ApiSettings,
+    ) -> Self {
         let document = openapi::group_version_document().to_string();
         let openapi_hash = openapi::content_hash(document.as_bytes());
         Self {
             registry,
             auth,
+            tokens,
             metrics: Arc::new(Metrics::default()),
             settings,
             openapi_document: Bytes::from(document),
@@ -179,6 +187,16 @@ async fn dispatch(state: &AppState, request: Request) -> Outcome {
         return Err(("", String::new(), ApiError::no_route(&path)));
     };
     let target = parse_target(rest).map_err(|e| ("", String::new(), e))?;
+    let token_path = target.plural == Cluster::PLURAL
+        && target.subresource.as_deref() == Some("token")
+        && target.namespace.is_none();
+    if token_path {
+        let resource = "clusters/token".to_string();
+        return match serve_tokens(state, &user, &target, request.method()).await {
+            Ok((verb, response)) => Ok((verb, resource, response)),
+            Err((verb, e)) => Err((verb, resource, e)),
+        };
+    }
     match target.plural.as_str() {
         p if p == FederatedIngress::PLURAL => {
             serve::<FederatedIngress>(state, &user, target, request).await
@@ -198,6 +216,95 @@ fn forbidden_path(user: &User, path: &str) -> ApiError {
     )
 }
 
+/// The Cluster `token` subresource: POST issues a token (returned once), GET lists
+/// ids and creation times, DELETE `token/{id}` revokes.
+async fn serve_tokens(
+    state: &AppState,
+    user: &User,
+    target: &TargetPath,
+    method: &Method,
+) -> Result<(&'static str, Response), (&'static str, ApiError)> {
+    let cluster = target.name.clone().unwrap_or_default();
+    let verb = match (method.as_str(), target.subname.is_some()) {
+        ("POST", false) => "create",
+        ("GET", false) => "list",
+        ("DELETE", true) => "delete",
+        (m, _) => {
+            return Err((
+                "",
+                ApiError::method_not_allowed(format!(
+                    "the server does not allow this method on the requested resource ({m})"
+                )),
+            ));
+        }
+    };
+    if !user.may(verb) {
+        return Err((
+            verb,
+            ApiError::forbidden(
+                format!(
+                    "clusters.fedingress.io \"{cluster}\" is forbidden: User \"{}\" cannot {verb} resource \"clusters/token\" in API group \"fedingress.io\" at the cluster scope",
+                    user.name
+                ),
+                Some(Target {
+                    group: fedingress_api::GROUP,
+                    kind: "clusters".into(),
+                    name: cluster.clone(),
+                }),
+            ),
+        ));
+    }
+    let fail = |e: ApiError| (verb, e);
+    state
+        .registry
+        .get::<Cluster>(None, &cluster)
+        .await
+        .map_err(fail)?;
+    let token_object = |record: &crate::hub::tokens::TokenRecord| {
+        json!({
+            "kind": "ClusterToken",
+            "apiVersion": fedingress_api::API_VERSION,
+            "metadata": {"name": record.id, "creationTimestamp": record.created_at},
+            "cluster": record.cluster,
+        })
+    };
+    match verb {
+        "create" => {
+            let (record, token) = state
+                .tokens
+                .issue(&cluster, Time(chrono::Utc::now()))
+                .await
+                .map_err(fail)?;
+            tracing::info!(cluster, token_id = %record.id, user = %user.name, "agent token issued");
+            let mut body = token_object(&record);
+            body["token"] = json!(token);
+            Ok((verb, json_response(StatusCode::CREATED, &body)))
+        }
+        "list" => {
+            let records = state.tokens.list(&cluster).await.map_err(fail)?;
+            let body = json!({
+                "kind": "ClusterTokenList",
+                "apiVersion": fedingress_api::API_VERSION,
+                "metadata": {},
+                "items": records.iter().map(token_object).collect::<Vec<_>>(),
+            });
+            Ok((verb, json_response(StatusCode::OK, &body)))
+        }
+        _ => {
+            let id = target.subname.clone().unwrap_or_default();
+            state.tokens.revoke(&cluster, &id).await.map_err(fail)?;
+            tracing::info!(cluster, token_id = %id, user = %user.name, "agent token revoked");
+            Ok((
+                verb,
+                json_response(
+                    StatusCode::OK,
+                    &crate::status::success(&format!("token {id} of cluster {cluster} revoked")),
+                ),
+            ))
+        }
+    }
+}
+
 /// A resource URL: `[namespaces/{ns}/]{plural}[/{name}[/{subresource}]]`.
 #[derive(Debug, PartialEq, Eq)]
 struct TargetPath {
@@ -205,6 +312,8 @@ struct TargetPath {
     plural: String,
     name: Option<String>,
     subresource: Option<String>,
+    /// The one subresource with names of its own: `clusters/{name}/token/{id}`.
+    subname: Option<String>,
 }
 
 fn parse_target(rest: &str) -> Result<TargetPath, ApiError> {
@@ -214,17 +323,26 @@ fn parse_target(rest: &str) -> Result<TargetPath, ApiError> {
         _ => (None, parts),
     };
     let missing = || ApiError::no_route(&format!("/apis/fedingress.io/v1alpha1/{rest}"));
-    let (plural, name, subresource) = match parts.as_slice() {
-        [plural] => (plural.to_string(), None, None),
-        [plural, name] => (plural.to_string(), Some(name.to_string()), None),
+    let owned = |s: &&str| s.to_string();
+    let (plural, name, subresource, subname) = match parts.as_slice() {
+        [plural] => (plural.to_string(), None, None, None),
+        [plural, name] => (plural.to_string(), Some(owned(name)), None, None),
         [plural, name, sub] => (
             plural.to_string(),
-            Some(name.to_string()),
-            Some(sub.to_string()),
+            Some(owned(name)),
+            Some(owned(sub)),
+            None,
+        ),
+        [plural, name, "token", id] => (
+            plural.to_string(),
+            Some(owned(name)),
+            Some("token".to_string()),
+            Some(owned(id)),
         ),
         _ => return Err(missing()),
     };
-    if plural.is_empty() || name.as_deref() == Some("") || namespace.as_deref() == Some("") {
+    let empty = |v: &Option<String>| v.as_deref() == Some("");
+    if plural.is_empty() || empty(&name) || empty(&namespace) || empty(&subname) {
         return Err(missing());
     }
     Ok(TargetPath {
@@ -232,6 +350,7 @@ fn parse_target(rest: &str) -> Result<TargetPath, ApiError> {
         plural,
         name,
         subresource,
+        subname,
     })
 }
 

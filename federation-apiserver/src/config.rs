@@ -26,6 +26,9 @@ pub struct Cli {
     /// REST API listen address (https when a certificate is configured). Port 0 picks one.
     #[arg(long)]
     pub listen: Option<SocketAddr>,
+    /// Agent gateway (gRPC) listen address; TLS with the same certificate as the API.
+    #[arg(long)]
+    pub agent_listen: Option<SocketAddr>,
     /// Directory of the embedded store.
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
@@ -48,6 +51,9 @@ pub struct Cli {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct FileConfig {
     pub listen: Option<SocketAddr>,
+    pub agent_listen: Option<SocketAddr>,
+    #[serde(default)]
+    pub agents: AgentsConfig,
     pub data_dir: Option<PathBuf>,
     #[serde(default)]
     pub dev: bool,
@@ -94,6 +100,34 @@ impl Default for StorageConfig {
     }
 }
 
+/// Agent sessions: how often agents send heartbeats, and how long the hub waits for
+/// any message before it marks a cluster Offline.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AgentsConfig {
+    #[serde(default = "default_heartbeat_ms")]
+    pub heartbeat_interval_ms: u64,
+    #[serde(default = "default_lease_ms")]
+    pub lease_ms: u64,
+}
+
+fn default_heartbeat_ms() -> u64 {
+    2000
+}
+
+fn default_lease_ms() -> u64 {
+    6000
+}
+
+impl Default for AgentsConfig {
+    fn default() -> Self {
+        Self {
+            heartbeat_interval_ms: default_heartbeat_ms(),
+            lease_ms: default_lease_ms(),
+        }
+    }
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct WatchConfig {
@@ -116,6 +150,10 @@ impl Default for WatchConfig {
 /// What the server runs with, fully checked.
 pub struct Settings {
     pub listen: SocketAddr,
+    pub agent_listen: SocketAddr,
+    pub hub: crate::hub::HubSettings,
+    /// PEM certificate and key, for the agent gateway's TLS.
+    pub tls_pem: Option<(Vec<u8>, Vec<u8>)>,
     pub data_dir: PathBuf,
     pub tls: Option<Arc<rustls::ServerConfig>>,
     pub auth: Authenticator,
@@ -190,7 +228,40 @@ pub fn load(cli: &Cli) -> Result<Settings, ConfigError> {
             ));
         }
     };
-    let tls = tls_files.map(|files| load_tls(&files)).transpose()?;
+    let tls = tls_files.as_ref().map(load_tls).transpose()?;
+    let tls_pem = match &tls_files {
+        Some(files) => Some((
+            std::fs::read(&files.cert_file).map_err(|e| {
+                ConfigError::Invalid(format!(
+                    "TLS certificate {}: {e}",
+                    files.cert_file.display()
+                ))
+            })?,
+            std::fs::read(&files.key_file).map_err(|e| {
+                ConfigError::Invalid(format!("TLS key {}: {e}", files.key_file.display()))
+            })?,
+        )),
+        None => None,
+    };
+    let agent_listen = cli
+        .agent_listen
+        .or(file.agent_listen)
+        .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 6444)));
+    if dev && !agent_listen.ip().is_loopback() {
+        return Err(ConfigError::Invalid(format!(
+            "--dev may only listen on loopback, not {agent_listen}"
+        )));
+    }
+    let agents = &file.agents;
+    if agents.heartbeat_interval_ms == 0 || agents.lease_ms <= agents.heartbeat_interval_ms {
+        return Err(ConfigError::Invalid(
+            "agents.leaseMs must be longer than agents.heartbeatIntervalMs (> 0)".into(),
+        ));
+    }
+    let hub = crate::hub::HubSettings {
+        heartbeat_interval: Duration::from_millis(agents.heartbeat_interval_ms),
+        lease: Duration::from_millis(agents.lease_ms),
+    };
     let mut auth = Authenticator::new(dev);
     let token_file = cli.token_auth_file.clone().or(file.token_file);
     if let Some(path) = &token_file {
@@ -213,6 +284,9 @@ pub fn load(cli: &Cli) -> Result<Settings, ConfigError> {
     }
     Ok(Settings {
         listen,
+        agent_listen,
+        hub,
+        tls_pem,
         data_dir,
         tls,
         auth,

@@ -92,6 +92,13 @@ pub fn group_resources() -> Value {
     let mut resources = Vec::new();
     resources.extend(resource_entries::<FederatedIngress>());
     resources.extend(resource_entries::<Cluster>());
+    resources.push(json!({
+        "name": "clusters/token",
+        "singularName": "",
+        "namespaced": false,
+        "kind": "ClusterToken",
+        "verbs": ["create", "get", "delete"],
+    }));
     json!({
         "kind": "APIResourceList",
         "apiVersion": "v1",

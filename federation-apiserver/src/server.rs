@@ -14,6 +14,10 @@ use tower::ServiceExt;
 
 use crate::api::{self, ApiSettings, AppState, Peer};
 use crate::config::Settings;
+use crate::hub::Hub;
+use crate::hub::controller::Controller;
+use crate::hub::gateway::Gateway;
+use crate::hub::tokens::TokenStore;
 use crate::registry::Registry;
 
 /// How long a client has to finish its TLS handshake.
@@ -38,9 +42,18 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding {}", settings.listen))?;
     let bound = listener.local_addr().context("reading the bound address")?;
+    let agent_listener = TcpListener::bind(settings.agent_listen)
+        .await
+        .with_context(|| format!("binding the agent gateway on {}", settings.agent_listen))?;
+    let agent_bound = agent_listener
+        .local_addr()
+        .context("reading the agent gateway address")?;
+    let registry = Registry::new(store.clone());
+    let tokens = TokenStore::new(store.clone());
     let state = Arc::new(AppState::new(
-        Registry::new(store.clone()),
+        registry.clone(),
         settings.auth,
+        tokens.clone(),
         ApiSettings {
             bookmark_interval: settings.bookmark_interval,
             ..ApiSettings::default()
@@ -51,9 +64,32 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         store.clone(),
         settings.compaction_interval,
     ));
+
+    let hub = Hub::new(settings.hub);
+    tokio::spawn(Controller::new(registry.clone(), hub.clone(), tokens.clone()).run());
+    let mut gateway = tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(Duration::from_secs(10)))
+        .tcp_nodelay(true);
+    if let Some((cert, key)) = &settings.tls_pem {
+        let identity = tonic::transport::Identity::from_pem(cert, key);
+        gateway = gateway
+            .tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))
+            .context("configuring the agent gateway's TLS")?;
+    }
+    let gateway = gateway
+        .add_service(Gateway::server(hub, tokens, registry))
+        .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(
+            agent_listener,
+        ));
+    tokio::spawn(async move {
+        if let Err(e) = gateway.await {
+            tracing::error!(error = %e, "agent gateway stopped");
+        }
+    });
+
     let tls = settings.tls.map(tokio_rustls::TlsAcceptor::from);
-    tracing::info!(address = %bound, tls = tls.is_some(), data_dir = %settings.data_dir.display(), "serving");
-    ready_line(bound);
+    tracing::info!(address = %bound, agent_address = %agent_bound, tls = tls.is_some(), data_dir = %settings.data_dir.display(), "serving");
+    ready_line(bound, agent_bound);
     let shutdown = shutdown_signal();
     tokio::pin!(shutdown);
     loop {
@@ -106,9 +142,9 @@ where
 }
 
 /// Prints the one line tests and tools wait for.
-fn ready_line(api: SocketAddr) {
+fn ready_line(api: SocketAddr, agent: SocketAddr) {
     use std::io::Write;
-    let line = serde_json::json!({"api": api.to_string()});
+    let line = serde_json::json!({"api": api.to_string(), "agent": agent.to_string()});
     let mut stdout = std::io::stdout().lock();
     let _ = writeln!(stdout, "READY {line}");
     let _ = stdout.flush();

@@ -1,0 +1,769 @@
+//! The agent's config file: strict YAML (unknown keys are errors), parsed and checked in
+//! full — token file read, CA file read, every endpoint parsed — before anything binds, so
+//! a bad config exits 64 without side effects.
+//!
+//! ```yaml
+//! hub: {address: "https://hub.example.com:6444", caFile: ca.pem}
+//! cluster: eu-west
+//! tokenFile: agent-token
+//! driver: standalone
+//! listen: [{bind: 127.0.0.11, advertise: 203.0.113.7}, {bind: "::1"}]
+//! services: {echo: ["127.0.0.1:9001", "[::1]:9001", "10.0.0.5"]}
+//! stateDir: state
+//! ```
+//!
+//! Decisions:
+//! - `cluster` is the cluster's name as a plain string (a DNS-1123 label).
+//! - Relative paths (`tokenFile`, `stateDir`, `hub.caFile`) are resolved against the
+//!   directory of the config file, as kubeconfig does, so a config and its files move
+//!   together. [`Config::from_yaml`] leaves them as written.
+//! - Service endpoints are IP addresses (like a Kubernetes EndpointSlice), each with its
+//!   own port (`10.0.0.5:8080`, `[fd00::5]:8080`) or without one (`10.0.0.5`, `fd00::5`).
+//!   A rule's backend `{service, port}` selects the service; `backend.port` is the port
+//!   of endpoints written without one and is otherwise only a label in reports.
+//! - `listen[].advertise` is what the hub publishes in DNS: an IP address or a DNS name
+//!   (e.g. a cloud load balancer in front of the agent); it defaults to `bind`, which
+//!   then must not be the unspecified address.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use fedingress_api::cluster::Address;
+use fedingress_api::names;
+use serde::Deserialize;
+
+/// The whole config file. Build it with [`Config::load`] (file, fully checked) or
+/// [`Config::from_yaml`] (text, every check that needs no file system).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Config {
+    /// Where the hub's agent gateway is.
+    pub hub: HubConfig,
+    /// This cluster's name as registered at the hub (a DNS-1123 label).
+    pub cluster: String,
+    /// File holding the agent token issued by the hub (`POST .../clusters/{name}/token`).
+    pub token_file: PathBuf,
+    /// How the cluster's share is served.
+    pub driver: Driver,
+    /// Addresses the standalone driver serves on, IPv4 and IPv6; at least one.
+    #[serde(default)]
+    pub listen: Vec<ListenAddress>,
+    /// Backend services: service name → endpoints.
+    #[serde(default)]
+    pub services: BTreeMap<String, Vec<ServiceEndpoint>>,
+    /// Active health checks of service endpoints.
+    #[serde(default)]
+    pub health_check: HealthCheckConfig,
+    /// How long a proxied UDP session lives without traffic in either direction.
+    #[serde(default = "default_udp_idle_timeout_ms")]
+    pub udp_idle_timeout_ms: u64,
+    /// How long a proxied TCP connection may take to connect to an endpoint.
+    #[serde(default = "default_connect_timeout_ms")]
+    pub connect_timeout_ms: u64,
+    /// Directory of the agent's state (the last applied plan, so the agent fails static).
+    pub state_dir: PathBuf,
+    /// Listen address of the admin endpoint (`/healthz`); port 0 picks one.
+    #[serde(default = "default_admin")]
+    pub admin: SocketAddr,
+    /// How often a report is sent even when nothing changed.
+    #[serde(default = "default_report_interval_ms")]
+    pub report_interval_ms: u64,
+}
+
+/// The hub's agent gateway.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct HubConfig {
+    /// `https://host:port` (or `http://` for local development).
+    pub address: String,
+    /// PEM CA bundle to verify the hub with (https only); the system roots when absent.
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+}
+
+/// The agent's driver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Driver {
+    /// The agent serves the plan itself (see [`crate::standalone`]).
+    Standalone,
+    /// The agent renders Kubernetes objects (not built yet; rejected by the checks).
+    Kubernetes,
+}
+
+impl Driver {
+    /// The name as written in the config.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Driver::Standalone => "standalone",
+            Driver::Kubernetes => "kubernetes",
+        }
+    }
+}
+
+impl fmt::Display for Driver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One address the data plane binds every rule's port on.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ListenAddress {
+    /// Local IPv4 or IPv6 address to bind.
+    pub bind: IpAddr,
+    /// Address reported to the hub (IP address or DNS name); default `bind`.
+    #[serde(default)]
+    pub advertise: Option<String>,
+}
+
+impl ListenAddress {
+    /// The address reported to the hub for this bind address.
+    pub fn advertised(&self) -> Address {
+        match self.advertise.as_deref() {
+            None => Address::ip(self.bind),
+            Some(text) => match text.parse::<IpAddr>() {
+                Ok(ip) => Address::ip(ip),
+                Err(_) => Address::hostname(text),
+            },
+        }
+    }
+}
+
+/// One endpoint of a service: an IP address with an optional port. Written `10.0.0.5:80`,
+/// `[fd00::5]:80`, `10.0.0.5`, `fd00::5` or `[fd00::5]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize)]
+#[serde(try_from = "String")]
+pub struct ServiceEndpoint {
+    pub ip: IpAddr,
+    /// The endpoint's port; `None` takes the rule backend's port.
+    pub port: Option<u16>,
+}
+
+impl ServiceEndpoint {
+    /// The socket address traffic for a backend on `backend_port` goes to.
+    pub fn socket_addr(&self, backend_port: u16) -> SocketAddr {
+        SocketAddr::new(self.ip, self.port.unwrap_or(backend_port))
+    }
+}
+
+/// An endpoint that does not parse.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "endpoint {0:?} must be an IP address with an optional port (10.0.0.5:8080, [fd00::5]:8080, 10.0.0.5), port 1-65535"
+)]
+pub struct InvalidEndpoint(String);
+
+impl FromStr for ServiceEndpoint {
+    type Err = InvalidEndpoint;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let invalid = || InvalidEndpoint(text.to_owned());
+        if let Ok(addr) = text.parse::<SocketAddr>() {
+            if addr.port() == 0 {
+                return Err(invalid());
+            }
+            return Ok(ServiceEndpoint {
+                ip: addr.ip(),
+                port: Some(addr.port()),
+            });
+        }
+        let bare = text
+            .strip_prefix('[')
+            .and_then(|t| t.strip_suffix(']'))
+            .unwrap_or(text);
+        match bare.parse::<IpAddr>() {
+            // `[1.2.3.4]` is not a thing.
+            Ok(IpAddr::V4(_)) if bare.len() != text.len() => Err(invalid()),
+            Ok(ip) => Ok(ServiceEndpoint { ip, port: None }),
+            Err(_) => Err(invalid()),
+        }
+    }
+}
+
+impl TryFrom<String> for ServiceEndpoint {
+    type Error = InvalidEndpoint;
+
+    fn try_from(text: String) -> Result<Self, Self::Error> {
+        text.parse()
+    }
+}
+
+impl fmt::Display for ServiceEndpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.ip, self.port) {
+            (ip, Some(port)) => SocketAddr::new(ip, port).fmt(f),
+            (IpAddr::V6(ip), None) => write!(f, "[{ip}]"),
+            (IpAddr::V4(ip), None) => ip.fmt(f),
+        }
+    }
+}
+
+/// Active health checks of service endpoints (see [`crate::standalone`] for the states).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct HealthCheckConfig {
+    /// Time between two checks of one endpoint.
+    #[serde(default = "default_interval_ms")]
+    pub interval_ms: u64,
+    /// How long one check may take.
+    #[serde(default = "default_timeout_ms")]
+    pub timeout_ms: u64,
+    /// Consecutive successes that turn an unhealthy endpoint healthy.
+    #[serde(default = "default_threshold")]
+    pub healthy_threshold: u32,
+    /// Consecutive failures (checks or failed proxy connects) that turn a healthy
+    /// endpoint unhealthy.
+    #[serde(default = "default_threshold")]
+    pub unhealthy_threshold: u32,
+    /// A UDP probe for endpoints behind UDP listeners: send `send`, expect a reply that
+    /// starts with `expect`. Without it those endpoints get the TCP connect check.
+    #[serde(default)]
+    pub udp: Option<UdpProbe>,
+}
+
+impl HealthCheckConfig {
+    pub fn interval(&self) -> Duration {
+        Duration::from_millis(self.interval_ms)
+    }
+
+    pub fn timeout(&self) -> Duration {
+        Duration::from_millis(self.timeout_ms)
+    }
+}
+
+impl Default for HealthCheckConfig {
+    fn default() -> Self {
+        HealthCheckConfig {
+            interval_ms: default_interval_ms(),
+            timeout_ms: default_timeout_ms(),
+            healthy_threshold: default_threshold(),
+            unhealthy_threshold: default_threshold(),
+            udp: None,
+        }
+    }
+}
+
+/// A UDP request/response health probe.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct UdpProbe {
+    /// Payload sent to the endpoint.
+    pub send: String,
+    /// Prefix the endpoint's reply must start with.
+    pub expect: String,
+}
+
+fn default_interval_ms() -> u64 {
+    1000
+}
+fn default_timeout_ms() -> u64 {
+    500
+}
+fn default_threshold() -> u32 {
+    2
+}
+fn default_udp_idle_timeout_ms() -> u64 {
+    30_000
+}
+fn default_connect_timeout_ms() -> u64 {
+    5000
+}
+fn default_report_interval_ms() -> u64 {
+    5000
+}
+fn default_admin() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 0))
+}
+
+/// Why a config was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("reading config file {}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("parsing the agent config")]
+    Parse(#[source] yaml_serde::Error),
+    #[error("invalid agent config: {}", problems.join("; "))]
+    Invalid { problems: Vec<String> },
+    #[error("{field}: reading {}", path.display())]
+    ReadFile {
+        field: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{field}: {} {message}", path.display())]
+    BadFile {
+        field: &'static str,
+        path: PathBuf,
+        message: &'static str,
+    },
+    #[error("driver {0} is not built yet")]
+    DriverNotBuilt(Driver),
+}
+
+impl Config {
+    /// Reads, parses and checks the config file at `path`: every check of
+    /// [`Config::from_yaml`], relative paths resolved against the file's directory, the
+    /// token file readable and not empty, the CA file readable, `stateDir` a directory
+    /// if it exists. Binds nothing and writes nothing.
+    ///
+    /// # Errors
+    /// The first file problem, or every problem of the text at once.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let mut config = Config::from_yaml(&text)?;
+        let base = path.parent().unwrap_or(Path::new(""));
+        config.token_file = base.join(&config.token_file);
+        config.state_dir = base.join(&config.state_dir);
+        if let Some(ca) = &mut config.hub.ca_file {
+            *ca = base.join(&*ca);
+        }
+        config.read_token()?;
+        if let Some(ca) = &config.hub.ca_file {
+            std::fs::read(ca).map_err(|source| ConfigError::ReadFile {
+                field: "hub.caFile",
+                path: ca.clone(),
+                source,
+            })?;
+        }
+        match std::fs::metadata(&config.state_dir) {
+            Ok(meta) if !meta.is_dir() => {
+                return Err(ConfigError::BadFile {
+                    field: "stateDir",
+                    path: config.state_dir.clone(),
+                    message: "is not a directory",
+                });
+            }
+            _ => {}
+        }
+        Ok(config)
+    }
+
+    /// Parses config text and runs every check that needs no file system.
+    ///
+    /// # Errors
+    /// [`ConfigError::Parse`] for YAML that does not fit (unknown keys, bad endpoints),
+    /// [`ConfigError::DriverNotBuilt`], or [`ConfigError::Invalid`] with every problem.
+    pub fn from_yaml(text: &str) -> Result<Config, ConfigError> {
+        let config: Config = yaml_serde::from_str(text).map_err(ConfigError::Parse)?;
+        if config.driver != Driver::Standalone {
+            return Err(ConfigError::DriverNotBuilt(config.driver));
+        }
+        let problems = config.problems();
+        if problems.is_empty() {
+            Ok(config)
+        } else {
+            Err(ConfigError::Invalid { problems })
+        }
+    }
+
+    /// Reads the agent token (trimmed).
+    ///
+    /// # Errors
+    /// The token file cannot be read or is empty.
+    pub fn read_token(&self) -> Result<String, ConfigError> {
+        let text =
+            std::fs::read_to_string(&self.token_file).map_err(|source| ConfigError::ReadFile {
+                field: "tokenFile",
+                path: self.token_file.clone(),
+                source,
+            })?;
+        let token = text.trim();
+        if token.is_empty() {
+            return Err(ConfigError::BadFile {
+                field: "tokenFile",
+                path: self.token_file.clone(),
+                message: "is empty",
+            });
+        }
+        Ok(token.to_owned())
+    }
+
+    /// Where the last applied plan is persisted.
+    pub fn plan_file(&self) -> PathBuf {
+        self.state_dir.join("plan.json")
+    }
+
+    pub fn udp_idle_timeout(&self) -> Duration {
+        Duration::from_millis(self.udp_idle_timeout_ms)
+    }
+
+    pub fn connect_timeout(&self) -> Duration {
+        Duration::from_millis(self.connect_timeout_ms)
+    }
+
+    pub fn report_interval(&self) -> Duration {
+        Duration::from_millis(self.report_interval_ms)
+    }
+
+    /// The addresses reported to the hub, one per listen address, without duplicates.
+    pub fn advertised_addresses(&self) -> Vec<Address> {
+        let mut out: Vec<Address> = Vec::new();
+        for listen in &self.listen {
+            let address = listen.advertised();
+            if !out.contains(&address) {
+                out.push(address);
+            }
+        }
+        out
+    }
+
+    fn problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        if let Err(message) = check_hub_address(&self.hub.address) {
+            problems.push(format!("hub.address: {message}"));
+        }
+        if self.hub.ca_file.is_some() && !self.hub.address.starts_with("https://") {
+            problems.push("hub.caFile: only used with an https:// hub address".to_owned());
+        }
+        for message in names::dns1123_label(&self.cluster) {
+            problems.push(format!("cluster: {message}"));
+        }
+        if self.token_file.as_os_str().is_empty() {
+            problems.push("tokenFile: required".to_owned());
+        }
+        if self.state_dir.as_os_str().is_empty() {
+            problems.push("stateDir: required".to_owned());
+        }
+        if self.listen.is_empty() {
+            problems.push("listen: at least one listen address is required".to_owned());
+        }
+        let mut binds = BTreeSet::new();
+        for (i, listen) in self.listen.iter().enumerate() {
+            if !binds.insert(listen.bind) {
+                problems.push(format!("listen[{i}].bind: {} is listed twice", listen.bind));
+            }
+            match listen.advertise.as_deref() {
+                None if listen.bind.is_unspecified() => problems.push(format!(
+                    "listen[{i}].advertise: required when bind is the unspecified address {}",
+                    listen.bind
+                )),
+                None => {}
+                Some(text) => {
+                    let bad_ip = text.parse::<IpAddr>().is_ok_and(|ip| ip.is_unspecified());
+                    if bad_ip {
+                        problems.push(format!(
+                            "listen[{i}].advertise: must not be the unspecified address"
+                        ));
+                    } else if text.parse::<IpAddr>().is_err() {
+                        for message in names::non_wildcard_hostname(text) {
+                            problems.push(format!(
+                                "listen[{i}].advertise: must be an IP address or a DNS name: {message}"
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        for (name, endpoints) in &self.services {
+            for message in names::dns1123_label(name) {
+                problems.push(format!("services.{name}: {message}"));
+            }
+            let mut seen = BTreeSet::new();
+            for (i, endpoint) in endpoints.iter().enumerate() {
+                if !seen.insert(endpoint) {
+                    problems.push(format!("services.{name}[{i}]: {endpoint} is listed twice"));
+                }
+            }
+        }
+        let hc = &self.health_check;
+        if hc.interval_ms == 0 {
+            problems.push("healthCheck.intervalMs: must be positive".to_owned());
+        }
+        if hc.timeout_ms == 0 {
+            problems.push("healthCheck.timeoutMs: must be positive".to_owned());
+        }
+        if hc.healthy_threshold == 0 {
+            problems.push("healthCheck.healthyThreshold: must be at least 1".to_owned());
+        }
+        if hc.unhealthy_threshold == 0 {
+            problems.push("healthCheck.unhealthyThreshold: must be at least 1".to_owned());
+        }
+        if let Some(udp) = &hc.udp
+            && udp.send.is_empty()
+        {
+            problems.push("healthCheck.udp.send: must not be empty".to_owned());
+        }
+        for (field, value) in [
+            ("udpIdleTimeoutMs", self.udp_idle_timeout_ms),
+            ("connectTimeoutMs", self.connect_timeout_ms),
+            ("reportIntervalMs", self.report_interval_ms),
+        ] {
+            if value == 0 {
+                problems.push(format!("{field}: must be positive"));
+            }
+        }
+        problems
+    }
+}
+
+/// `http://host[:port]` or `https://host[:port]`, optionally with a trailing `/`.
+fn check_hub_address(address: &str) -> Result<(), &'static str> {
+    let rest = address
+        .strip_prefix("https://")
+        .or_else(|| address.strip_prefix("http://"))
+        .ok_or("must start with https:// or http://")?;
+    let authority = rest.strip_suffix('/').unwrap_or(rest);
+    if authority.is_empty() {
+        return Err("has no host");
+    }
+    if authority.contains(['/', '?', '#', '@', ' ']) {
+        return Err("must be scheme://host[:port] without path, query or user");
+    }
+    // A port, if any, must be a number: `host:port`, `[v6]:port`.
+    let port = if let Some(v6) = authority.strip_prefix('[') {
+        let (ip, after) = v6.split_once(']').ok_or("has an unclosed [")?;
+        if ip.parse::<std::net::Ipv6Addr>().is_err() {
+            return Err("has an invalid IPv6 address");
+        }
+        match after {
+            "" => None,
+            p => Some(p.strip_prefix(':').ok_or("has garbage after ]")?),
+        }
+    } else {
+        match authority.split_once(':') {
+            Some((host, _)) if host.is_empty() => return Err("has no host"),
+            Some((_, port)) => Some(port),
+            None => None,
+        }
+    };
+    if let Some(port) = port
+        && port.parse::<u16>().map_or(true, |p| p == 0)
+    {
+        return Err("has an invalid port");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = "
+hub: {address: http://127.0.0.1:6444}
+cluster: eu-west
+tokenFile: token
+driver: standalone
+listen: [{bind: 127.0.0.11}]
+stateDir: state
+";
+
+    fn example_path() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/config/agent-standalone.yaml")
+    }
+
+    #[test]
+    fn example_config_parses() {
+        let text = std::fs::read_to_string(example_path()).unwrap();
+        let config = Config::from_yaml(&text).unwrap();
+        assert_eq!(config.driver, Driver::Standalone);
+        assert!(!config.listen.is_empty());
+        assert!(config.services.contains_key("echo"));
+        assert!(config.health_check.udp.is_some());
+    }
+
+    #[test]
+    fn example_config_loads_with_its_token_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = std::fs::read_to_string(example_path()).unwrap();
+        let config_path = dir.path().join("agent.yaml");
+        std::fs::write(&config_path, &text).unwrap();
+        let parsed = Config::from_yaml(&text).unwrap();
+        assert!(
+            parsed.token_file.is_relative(),
+            "the example uses relative paths"
+        );
+        let err = Config::load(&config_path).unwrap_err();
+        assert!(err.to_string().contains("tokenFile"), "{err}");
+        std::fs::write(dir.path().join(&parsed.token_file), "secret\n").unwrap();
+        let config = Config::load(&config_path).unwrap();
+        assert_eq!(config.token_file, dir.path().join(&parsed.token_file));
+        assert_eq!(config.read_token().unwrap(), "secret");
+        assert_eq!(
+            config.plan_file(),
+            dir.path().join(&parsed.state_dir).join("plan.json")
+        );
+    }
+
+    #[test]
+    fn minimal_config_gets_defaults() {
+        let config = Config::from_yaml(MINIMAL).unwrap();
+        assert_eq!(config.health_check, HealthCheckConfig::default());
+        assert_eq!(config.health_check.interval(), Duration::from_secs(1));
+        assert_eq!(config.udp_idle_timeout(), Duration::from_secs(30));
+        assert_eq!(config.report_interval(), Duration::from_secs(5));
+        assert_eq!(config.admin, default_admin());
+        assert_eq!(
+            config.advertised_addresses(),
+            vec![Address::ip("127.0.0.11".parse().unwrap())]
+        );
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected() {
+        for extra in ["bogus: 1\n", "healthCheck: {intervalMs: 10, bogus: 1}\n"] {
+            let err = Config::from_yaml(&format!("{MINIMAL}{extra}")).unwrap_err();
+            assert!(matches!(err, ConfigError::Parse(_)), "{err:?}");
+            let chain = format!("{err}: {}", std::error::Error::source(&err).unwrap());
+            assert!(chain.contains("bogus"), "{chain}");
+        }
+        let err = Config::from_yaml(
+            &MINIMAL.replace("{bind: 127.0.0.11}", "{bind: 127.0.0.11, port: 1}"),
+        )
+        .unwrap_err();
+        assert!(matches!(err, ConfigError::Parse(_)), "{err:?}");
+    }
+
+    #[test]
+    fn kubernetes_driver_is_not_built_yet() {
+        let err = Config::from_yaml(&MINIMAL.replace("standalone", "kubernetes")).unwrap_err();
+        assert_eq!(err.to_string(), "driver kubernetes is not built yet");
+        assert!(Config::from_yaml(&MINIMAL.replace("standalone", "magic")).is_err());
+    }
+
+    #[test]
+    fn every_problem_is_reported() {
+        let text = "
+hub: {address: ftp://hub, caFile: ca.pem}
+cluster: EU_West
+tokenFile: token
+driver: standalone
+listen: []
+services: {Echo: ['127.0.0.1:1', '127.0.0.1:1']}
+healthCheck: {intervalMs: 0, healthyThreshold: 0}
+udpIdleTimeoutMs: 0
+stateDir: state
+";
+        let Err(ConfigError::Invalid { problems }) = Config::from_yaml(text) else {
+            panic!("expected Invalid");
+        };
+        let all = problems.join("\n");
+        for field in [
+            "hub.address",
+            "hub.caFile",
+            "cluster:",
+            "listen: at least one",
+            "services.Echo:",
+            "services.Echo[1]",
+            "healthCheck.intervalMs",
+            "healthCheck.healthyThreshold",
+            "udpIdleTimeoutMs",
+        ] {
+            assert!(all.contains(field), "{field} missing in:\n{all}");
+        }
+    }
+
+    #[test]
+    fn listen_addresses_are_checked() {
+        let text = MINIMAL.replace(
+            "[{bind: 127.0.0.11}]",
+            "[{bind: 0.0.0.0}, {bind: '::1', advertise: 'not a name'}, {bind: '::1'}]",
+        );
+        let Err(ConfigError::Invalid { problems }) = Config::from_yaml(&text) else {
+            panic!("expected Invalid");
+        };
+        assert_eq!(problems.len(), 3, "{problems:?}");
+        let text = MINIMAL.replace(
+            "[{bind: 127.0.0.11}]",
+            "[{bind: 0.0.0.0, advertise: lb.example.com}, {bind: '::', advertise: '2001:db8::1'}]",
+        );
+        let config = Config::from_yaml(&text).unwrap();
+        assert_eq!(
+            config.advertised_addresses(),
+            vec![
+                Address::hostname("lb.example.com"),
+                Address::ip("2001:db8::1".parse().unwrap())
+            ]
+        );
+    }
+
+    #[test]
+    fn endpoints_parse() {
+        let ok = |text: &str, ip: &str, port: Option<u16>| {
+            let endpoint: ServiceEndpoint = text.parse().unwrap();
+            assert_eq!(endpoint.ip, ip.parse::<IpAddr>().unwrap(), "{text}");
+            assert_eq!(endpoint.port, port, "{text}");
+            assert_eq!(
+                endpoint.to_string().parse::<ServiceEndpoint>().unwrap(),
+                endpoint
+            );
+        };
+        ok("127.0.0.1:9001", "127.0.0.1", Some(9001));
+        ok("[::1]:9001", "::1", Some(9001));
+        ok("10.0.0.5", "10.0.0.5", None);
+        ok("fd00::5", "fd00::5", None);
+        ok("[fd00::5]", "fd00::5", None);
+        for bad in [
+            "",
+            "echo:80",
+            "10.0.0.5:0",
+            "10.0.0.5:99999",
+            "[10.0.0.5]",
+            "::1:80x",
+        ] {
+            assert!(bad.parse::<ServiceEndpoint>().is_err(), "{bad}");
+        }
+        let endpoint: ServiceEndpoint = "10.0.0.5".parse().unwrap();
+        assert_eq!(endpoint.socket_addr(8080), "10.0.0.5:8080".parse().unwrap());
+        let endpoint: ServiceEndpoint = "10.0.0.5:81".parse().unwrap();
+        assert_eq!(endpoint.socket_addr(8080), "10.0.0.5:81".parse().unwrap());
+        let err = Config::from_yaml(&format!("{MINIMAL}services: {{echo: ['echo.local:80']}}\n"))
+            .unwrap_err();
+        let source = std::error::Error::source(&err).unwrap().to_string();
+        assert!(source.contains("echo.local:80"), "{source}");
+    }
+
+    #[test]
+    fn hub_addresses() {
+        for ok in [
+            "https://127.0.0.1:6444",
+            "http://hub.example.com",
+            "https://[::1]:6444/",
+        ] {
+            assert_eq!(check_hub_address(ok), Ok(()), "{ok}");
+        }
+        for bad in [
+            "127.0.0.1:6444",
+            "https://",
+            "https://:80",
+            "https://hub:0",
+            "https://hub:x",
+            "https://hub/path",
+            "https://[::1",
+            "https://[zz]:1",
+        ] {
+            assert!(check_hub_address(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn token_file_must_hold_a_token() {
+        let dir = tempfile::tempdir().unwrap();
+        let config_path = dir.path().join("agent.yaml");
+        std::fs::write(&config_path, MINIMAL).unwrap();
+        std::fs::write(dir.path().join("token"), "  \n").unwrap();
+        let err = Config::load(&config_path).unwrap_err();
+        assert!(err.to_string().contains("is empty"), "{err}");
+        std::fs::write(dir.path().join("token"), "t0k3n").unwrap();
+        std::fs::write(dir.path().join("state"), "a file").unwrap();
+        let err = Config::load(&config_path).unwrap_err();
+        assert!(err.to_string().contains("not a directory"), "{err}");
+        std::fs::remove_file(dir.path().join("state")).unwrap();
+        Config::load(&config_path).unwrap();
+        let err = Config::load(&dir.path().join("missing.yaml")).unwrap_err();
+        assert!(matches!(err, ConfigError::Read { .. }), "{err:?}");
+    }
+}

@@ -1,0 +1,68 @@
+//! The seam between the hub connection ([`crate::hub`]) and a data plane: a [`Driver`]
+//! applies the cluster's plan, reports how it is doing and says when that changed.
+//!
+//! Implementations: [`crate::standalone::Standalone`] (the agent serves the plan
+//! itself). The hub loop only ever sees `Arc<dyn Driver>`, so tests drive it with a
+//! fake. What does not belong here: protocol handling, persistence, retries.
+
+use async_trait::async_trait;
+use fedingress_api::plan::{AgentReport, ClusterPlan, RuleError};
+use tokio::sync::watch;
+
+/// A data plane that serves one cluster's plan.
+///
+/// # Guarantees expected of implementations
+///
+/// - [`Driver::apply`] is idempotent and converges on `plan` as a whole: what the plan
+///   no longer holds is removed, what it holds is served, except for the rules it
+///   returns as errors (the rest is still applied).
+/// - [`Driver::subscribe`]'s value changes whenever a later [`Driver::report`] could
+///   differ (health change, apply, load bucket change); the value itself means nothing.
+#[async_trait]
+pub trait Driver: Send + Sync {
+    /// The driver's name as sent in `Hello` (`standalone`, `kubernetes`).
+    fn name(&self) -> &'static str;
+
+    /// Rule kinds the driver serves (`TCP`, `UDP`, ...), as sent in `Hello`.
+    fn capabilities(&self) -> Vec<String>;
+
+    /// Makes the data plane serve `plan`; returns the rules that could not be applied.
+    async fn apply(&self, plan: &ClusterPlan) -> Vec<RuleError>;
+
+    /// How `plan` (the one applied last) is doing right now.
+    fn report(&self, plan: &ClusterPlan) -> AgentReport;
+
+    /// A channel whose value changes whenever the report may have changed.
+    fn subscribe(&self) -> watch::Receiver<u64>;
+
+    /// Stops serving: closes listeners and drains connections.
+    async fn shutdown(&self);
+}
+
+/// The built-in data plane: TCP and UDP proxies on the configured addresses.
+#[async_trait]
+impl Driver for crate::standalone::Standalone {
+    fn name(&self) -> &'static str {
+        "standalone"
+    }
+
+    fn capabilities(&self) -> Vec<String> {
+        vec!["TCP".to_owned(), "UDP".to_owned()]
+    }
+
+    async fn apply(&self, plan: &ClusterPlan) -> Vec<RuleError> {
+        crate::standalone::Standalone::apply(self, plan).await
+    }
+
+    fn report(&self, plan: &ClusterPlan) -> AgentReport {
+        crate::standalone::Standalone::report(self, plan)
+    }
+
+    fn subscribe(&self) -> watch::Receiver<u64> {
+        crate::standalone::Standalone::subscribe(self)
+    }
+
+    async fn shutdown(&self) {
+        crate::standalone::Standalone::shutdown(self).await;
+    }
+}

@@ -1,0 +1,28 @@
+//! fedingress_agent: the cluster agent's library. Each member cluster runs one agent; it
+//! connects out to the hub, receives the cluster's share of every FederatedIngress (a
+//! [`ClusterPlan`](fedingress_api::plan::ClusterPlan)), serves or renders it through a
+//! driver, and reports health and load back.
+//!
+//! Entry types:
+//! - [`Config`] ([`config`]): the strict YAML config file, loaded and fully checked
+//!   before anything binds ([`Config::load`]).
+//! - [`Standalone`] ([`standalone`]): the built-in data plane — TCP and UDP proxies on
+//!   the configured addresses with active health checks, passive ejection and load
+//!   counters. `apply(plan)` → rule errors, `report(plan)` → an
+//!   [`AgentReport`](fedingress_api::plan::AgentReport), `subscribe()` → a change
+//!   signal.
+//!
+//! What does not belong here: the hub's wire types (they stop at `fedingress-proto`),
+//! placement or routing decisions (the hub makes them; the agent only serves what it is
+//! given and measures), and process concerns (flags, exit codes, the `READY` line), which
+//! live in the binary.
+
+pub mod admin;
+pub mod config;
+pub mod driver;
+pub mod hub;
+pub mod standalone;
+pub mod state;
+
+pub use config::{Config, ConfigError};
+pub use standalone::Standalone;

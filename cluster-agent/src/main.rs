@@ -1,0 +1,3 @@
+//! `cluster-agent`: work in progress.
+
+fn main() {}

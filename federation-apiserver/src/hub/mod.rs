@@ -1,0 +1,267 @@
+//! The hub: what connects the API objects to the cluster agents.
+//!
+//! - [`controller`] places FederatedIngresses on clusters, resolves conflicts, builds
+//!   each cluster's plan and writes Cluster and FederatedIngress status;
+//! - [`gateway`] is the agents' gRPC endpoint: one stream per connected cluster, plans
+//!   pushed as snapshots and deltas, acks, reports and heartbeats received;
+//! - [`tokens`] issues, lists and revokes agent tokens;
+//! - [`Hub`] (this module) is the shared state between them: the published plan of
+//!   every cluster and what each connected agent has said.
+
+pub mod controller;
+pub mod gateway;
+pub mod tokens;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use fedingress_api::Time;
+use fedingress_api::plan::{AgentReport, ClusterPlan, RuleError};
+use tokio::sync::watch;
+
+/// Heartbeat and lease of agent sessions.
+#[derive(Clone, Copy, Debug)]
+pub struct HubSettings {
+    pub heartbeat_interval: Duration,
+    pub lease: Duration,
+}
+
+impl Default for HubSettings {
+    fn default() -> Self {
+        Self {
+            heartbeat_interval: Duration::from_secs(2),
+            lease: Duration::from_secs(6),
+        }
+    }
+}
+
+/// A cluster's plan as published to its agent.
+#[derive(Clone, Debug, Default)]
+pub struct Published {
+    /// Derived from the store revision the plan was computed at.
+    pub version: u64,
+    pub digest: String,
+    pub plan: Arc<ClusterPlan>,
+}
+
+/// What the hub knows of a cluster's agent.
+#[derive(Clone, Debug)]
+pub struct AgentState {
+    pub session: u64,
+    pub connected: bool,
+    pub agent_version: String,
+    pub driver: String,
+    pub last_seen: Instant,
+    pub last_seen_time: Time,
+    /// The plan the agent last acknowledged (fully or with rule errors).
+    pub applied: Option<Published>,
+    pub rule_errors: Vec<RuleError>,
+    pub report: Option<AgentReport>,
+}
+
+struct ClusterEntry {
+    plan: watch::Sender<Published>,
+    agent: Option<AgentState>,
+    /// Dropping it tells the current session it was replaced.
+    kill: Option<watch::Sender<()>>,
+}
+
+impl ClusterEntry {
+    fn new() -> Self {
+        Self {
+            plan: watch::channel(Published::default()).0,
+            agent: None,
+            kill: None,
+        }
+    }
+}
+
+/// Shared hub state. Cheap to clone through `Arc`.
+pub struct Hub {
+    pub settings: HubSettings,
+    clusters: Mutex<HashMap<String, ClusterEntry>>,
+    next_session: Mutex<u64>,
+    /// Bumped whenever an agent connects, disconnects, acks or reports: the controller
+    /// recomputes status.
+    changed: watch::Sender<u64>,
+}
+
+impl Hub {
+    pub fn new(settings: HubSettings) -> Arc<Self> {
+        Arc::new(Self {
+            settings,
+            clusters: Mutex::new(HashMap::new()),
+            next_session: Mutex::new(0),
+            changed: watch::channel(0).0,
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, ClusterEntry>> {
+        // A panic while holding the lock cannot leave the map half-updated in a way that
+        // matters more than losing the hub: keep serving with what is there.
+        self.clusters.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn notify(&self) {
+        self.changed.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    pub fn subscribe_changes(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    /// Publishes a cluster's plan computed at `revision`; a plan equal to the current one
+    /// keeps its version (agents are not disturbed).
+    pub fn publish(&self, cluster: &str, plan: ClusterPlan, revision: u64) {
+        let digest = plan.digest();
+        let mut clusters = self.lock();
+        let entry = clusters
+            .entry(cluster.to_string())
+            .or_insert_with(ClusterEntry::new);
+        if entry.plan.borrow().digest == digest {
+            return;
+        }
+        tracing::debug!(cluster, version = revision, digest = %digest, shares = plan.ingresses.len(), "plan published");
+        entry.plan.send_replace(Published {
+            version: revision,
+            digest,
+            plan: Arc::new(plan),
+        });
+    }
+
+    /// Forgets clusters that no longer exist (their sessions end).
+    pub fn retain_clusters(&self, names: &[String]) {
+        let mut clusters = self.lock();
+        clusters.retain(|name, _| names.iter().any(|n| n == name));
+    }
+
+    pub fn plan_receiver(&self, cluster: &str) -> watch::Receiver<Published> {
+        let mut clusters = self.lock();
+        clusters
+            .entry(cluster.to_string())
+            .or_insert_with(ClusterEntry::new)
+            .plan
+            .subscribe()
+    }
+
+    /// Registers a new session for `cluster`, replacing (ending) any previous one.
+    /// Returns the session id and the receiver that fires when it is replaced.
+    pub fn connect(
+        &self,
+        cluster: &str,
+        agent_version: &str,
+        driver: &str,
+    ) -> (u64, watch::Receiver<()>) {
+        let session = {
+            let mut next = self.next_session.lock().unwrap_or_else(|p| p.into_inner());
+            *next += 1;
+            *next
+        };
+        let (kill_tx, kill_rx) = watch::channel(());
+        {
+            let mut clusters = self.lock();
+            let entry = clusters
+                .entry(cluster.to_string())
+                .or_insert_with(ClusterEntry::new);
+            let previous = entry.agent.take();
+            entry.kill = Some(kill_tx);
+            entry.agent = Some(AgentState {
+                session,
+                connected: true,
+                agent_version: agent_version.to_string(),
+                driver: driver.to_string(),
+                last_seen: Instant::now(),
+                last_seen_time: Time(chrono::Utc::now()),
+                applied: previous.as_ref().and_then(|p| p.applied.clone()),
+                rule_errors: previous
+                    .as_ref()
+                    .map(|p| p.rule_errors.clone())
+                    .unwrap_or_default(),
+                report: previous.and_then(|p| p.report),
+            });
+        }
+        self.notify();
+        (session, kill_rx)
+    }
+
+    /// Applies `f` to the agent state of `cluster` if `session` is still its session.
+    fn with_session(&self, cluster: &str, session: u64, f: impl FnOnce(&mut AgentState)) -> bool {
+        let mut clusters = self.lock();
+        match clusters.get_mut(cluster).and_then(|e| e.agent.as_mut()) {
+            Some(agent) if agent.session == session => {
+                agent.last_seen = Instant::now();
+                agent.last_seen_time = Time(chrono::Utc::now());
+                agent.connected = true;
+                f(agent);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Any message from the agent: it is alive.
+    pub fn seen(&self, cluster: &str, session: u64) -> bool {
+        self.with_session(cluster, session, |_| {})
+    }
+
+    pub fn applied(
+        &self,
+        cluster: &str,
+        session: u64,
+        published: Published,
+        rule_errors: Vec<RuleError>,
+    ) {
+        if self.with_session(cluster, session, |agent| {
+            agent.applied = Some(published);
+            agent.rule_errors = rule_errors;
+        }) {
+            self.notify();
+        }
+    }
+
+    pub fn reported(&self, cluster: &str, session: u64, report: AgentReport) {
+        let mut changed = false;
+        self.with_session(cluster, session, |agent| {
+            changed = agent.report.as_ref() != Some(&report);
+            agent.report = Some(report);
+        });
+        if changed {
+            self.notify();
+        }
+    }
+
+    /// The session ended (stream closed, lease missed or replaced).
+    pub fn disconnect(&self, cluster: &str, session: u64) {
+        let mut clusters = self.lock();
+        if let Some(entry) = clusters.get_mut(cluster) {
+            if let Some(agent) = entry.agent.as_mut().filter(|a| a.session == session) {
+                agent.connected = false;
+                entry.kill = None;
+                drop(clusters);
+                self.notify();
+            }
+        }
+    }
+
+    /// Agent states by cluster, with `connected` false for sessions past their lease.
+    pub fn agents(&self) -> BTreeMap<String, AgentState> {
+        let lease = self.settings.lease;
+        self.lock()
+            .iter()
+            .filter_map(|(name, entry)| {
+                entry.agent.clone().map(|mut agent| {
+                    if agent.last_seen.elapsed() > lease {
+                        agent.connected = false;
+                    }
+                    (name.clone(), agent)
+                })
+            })
+            .collect()
+    }
+
+    /// The published plan of a cluster.
+    pub fn published(&self, cluster: &str) -> Option<Published> {
+        self.lock().get(cluster).map(|e| e.plan.borrow().clone())
+    }
+}

@@ -1,0 +1,681 @@
+//! The one boundary between generated protobuf types and domain types. Everything that
+//! arrives is checked here: a message that does not make sense is a [`ConvertError`]
+//! naming the field, never a panic.
+
+use std::net::IpAddr;
+
+use fedingress_api::cluster::Address;
+use fedingress_api::ingress::{
+    Backend, ClusterOverride, HttpPath, IngressRule, IngressTls, PathType, Protocol, TlsMode,
+};
+use fedingress_api::plan::{
+    AgentReport, BackendHealth, ClusterPlan, IngressKey, IngressReport, IngressShare, ListenerLoad,
+    PlanDelta, RuleError,
+};
+
+use crate::{AgentToHub, Hello, HubToAgent, pb};
+
+/// A protobuf message that does not convert into the domain.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid {field}: {problem}")]
+pub struct ConvertError {
+    pub field: String,
+    pub problem: String,
+}
+
+impl ConvertError {
+    fn new(field: &str, problem: impl Into<String>) -> Self {
+        Self {
+            field: field.to_string(),
+            problem: problem.into(),
+        }
+    }
+}
+
+impl From<ConvertError> for tonic::Status {
+    fn from(error: ConvertError) -> Self {
+        tonic::Status::invalid_argument(error.to_string())
+    }
+}
+
+fn required<T>(value: Option<T>, field: &str) -> Result<T, ConvertError> {
+    value.ok_or_else(|| ConvertError::new(field, "missing"))
+}
+
+// --- keys, rules, shares ---------------------------------------------------------------
+
+fn key_to_pb(key: &IngressKey) -> pb::IngressKey {
+    pb::IngressKey {
+        namespace: key.namespace.clone(),
+        name: key.name.clone(),
+    }
+}
+
+fn key_from_pb(key: Option<pb::IngressKey>, field: &str) -> Result<IngressKey, ConvertError> {
+    let key = required(key, field)?;
+    if key.name.is_empty() {
+        return Err(ConvertError::new(&format!("{field}.name"), "empty"));
+    }
+    Ok(IngressKey::new(key.namespace, key.name))
+}
+
+fn protocol_to_pb(protocol: Protocol) -> pb::Protocol {
+    match protocol {
+        Protocol::Http => pb::Protocol::Http,
+        Protocol::Https => pb::Protocol::Https,
+        Protocol::Tls => pb::Protocol::Tls,
+        Protocol::Tcp => pb::Protocol::Tcp,
+        Protocol::Udp => pb::Protocol::Udp,
+    }
+}
+
+fn protocol_from_pb(value: i32, field: &str) -> Result<Protocol, ConvertError> {
+    match pb::Protocol::try_from(value) {
+        Ok(pb::Protocol::Http) => Ok(Protocol::Http),
+        Ok(pb::Protocol::Https) => Ok(Protocol::Https),
+        Ok(pb::Protocol::Tls) => Ok(Protocol::Tls),
+        Ok(pb::Protocol::Tcp) => Ok(Protocol::Tcp),
+        Ok(pb::Protocol::Udp) => Ok(Protocol::Udp),
+        _ => Err(ConvertError::new(
+            field,
+            format!("unknown protocol {value}"),
+        )),
+    }
+}
+
+fn backend_to_pb(backend: &Backend) -> pb::Backend {
+    pb::Backend {
+        service: backend.service.clone(),
+        port: backend.port,
+    }
+}
+
+fn backend_from_pb(backend: pb::Backend) -> Backend {
+    Backend::new(backend.service, backend.port)
+}
+
+fn rule_to_pb(rule: &IngressRule) -> pb::Rule {
+    pb::Rule {
+        protocol: protocol_to_pb(rule.protocol) as i32,
+        host: rule.host.clone(),
+        port: rule.port,
+        name: rule.name.clone(),
+        paths: rule
+            .paths
+            .iter()
+            .map(|p| pb::HttpPath {
+                path: p.path.clone(),
+                path_type: match p.path_type {
+                    PathType::Prefix => pb::PathType::Prefix,
+                    PathType::Exact => pb::PathType::Exact,
+                } as i32,
+                backend: Some(backend_to_pb(&p.backend)),
+            })
+            .collect(),
+        tls_mode: match rule.tls_mode {
+            None => pb::TlsMode::Unspecified,
+            Some(TlsMode::Terminate) => pb::TlsMode::Terminate,
+            Some(TlsMode::Passthrough) => pb::TlsMode::Passthrough,
+        } as i32,
+        backend: rule.backend.as_ref().map(backend_to_pb),
+    }
+}
+
+fn rule_from_pb(rule: pb::Rule, field: &str) -> Result<IngressRule, ConvertError> {
+    let mut out = IngressRule::new(protocol_from_pb(
+        rule.protocol,
+        &format!("{field}.protocol"),
+    )?);
+    out.host = rule.host;
+    out.port = rule.port;
+    out.name = rule.name;
+    out.tls_mode = match pb::TlsMode::try_from(rule.tls_mode) {
+        Ok(pb::TlsMode::Unspecified) => None,
+        Ok(pb::TlsMode::Terminate) => Some(TlsMode::Terminate),
+        Ok(pb::TlsMode::Passthrough) => Some(TlsMode::Passthrough),
+        Err(_) => {
+            return Err(ConvertError::new(
+                &format!("{field}.tlsMode"),
+                format!("unknown TLS mode {}", rule.tls_mode),
+            ));
+        }
+    };
+    out.backend = rule.backend.map(backend_from_pb);
+    for (i, path) in rule.paths.into_iter().enumerate() {
+        let path_type = match pb::PathType::try_from(path.path_type) {
+            Ok(pb::PathType::Prefix | pb::PathType::Unspecified) => PathType::Prefix,
+            Ok(pb::PathType::Exact) => PathType::Exact,
+            Err(_) => {
+                return Err(ConvertError::new(
+                    &format!("{field}.paths[{i}].pathType"),
+                    format!("unknown path type {}", path.path_type),
+                ));
+            }
+        };
+        out.paths.push(HttpPath {
+            path: path.path,
+            path_type,
+            backend: backend_from_pb(required(
+                path.backend,
+                &format!("{field}.paths[{i}].backend"),
+            )?),
+        });
+    }
+    Ok(out)
+}
+
+fn share_to_pb(share: &IngressShare) -> pb::IngressShare {
+    pb::IngressShare {
+        key: Some(key_to_pb(&share.key)),
+        uid: share.uid.clone(),
+        generation: share.generation,
+        rules: share.rules.iter().map(rule_to_pb).collect(),
+        tls: share
+            .tls
+            .iter()
+            .map(|t| pb::Tls {
+                hosts: t.hosts.clone(),
+                secret_name: t.secret_name.clone(),
+            })
+            .collect(),
+        r#override: share.cluster_override.as_ref().map(|o| pb::Override {
+            cluster: o.cluster.clone(),
+            ingress_class_name: o.ingress_class_name.clone(),
+            annotations: o.annotations.clone().into_iter().collect(),
+        }),
+    }
+}
+
+fn share_from_pb(share: pb::IngressShare, field: &str) -> Result<IngressShare, ConvertError> {
+    let key = key_from_pb(share.key, &format!("{field}.key"))?;
+    let rules = share
+        .rules
+        .into_iter()
+        .enumerate()
+        .map(|(i, rule)| rule_from_pb(rule, &format!("{field}.rules[{i}]")))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(IngressShare {
+        key,
+        uid: share.uid,
+        generation: share.generation,
+        rules,
+        tls: share
+            .tls
+            .into_iter()
+            .map(|t| IngressTls {
+                hosts: t.hosts,
+                secret_name: t.secret_name,
+            })
+            .collect(),
+        cluster_override: share.r#override.map(|o| ClusterOverride {
+            cluster: o.cluster,
+            ingress_class_name: o.ingress_class_name,
+            annotations: o.annotations.into_iter().collect(),
+        }),
+    })
+}
+
+fn shares_from_pb(
+    shares: Vec<pb::IngressShare>,
+    field: &str,
+) -> Result<Vec<IngressShare>, ConvertError> {
+    shares
+        .into_iter()
+        .enumerate()
+        .map(|(i, s)| share_from_pb(s, &format!("{field}[{i}]")))
+        .collect()
+}
+
+// --- reports ---------------------------------------------------------------------------
+
+fn address_to_pb(address: &Address) -> pb::Address {
+    let kind = match (&address.ip, &address.hostname) {
+        (Some(ip), _) => Some(pb::address::Kind::Ip(ip.to_string())),
+        (None, Some(host)) => Some(pb::address::Kind::Hostname(host.clone())),
+        (None, None) => None,
+    };
+    pb::Address { kind }
+}
+
+fn address_from_pb(address: pb::Address, field: &str) -> Result<Address, ConvertError> {
+    match address.kind {
+        Some(pb::address::Kind::Ip(ip)) => ip
+            .parse::<IpAddr>()
+            .map(Address::ip)
+            .map_err(|_| ConvertError::new(field, format!("{ip:?} is not an IP address"))),
+        Some(pb::address::Kind::Hostname(host)) if !host.is_empty() => Ok(Address::hostname(host)),
+        _ => Err(ConvertError::new(field, "neither an IP nor a hostname")),
+    }
+}
+
+fn addresses_from_pb(
+    addresses: Vec<pb::Address>,
+    field: &str,
+) -> Result<Vec<Address>, ConvertError> {
+    addresses
+        .into_iter()
+        .enumerate()
+        .map(|(i, a)| address_from_pb(a, &format!("{field}[{i}]")))
+        .collect()
+}
+
+fn rule_error_to_pb(error: &RuleError) -> pb::RuleError {
+    pb::RuleError {
+        ingress: Some(key_to_pb(&error.ingress)),
+        rule: error.rule,
+        message: error.message.clone(),
+    }
+}
+
+fn rule_errors_from_pb(
+    errors: Vec<pb::RuleError>,
+    field: &str,
+) -> Result<Vec<RuleError>, ConvertError> {
+    errors
+        .into_iter()
+        .enumerate()
+        .map(|(i, e)| {
+            Ok(RuleError {
+                ingress: key_from_pb(e.ingress, &format!("{field}[{i}].ingress"))?,
+                rule: e.rule,
+                message: e.message,
+            })
+        })
+        .collect()
+}
+
+fn report_to_pb(report: &AgentReport) -> pb::Report {
+    pb::Report {
+        ingresses: report
+            .ingresses
+            .iter()
+            .map(|r| pb::IngressReport {
+                key: Some(key_to_pb(&r.key)),
+                applied_generation: r.applied_generation,
+                addresses: r.addresses.iter().map(address_to_pb).collect(),
+                backends: r
+                    .backends
+                    .iter()
+                    .map(|b| pb::BackendHealth {
+                        service: b.service.clone(),
+                        port: b.port,
+                        ready: b.ready,
+                        total: b.total,
+                    })
+                    .collect(),
+                listeners: r
+                    .listeners
+                    .iter()
+                    .map(|l| pb::ListenerLoad {
+                        protocol: l.protocol.clone(),
+                        port: u32::from(l.port),
+                        connections_per_second: l.connections_per_second,
+                        active_connections: l.active_connections,
+                    })
+                    .collect(),
+                rule_errors: r.rule_errors.iter().map(rule_error_to_pb).collect(),
+            })
+            .collect(),
+        addresses: report.addresses.iter().map(address_to_pb).collect(),
+        requests_per_second: report.requests_per_second,
+        active_connections: report.active_connections,
+    }
+}
+
+fn report_from_pb(report: pb::Report) -> Result<AgentReport, ConvertError> {
+    let mut ingresses = Vec::with_capacity(report.ingresses.len());
+    for (i, r) in report.ingresses.into_iter().enumerate() {
+        let field = format!("report.ingresses[{i}]");
+        let listeners = r
+            .listeners
+            .into_iter()
+            .enumerate()
+            .map(|(j, l)| {
+                let port = u16::try_from(l.port).map_err(|_| {
+                    ConvertError::new(
+                        &format!("{field}.listeners[{j}].port"),
+                        format!("{} is not a port", l.port),
+                    )
+                })?;
+                Ok(ListenerLoad {
+                    protocol: l.protocol,
+                    port,
+                    connections_per_second: l.connections_per_second,
+                    active_connections: l.active_connections,
+                })
+            })
+            .collect::<Result<Vec<_>, ConvertError>>()?;
+        ingresses.push(IngressReport {
+            key: key_from_pb(r.key, &format!("{field}.key"))?,
+            applied_generation: r.applied_generation,
+            addresses: addresses_from_pb(r.addresses, &format!("{field}.addresses"))?,
+            backends: r
+                .backends
+                .into_iter()
+                .map(|b| BackendHealth {
+                    service: b.service,
+                    port: b.port,
+                    ready: b.ready,
+                    total: b.total,
+                })
+                .collect(),
+            listeners,
+            rule_errors: rule_errors_from_pb(r.rule_errors, &format!("{field}.ruleErrors"))?,
+        });
+    }
+    if !report.requests_per_second.is_finite() || report.requests_per_second < 0.0 {
+        return Err(ConvertError::new(
+            "report.requestsPerSecond",
+            "must be a finite number ≥ 0",
+        ));
+    }
+    Ok(AgentReport {
+        ingresses,
+        addresses: addresses_from_pb(report.addresses, "report.addresses")?,
+        requests_per_second: report.requests_per_second,
+        active_connections: report.active_connections,
+    })
+}
+
+// --- whole messages --------------------------------------------------------------------
+
+/// Encodes an agent message.
+pub fn agent_to_pb(message: &AgentToHub) -> pb::AgentMessage {
+    use pb::agent_message::Kind;
+    let kind = match message {
+        AgentToHub::Hello(hello) => Kind::Hello(pb::Hello {
+            cluster: hello.cluster.clone(),
+            token: hello.token.clone(),
+            agent_version: hello.agent_version.clone(),
+            driver: hello.driver.clone(),
+            capabilities: hello.capabilities.clone(),
+            applied_version: hello.applied_version,
+            applied_digest: hello.applied_digest.clone(),
+        }),
+        AgentToHub::Ack { version } => Kind::Ack(pb::Ack { version: *version }),
+        AgentToHub::Nack {
+            version,
+            error,
+            rule_errors,
+        } => Kind::Nack(pb::Nack {
+            version: *version,
+            error: error.clone(),
+            rule_errors: rule_errors.iter().map(rule_error_to_pb).collect(),
+        }),
+        AgentToHub::Report(report) => Kind::Report(report_to_pb(report)),
+        AgentToHub::Heartbeat => Kind::Heartbeat(pb::Heartbeat {}),
+    };
+    pb::AgentMessage { kind: Some(kind) }
+}
+
+/// Decodes an agent message.
+pub fn agent_from_pb(message: pb::AgentMessage) -> Result<AgentToHub, ConvertError> {
+    use pb::agent_message::Kind;
+    Ok(match required(message.kind, "message")? {
+        Kind::Hello(hello) => {
+            if hello.cluster.is_empty() {
+                return Err(ConvertError::new("hello.cluster", "empty"));
+            }
+            AgentToHub::Hello(Hello {
+                cluster: hello.cluster,
+                token: hello.token,
+                agent_version: hello.agent_version,
+                driver: hello.driver,
+                capabilities: hello.capabilities,
+                applied_version: hello.applied_version,
+                applied_digest: hello.applied_digest,
+            })
+        }
+        Kind::Ack(ack) => AgentToHub::Ack {
+            version: ack.version,
+        },
+        Kind::Nack(nack) => AgentToHub::Nack {
+            version: nack.version,
+            error: nack.error,
+            rule_errors: rule_errors_from_pb(nack.rule_errors, "nack.ruleErrors")?,
+        },
+        Kind::Report(report) => AgentToHub::Report(report_from_pb(report)?),
+        Kind::Heartbeat(_) => AgentToHub::Heartbeat,
+    })
+}
+
+/// Encodes a hub message.
+pub fn hub_to_pb(message: &HubToAgent) -> pb::HubMessage {
+    use pb::hub_message::Kind;
+    let kind = match message {
+        HubToAgent::Welcome {
+            heartbeat_interval_ms,
+            lease_ms,
+        } => Kind::Welcome(pb::Welcome {
+            heartbeat_interval_ms: *heartbeat_interval_ms,
+            lease_ms: *lease_ms,
+        }),
+        HubToAgent::Snapshot {
+            version,
+            digest,
+            plan,
+        } => Kind::Snapshot(pb::Snapshot {
+            version: *version,
+            digest: digest.clone(),
+            ingresses: plan.ingresses.values().map(share_to_pb).collect(),
+        }),
+        HubToAgent::Delta {
+            version,
+            digest,
+            base_version,
+            delta,
+        } => Kind::Delta(pb::Delta {
+            version: *version,
+            digest: digest.clone(),
+            base_version: *base_version,
+            upserts: delta.upserts.iter().map(share_to_pb).collect(),
+            deletes: delta.deletes.iter().map(key_to_pb).collect(),
+        }),
+        HubToAgent::Ping => Kind::Ping(pb::Ping {}),
+    };
+    pb::HubMessage { kind: Some(kind) }
+}
+
+/// Decodes a hub message.
+pub fn hub_from_pb(message: pb::HubMessage) -> Result<HubToAgent, ConvertError> {
+    use pb::hub_message::Kind;
+    Ok(match required(message.kind, "message")? {
+        Kind::Welcome(welcome) => {
+            if welcome.heartbeat_interval_ms == 0 || welcome.lease_ms == 0 {
+                return Err(ConvertError::new(
+                    "welcome",
+                    "heartbeat interval and lease must be positive",
+                ));
+            }
+            HubToAgent::Welcome {
+                heartbeat_interval_ms: welcome.heartbeat_interval_ms,
+                lease_ms: welcome.lease_ms,
+            }
+        }
+        Kind::Snapshot(snapshot) => HubToAgent::Snapshot {
+            version: snapshot.version,
+            digest: snapshot.digest,
+            plan: ClusterPlan::from(shares_from_pb(snapshot.ingresses, "snapshot.ingresses")?),
+        },
+        Kind::Delta(delta) => HubToAgent::Delta {
+            version: delta.version,
+            digest: delta.digest,
+            base_version: delta.base_version,
+            delta: PlanDelta {
+                upserts: shares_from_pb(delta.upserts, "delta.upserts")?,
+                deletes: delta
+                    .deletes
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, k)| key_from_pb(Some(k), &format!("delta.deletes[{i}]")))
+                    .collect::<Result<Vec<_>, _>>()?,
+            },
+        },
+        Kind::Ping(_) => HubToAgent::Ping,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn share() -> IngressShare {
+        let mut tcp = IngressRule::new(Protocol::Tcp);
+        tcp.port = Some(3306);
+        tcp.name = Some("mysql".into());
+        tcp.backend = Some(Backend::new("mysql", 3306));
+        let mut http = IngressRule::new(Protocol::Http);
+        http.host = Some("shop.example.com".into());
+        http.port = Some(80);
+        http.paths = vec![HttpPath {
+            path: "/api".into(),
+            path_type: PathType::Exact,
+            backend: Backend::new("api", 8080),
+        }];
+        let mut tls = IngressRule::new(Protocol::Tls);
+        tls.tls_mode = Some(TlsMode::Passthrough);
+        IngressShare {
+            key: IngressKey::new("default", "shop"),
+            uid: "u1".into(),
+            generation: 3,
+            rules: vec![tcp, http, tls],
+            tls: vec![IngressTls {
+                hosts: vec!["shop.example.com".into()],
+                secret_name: "shop-tls".into(),
+            }],
+            cluster_override: Some(ClusterOverride {
+                cluster: "eu".into(),
+                ingress_class_name: Some("nginx".into()),
+                annotations: [("a".to_string(), "b".to_string())].into(),
+            }),
+        }
+    }
+
+    #[test]
+    fn hub_messages_round_trip() {
+        let plan = ClusterPlan::from(vec![share()]);
+        for message in [
+            HubToAgent::Welcome {
+                heartbeat_interval_ms: 2000,
+                lease_ms: 6000,
+            },
+            HubToAgent::Snapshot {
+                version: 7,
+                digest: plan.digest(),
+                plan: plan.clone(),
+            },
+            HubToAgent::Delta {
+                version: 8,
+                digest: "d".into(),
+                base_version: 7,
+                delta: PlanDelta {
+                    upserts: vec![share()],
+                    deletes: vec![IngressKey::new("default", "old")],
+                },
+            },
+            HubToAgent::Ping,
+        ] {
+            assert_eq!(hub_from_pb(hub_to_pb(&message)).unwrap(), message);
+        }
+    }
+
+    #[test]
+    fn agent_messages_round_trip() {
+        let report = AgentReport {
+            ingresses: vec![IngressReport {
+                key: IngressKey::new("default", "shop"),
+                applied_generation: 3,
+                addresses: vec![
+                    Address::ip("127.0.0.11".parse().unwrap()),
+                    Address::ip("::1".parse().unwrap()),
+                ],
+                backends: vec![BackendHealth {
+                    service: "mysql".into(),
+                    port: 3306,
+                    ready: 1,
+                    total: 2,
+                }],
+                listeners: vec![ListenerLoad {
+                    protocol: "TCP".into(),
+                    port: 3306,
+                    connections_per_second: 1.5,
+                    active_connections: 4,
+                }],
+                rule_errors: vec![RuleError {
+                    ingress: IngressKey::new("default", "shop"),
+                    rule: 1,
+                    message: "HTTP is not served yet".into(),
+                }],
+            }],
+            addresses: vec![Address::hostname("lb.example.com")],
+            requests_per_second: 3.0,
+            active_connections: 4,
+        };
+        for message in [
+            AgentToHub::Hello(Hello {
+                cluster: "eu".into(),
+                token: "t".into(),
+                agent_version: "0.1.0".into(),
+                driver: "standalone".into(),
+                capabilities: vec!["TCP".into()],
+                applied_version: 5,
+                applied_digest: "abc".into(),
+            }),
+            AgentToHub::Ack { version: 5 },
+            AgentToHub::Nack {
+                version: 5,
+                error: String::new(),
+                rule_errors: report.ingresses[0].rule_errors.clone(),
+            },
+            AgentToHub::Report(report.clone()),
+            AgentToHub::Heartbeat,
+        ] {
+            assert_eq!(agent_from_pb(agent_to_pb(&message)).unwrap(), message);
+        }
+    }
+
+    #[test]
+    fn invalid_messages_are_errors_not_panics() {
+        assert!(agent_from_pb(pb::AgentMessage { kind: None }).is_err());
+        let hello = pb::AgentMessage {
+            kind: Some(pb::agent_message::Kind::Hello(pb::Hello::default())),
+        };
+        assert!(agent_from_pb(hello).is_err());
+        let bad_ip = pb::Report {
+            addresses: vec![pb::Address {
+                kind: Some(pb::address::Kind::Ip("not-an-ip".into())),
+            }],
+            ..Default::default()
+        };
+        let err = agent_from_pb(pb::AgentMessage {
+            kind: Some(pb::agent_message::Kind::Report(bad_ip)),
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("report.addresses[0]"), "{err}");
+        let bad_rule = pb::Snapshot {
+            ingresses: vec![pb::IngressShare {
+                key: Some(pb::IngressKey {
+                    namespace: "d".into(),
+                    name: "x".into(),
+                }),
+                rules: vec![pb::Rule {
+                    protocol: 99,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let err = hub_from_pb(pb::HubMessage {
+            kind: Some(pb::hub_message::Kind::Snapshot(bad_rule)),
+        })
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("snapshot.ingresses[0].rules[0].protocol"),
+            "{err}"
+        );
+        let status: tonic::Status = err.into();
+        assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    }
+}
