@@ -535,7 +535,7 @@ fn check_hub_address(address: &str) -> Result<(), &'static str> {
         }
     } else {
         match authority.split_once(':') {
-            Some((host, _)) if host.is_empty() => return Err("has no host"),
+            Some(("", _)) => return Err("has no host"),
             Some((_, port)) => Some(port),
             None => None,
         }

@@ -64,6 +64,13 @@ const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Messages queued towards the hub before senders wait.
 const OUTBOUND_QUEUE: usize = 64;
 
+/// How long the hub may take to answer `Connect` (it reads the Hello first, and gives
+/// an agent 10 s to send it).
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Stand-in for "never" where a configured interval does not fit an `Instant`.
+const FAR_FUTURE: Duration = Duration::from_secs(365 * 24 * 3600);
+
 /// Where the hub is, who this agent is, and how it paces itself.
 #[derive(Clone, Debug)]
 pub struct HubSettings {
@@ -330,7 +337,7 @@ impl Agent {
             let cap = match &end {
                 End::Refused(status) => {
                     tracing::error!(
-                        cluster,
+                        cluster = %cluster,
                         version,
                         code = ?status.code(),
                         error = status.message(),
@@ -339,17 +346,17 @@ impl Agent {
                     policy.refused_max
                 }
                 End::Failed(error) => {
-                    tracing::warn!(cluster, version, error, "hub connection failed");
+                    tracing::warn!(cluster = %cluster, version, error = %error, "hub connection failed");
                     policy.max
                 }
                 End::Closed => {
-                    tracing::info!(cluster, version, "hub closed the stream");
+                    tracing::info!(cluster = %cluster, version, "hub closed the stream");
                     policy.max
                 }
                 End::Resync => policy.max,
             };
             let delay = backoff.next_delay(cap, &mut rand::rng());
-            tracing::debug!(cluster, delay_ms = delay.as_millis(), "reconnecting");
+            tracing::debug!(cluster = %cluster, delay_ms = delay.as_millis(), "reconnecting");
             tokio::select! {
                 biased;
                 () = &mut shutdown => return,
@@ -401,23 +408,23 @@ impl Agent {
         match tokio::task::spawn_blocking(move || store.save(&copy)).await {
             Ok(Ok(())) => {}
             Ok(Err(error)) => tracing::error!(
-                cluster,
+                cluster = %cluster,
                 version,
                 error = %error_chain(&error),
                 "persisting the applied plan failed; a restart would serve an older plan"
             ),
             Err(error) => tracing::error!(
-                cluster,
+                cluster = %cluster,
                 version,
                 error = %error,
                 "persisting the applied plan failed"
             ),
         }
         if rule_errors.is_empty() {
-            tracing::info!(cluster, version, "plan applied");
+            tracing::info!(cluster = %cluster, version, "plan applied");
         } else {
             tracing::warn!(
-                cluster,
+                cluster = %cluster,
                 version,
                 rule_errors = rule_errors.len(),
                 error = %rule_errors.first().map(|e| format!("{} rule {}: {}", e.ingress, e.rule, e.message)).unwrap_or_default(),
@@ -466,13 +473,15 @@ impl Agent {
             return End::Failed("outbound stream closed".to_owned());
         }
         let mut client = AgentGatewayClient::new(channel);
-        let mut inbound = match client.connect(ReceiverStream::new(rx)).await {
-            Ok(response) => response.into_inner(),
-            Err(status) => return status_end(status),
+        let answer = tokio::time::timeout(ANSWER_TIMEOUT, client.connect(ReceiverStream::new(rx)));
+        let mut inbound = match answer.await {
+            Ok(Ok(response)) => response.into_inner(),
+            Ok(Err(status)) => return status_end(status),
+            Err(_) => return End::Failed(format!("hub did not answer within {ANSWER_TIMEOUT:?}")),
         };
         *connected_at = Some(Instant::now());
         tracing::info!(
-            cluster,
+            cluster = %cluster,
             version = self.applied_version(),
             hub = %self.settings.address,
             "connected to the hub"
@@ -487,7 +496,9 @@ impl Agent {
         let mut last_report = Instant::now();
 
         loop {
-            let periodic = last_report + self.settings.report_interval;
+            let periodic = last_report
+                .checked_add(self.settings.report_interval)
+                .unwrap_or_else(|| last_report + FAR_FUTURE);
             let coalesced = last_report + REPORT_COALESCE;
             let send_report = tokio::select! {
                 message = inbound.message() => {
@@ -547,7 +558,7 @@ impl Agent {
                 lease_ms,
             } => {
                 tracing::info!(
-                    cluster,
+                    cluster = %cluster,
                     version = self.applied_version(),
                     heartbeat_interval_ms,
                     lease_ms,
@@ -570,7 +581,12 @@ impl Agent {
                 digest,
                 plan,
             } => {
-                tracing::debug!(cluster, version, ingresses = plan.ingresses.len(), "snapshot");
+                tracing::debug!(
+                    cluster = %cluster,
+                    version,
+                    ingresses = plan.ingresses.len(),
+                    "snapshot"
+                );
                 let rule_errors = self.apply(version, digest, plan).await;
                 send(tx, ack(version, rule_errors)).await?;
                 Ok(true)
@@ -584,7 +600,7 @@ impl Agent {
                 let applied_version = self.applied_version();
                 if base_version != applied_version {
                     tracing::warn!(
-                        cluster,
+                        cluster = %cluster,
                         version,
                         base_version,
                         applied_version,
@@ -600,7 +616,7 @@ impl Agent {
                 plan.apply(&delta);
                 if !digest.is_empty() && plan.digest() != digest {
                     tracing::warn!(
-                        cluster,
+                        cluster = %cluster,
                         version,
                         base_version,
                         error = "digest mismatch",
@@ -754,11 +770,15 @@ mod tests {
         settings("https://[::1]:6444", None).endpoint().unwrap();
         let dir = tempfile::tempdir().unwrap();
         let missing = dir.path().join("missing.pem");
-        let err = settings("https://hub:1", Some(missing)).endpoint().unwrap_err();
+        let err = settings("https://hub:1", Some(missing))
+            .endpoint()
+            .unwrap_err();
         assert!(matches!(err, HubError::ReadCa { .. }), "{err:?}");
         let junk = dir.path().join("junk.pem");
         std::fs::write(&junk, "not a certificate").unwrap();
-        let err = settings("https://hub:1", Some(junk)).endpoint().unwrap_err();
+        let err = settings("https://hub:1", Some(junk))
+            .endpoint()
+            .unwrap_err();
         assert!(matches!(err, HubError::EmptyCa { .. }), "{err:?}");
     }
 

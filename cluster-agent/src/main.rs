@@ -1,3 +1,151 @@
-//! `cluster-agent`: work in progress.
+//! `cluster-agent --config FILE`: parse flags and config (exit 64 with one line on
+//! stderr when they are bad, before binding anything), build the driver, bind the admin
+//! endpoint, print `READY {"admin":"ADDR"}`, follow the hub until SIGTERM/SIGINT, then
+//! shut the driver down and exit 0.
 
-fn main() {}
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::Parser;
+use fedingress_agent::driver::Driver;
+use fedingress_agent::hub::{Agent, HubSettings};
+use fedingress_agent::{Config, Standalone, admin};
+
+/// EX_USAGE: bad flags or config.
+const EXIT_CONFIG: u8 = 64;
+
+/// fedingress cluster agent: connects out to the hub, serves this cluster's share of
+/// every FederatedIngress, and reports health and load back.
+#[derive(Debug, Parser)]
+#[command(name = "cluster-agent", version)]
+struct Cli {
+    /// The agent's config file (YAML).
+    #[arg(long, value_name = "FILE")]
+    config: PathBuf,
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if e.use_stderr() => {
+            let _ = e.print();
+            return ExitCode::from(EXIT_CONFIG);
+        }
+        Err(e) => {
+            // --help, --version
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+    };
+    // Both rustls providers may be compiled in once features unify: pick one.
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let config = match Config::load(&cli.config) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("cluster-agent: {}", chain(&e));
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    let settings = HubSettings::from_config(&config);
+    // Reads and checks the CA file, so a bad one is a config error, not a retry loop.
+    if let Err(e) = settings.endpoint() {
+        eprintln!("cluster-agent: hub: {}", chain(&e));
+        return ExitCode::from(EXIT_CONFIG);
+    }
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("FEDINGRESS_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("cluster-agent: starting the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(config, settings)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("cluster-agent: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(config: Config, settings: HubSettings) -> anyhow::Result<()> {
+    let driver: Arc<dyn Driver> = Arc::new(Standalone::new(&config));
+    let agent = Agent::new(settings, Arc::clone(&driver));
+
+    let listener = tokio::net::TcpListener::bind(config.admin)
+        .await
+        .with_context(|| format!("binding the admin address {}", config.admin))?;
+    let admin_addr = listener.local_addr().context("reading the admin address")?;
+    let app = admin::router(agent.applied());
+    tokio::spawn(async move {
+        if let Err(error) = axum::serve(listener, app).await {
+            tracing::error!(error = %error, "admin endpoint failed");
+        }
+    });
+    let ready = serde_json::json!({ "admin": admin_addr.to_string() });
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "READY {ready}").context("writing the READY line")?;
+    stdout.flush().context("writing the READY line")?;
+    drop(stdout);
+    tracing::info!(
+        cluster = %config.cluster,
+        admin = %admin_addr,
+        hub = %config.hub.address,
+        driver = driver.name(),
+        "agent started"
+    );
+
+    agent.run(shutdown_signal()).await;
+    tracing::info!(cluster = %config.cluster, "shutting down");
+    driver.shutdown().await;
+    Ok(())
+}
+
+/// Completes on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(term) => Some(term),
+        Err(error) => {
+            tracing::warn!(error = %error, "cannot watch SIGTERM; only SIGINT stops the agent");
+            None
+        }
+    };
+    let term = async {
+        match term.as_mut() {
+            Some(term) => {
+                term.recv().await;
+            }
+            None => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = term => {}
+    }
+}
+
+/// `error: cause: cause` on one line.
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

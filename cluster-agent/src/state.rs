@@ -152,13 +152,17 @@ impl PlanStore {
     }
 }
 
-/// `error: cause: cause` on one line, for log fields.
+/// `error: cause: cause` on one line, for log fields; a cause whose text is already
+/// there (some errors repeat their source) is left out.
 pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
         source = cause.source();
     }
     text
@@ -205,7 +209,10 @@ mod tests {
         };
         store.save(&second).unwrap();
         assert_eq!(store.load().unwrap(), Some(second));
-        assert!(!store.tmp_path().exists(), "no temporary file is left behind");
+        assert!(
+            !store.tmp_path().exists(),
+            "no temporary file is left behind"
+        );
     }
 
     #[test]

@@ -10,6 +10,9 @@
 
 #![allow(clippy::unwrap_used)]
 
+pub mod echo;
+pub mod federation;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

@@ -21,6 +21,7 @@ mod udp;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -194,33 +195,24 @@ impl Standalone {
             }
             keep
         });
-        for (key, (tcp, udp)) in wanted {
-            let checked = state
-                .endpoints
-                .entry(key)
-                .or_insert_with_key(|(service, addr)| {
-                    let endpoint = Arc::new(Endpoint::new(
-                        service.clone(),
-                        *addr,
-                        self.thresholds,
-                        Arc::clone(&self.changes),
-                    ));
-                    endpoint
-                        .behind_tcp
-                        .store(tcp, std::sync::atomic::Ordering::Relaxed);
-                    endpoint
-                        .behind_udp
-                        .store(udp, std::sync::atomic::Ordering::Relaxed);
-                    let task = health::spawn(Arc::clone(&endpoint), Arc::clone(&self.checks));
-                    Checked { endpoint, task }
-                });
-            let endpoint = &checked.endpoint;
-            endpoint
-                .behind_tcp
-                .store(tcp, std::sync::atomic::Ordering::Relaxed);
-            endpoint
-                .behind_udp
-                .store(udp, std::sync::atomic::Ordering::Relaxed);
+        for ((service, addr), (tcp, udp)) in wanted {
+            let key = (service, addr);
+            if let Some(checked) = state.endpoints.get(&key) {
+                checked.endpoint.behind_tcp.store(tcp, Ordering::Relaxed);
+                checked.endpoint.behind_udp.store(udp, Ordering::Relaxed);
+                continue;
+            }
+            let endpoint = Arc::new(Endpoint::new(
+                key.0.clone(),
+                addr,
+                self.thresholds,
+                Arc::clone(&self.changes),
+            ));
+            // Set before the first probe runs.
+            endpoint.behind_tcp.store(tcp, Ordering::Relaxed);
+            endpoint.behind_udp.store(udp, Ordering::Relaxed);
+            let task = health::spawn(Arc::clone(&endpoint), Arc::clone(&self.checks));
+            state.endpoints.insert(key, Checked { endpoint, task });
         }
 
         // Pools, one per backend {service, port}.

@@ -141,7 +141,9 @@ pub(crate) async fn serve(
                     }
                 };
                 session.touch();
-                if let Err(error) = session.upstream.try_send(datagram) {
+                // A UDP send waits only while the socket buffer is full, which is momentary;
+                // `try_send` would fail on a fresh socket whose readiness is not known yet.
+                if let Err(error) = session.upstream.send(datagram).await {
                     if error.kind() == io::ErrorKind::ConnectionRefused {
                         session.endpoint.record(false, "proxy");
                         session.end();

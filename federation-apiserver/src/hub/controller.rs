@@ -495,12 +495,17 @@ fn cluster_entry(
         entry.message = "waiting for the agent to apply this generation".into();
         return entry;
     }
-    let errors: Vec<String> = agent
+    // Rule errors from the last Nack, and from reports (an agent whose plan was already
+    // current when it reconnected only reports them).
+    let mut errors: Vec<String> = agent
         .rule_errors
         .iter()
+        .chain(report.iter().flat_map(|r| r.rule_errors.iter()))
         .filter(|e| &e.ingress == key)
         .map(|e| format!("rule {}: {}", e.rule, e.message))
         .collect();
+    errors.sort();
+    errors.dedup();
     if !errors.is_empty() {
         entry.phase = ClusterPhase::Failed;
         entry.message = errors.join("; ");

@@ -139,13 +139,17 @@ async fn session_loop(
     let current = plans.borrow_and_update().clone();
     // Plans sent on this stream by version, for Acks.
     let mut sent: BTreeMap<u64, Published> = BTreeMap::new();
+    let mut last_sent = current.clone();
     if !hello.applied_digest.is_empty() && hello.applied_digest == current.digest {
+        // Same content under the agent's own version number (versions are re-derived
+        // after a hub restart): deltas build on the agent's version.
         tracing::debug!(
             cluster,
-            version = current.version,
+            version = hello.applied_version,
             "agent's plan is current: no snapshot"
         );
-        hub.applied(cluster, session, current.clone(), Vec::new());
+        last_sent.version = hello.applied_version;
+        hub.applied(cluster, session, last_sent.clone(), Vec::new());
     } else {
         let snapshot = HubToAgent::Snapshot {
             version: current.version,
@@ -156,8 +160,7 @@ async fn session_loop(
             return e;
         }
     }
-    let mut last_sent = current.clone();
-    sent.insert(current.version, current);
+    sent.insert(last_sent.version, last_sent.clone());
     loop {
         tokio::select! {
             changed = plans.changed() => {

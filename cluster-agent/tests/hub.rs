@@ -1,0 +1,616 @@
+//! The hub connection loop against a scripted fake hub (a real tonic `AgentGateway`
+//! server on 127.0.0.1:0) and a fake driver that records what it is asked to apply.
+//! Each test scripts the hub side message by message; every wait has a deadline, so a
+//! missing or unexpected message fails the test instead of hanging it.
+
+// Test helpers outside #[test] functions unwrap too: a failure is the test failing.
+#![allow(clippy::unwrap_used)]
+
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fedingress_agent::driver::Driver;
+use fedingress_agent::hub::{Agent, Applied, BackoffPolicy, HubSettings};
+use fedingress_agent::state::{PersistedPlan, PlanStore};
+use fedingress_api::ingress::{Backend, IngressRule, Protocol};
+use fedingress_api::plan::{
+    AgentReport, ClusterPlan, IngressKey, IngressShare, PlanDelta, RuleError,
+};
+use fedingress_proto::convert::{agent_from_pb, hub_to_pb};
+use fedingress_proto::pb::agent_gateway_server::{AgentGateway, AgentGatewayServer};
+use fedingress_proto::{AgentToHub, Hello, HubToAgent, pb};
+use futures_util::StreamExt;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+const DEADLINE: Duration = Duration::from_secs(10);
+const TOKEN: &str = "agent-token-1";
+
+// --- the fake hub ----------------------------------------------------------------------
+
+/// One accepted agent stream, handed to the test to script.
+struct Conn {
+    hello: Hello,
+    inbound: mpsc::UnboundedReceiver<AgentToHub>,
+    outbound: mpsc::UnboundedSender<Result<pb::HubMessage, Status>>,
+}
+
+impl Conn {
+    fn send(&self, message: HubToAgent) {
+        self.outbound.send(Ok(hub_to_pb(&message))).unwrap();
+    }
+
+    /// The next message `pick` accepts, skipping the others (heartbeats, reports...).
+    async fn expect<T>(&mut self, what: &str, mut pick: impl FnMut(AgentToHub) -> Option<T>) -> T {
+        let wait = async {
+            loop {
+                match self.inbound.recv().await {
+                    Some(message) => {
+                        if let Some(found) = pick(message) {
+                            return found;
+                        }
+                    }
+                    None => panic!("stream closed while waiting for {what}"),
+                }
+            }
+        };
+        tokio::time::timeout(DEADLINE, wait)
+            .await
+            .unwrap_or_else(|_| panic!("no {what} within {DEADLINE:?}"))
+    }
+
+    async fn expect_ack(&mut self) -> u64 {
+        self.expect("Ack", |m| match m {
+            AgentToHub::Ack { version } => Some(version),
+            AgentToHub::Nack { version, .. } => panic!("Nack for {version}, expected an Ack"),
+            _ => None,
+        })
+        .await
+    }
+
+    async fn expect_report(&mut self) -> AgentReport {
+        self.expect("Report", |m| match m {
+            AgentToHub::Report(report) => Some(report),
+            _ => None,
+        })
+        .await
+    }
+
+    /// Waits until the agent's side of the stream is gone.
+    async fn expect_closed(&mut self) {
+        let wait = async { while self.inbound.recv().await.is_some() {} };
+        tokio::time::timeout(DEADLINE, wait)
+            .await
+            .expect("the agent did not drop the stream");
+    }
+}
+
+#[derive(Clone)]
+struct FakeHub {
+    conns: mpsc::UnboundedSender<Conn>,
+    /// Refuse this many more Hellos with Unauthenticated.
+    refuse: Arc<AtomicUsize>,
+    killed: watch::Receiver<bool>,
+}
+
+type HubStream = Pin<Box<dyn futures_util::Stream<Item = Result<pb::HubMessage, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl AgentGateway for FakeHub {
+    type ConnectStream = HubStream;
+
+    async fn connect(
+        &self,
+        request: Request<Streaming<pb::AgentMessage>>,
+    ) -> Result<Response<HubStream>, Status> {
+        let mut stream = request.into_inner();
+        let first = stream
+            .message()
+            .await?
+            .ok_or_else(|| Status::invalid_argument("no Hello"))?;
+        let AgentToHub::Hello(hello) = agent_from_pb(first)? else {
+            return Err(Status::invalid_argument("first message is not a Hello"));
+        };
+        if self
+            .refuse
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            return Err(Status::unauthenticated("token revoked"));
+        }
+        let (in_tx, inbound) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Ok(Some(message)) = stream.message().await {
+                let message = agent_from_pb(message).expect("the agent sent an invalid message");
+                if in_tx.send(message).is_err() {
+                    break;
+                }
+            }
+        });
+        let (outbound, out_rx) = mpsc::unbounded_channel();
+        let _ = self.conns.send(Conn {
+            hello,
+            inbound,
+            outbound,
+        });
+        let mut killed = self.killed.clone();
+        let stream = UnboundedReceiverStream::new(out_rx).take_until(async move {
+            let _ = killed.wait_for(|k| *k).await;
+        });
+        Ok(Response::new(Box::pin(stream)))
+    }
+}
+
+/// A running fake hub; [`Hub::kill`] ends every stream and closes the listener.
+struct Hub {
+    addr: SocketAddr,
+    conns: mpsc::UnboundedReceiver<Conn>,
+    refuse: Arc<AtomicUsize>,
+    kill: watch::Sender<bool>,
+    server: JoinHandle<()>,
+}
+
+impl Hub {
+    async fn start(addr: SocketAddr) -> Hub {
+        // The port may still be held for a moment by a hub just killed.
+        let listener = eventually("binding the hub port", || async {
+            tokio::net::TcpListener::bind(addr).await.ok()
+        })
+        .await;
+        let addr = listener.local_addr().unwrap();
+        let (conns_tx, conns) = mpsc::unbounded_channel();
+        let (kill, killed) = watch::channel(false);
+        let refuse = Arc::new(AtomicUsize::new(0));
+        let service = FakeHub {
+            conns: conns_tx,
+            refuse: Arc::clone(&refuse),
+            killed: killed.clone(),
+        };
+        let mut signal = killed;
+        let server = tokio::spawn(async move {
+            tonic::transport::Server::builder()
+                .add_service(AgentGatewayServer::new(service))
+                .serve_with_incoming_shutdown(
+                    tonic::transport::server::TcpIncoming::from(listener),
+                    async move {
+                        let _ = signal.wait_for(|k| *k).await;
+                    },
+                )
+                .await
+                .unwrap();
+        });
+        Hub {
+            addr,
+            conns,
+            refuse,
+            kill,
+            server,
+        }
+    }
+
+    async fn next_conn(&mut self) -> Conn {
+        tokio::time::timeout(DEADLINE, self.conns.recv())
+            .await
+            .expect("the agent did not connect")
+            .expect("hub gone")
+    }
+
+    async fn kill(self) -> SocketAddr {
+        self.kill.send_replace(true);
+        tokio::time::timeout(DEADLINE, self.server)
+            .await
+            .expect("the fake hub did not stop")
+            .unwrap();
+        self.addr
+    }
+}
+
+// --- the fake driver -------------------------------------------------------------------
+
+#[derive(Default)]
+struct FakeDriver {
+    applies: Mutex<Vec<ClusterPlan>>,
+    /// Returned by every apply until changed.
+    rule_errors: Mutex<Vec<RuleError>>,
+    reports: AtomicUsize,
+    changes: watch::Sender<u64>,
+}
+
+impl FakeDriver {
+    fn applies(&self) -> Vec<ClusterPlan> {
+        self.applies.lock().unwrap().clone()
+    }
+
+    fn bump(&self) {
+        self.changes.send_modify(|n| *n += 1);
+    }
+}
+
+#[async_trait::async_trait]
+impl Driver for FakeDriver {
+    fn name(&self) -> &'static str {
+        "standalone"
+    }
+
+    fn capabilities(&self) -> Vec<String> {
+        vec!["TCP".into(), "UDP".into()]
+    }
+
+    async fn apply(&self, plan: &ClusterPlan) -> Vec<RuleError> {
+        self.applies.lock().unwrap().push(plan.clone());
+        self.bump();
+        self.rule_errors.lock().unwrap().clone()
+    }
+
+    fn report(&self, plan: &ClusterPlan) -> AgentReport {
+        self.reports.fetch_add(1, Ordering::SeqCst);
+        AgentReport {
+            active_connections: plan.ingresses.len() as u64,
+            ..AgentReport::default()
+        }
+    }
+
+    fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    async fn shutdown(&self) {}
+}
+
+// --- the agent under test --------------------------------------------------------------
+
+struct RunningAgent {
+    applied: watch::Receiver<Option<Applied>>,
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<()>,
+}
+
+impl RunningAgent {
+    fn start(settings: HubSettings, driver: Arc<FakeDriver>) -> RunningAgent {
+        let agent = Agent::new(settings, driver);
+        let applied = agent.applied();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(agent.run(async move {
+            let _ = stopped.await;
+        }));
+        RunningAgent {
+            applied,
+            stop: Some(stop),
+            task,
+        }
+    }
+
+    async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        tokio::time::timeout(DEADLINE, &mut self.task)
+            .await
+            .expect("the agent did not stop")
+            .unwrap();
+    }
+
+    async fn wait_applied(&mut self, version: u64) -> Applied {
+        let wait = self
+            .applied
+            .wait_for(|a| a.as_ref().is_some_and(|a| a.version == version));
+        tokio::time::timeout(DEADLINE, wait)
+            .await
+            .unwrap_or_else(|_| panic!("version {version} not applied"))
+            .unwrap()
+            .clone()
+            .unwrap()
+    }
+}
+
+fn settings(hub: SocketAddr, dir: &std::path::Path) -> HubSettings {
+    let token_file = dir.join("token");
+    std::fs::write(&token_file, format!("  {TOKEN}\n")).unwrap();
+    HubSettings {
+        address: format!("http://{hub}"),
+        ca_file: None,
+        cluster: "eu-west".into(),
+        token_file,
+        plan_file: dir.join("state/plan.json"),
+        report_interval: Duration::from_secs(60),
+        backoff: BackoffPolicy {
+            initial: Duration::from_millis(20),
+            max: Duration::from_millis(200),
+            refused_max: Duration::from_millis(400),
+            reset_after: Duration::from_secs(10),
+        },
+    }
+}
+
+fn share(name: &str, port: i32) -> IngressShare {
+    let mut rule = IngressRule::new(Protocol::Tcp);
+    rule.port = Some(port);
+    rule.backend = Some(Backend::new("echo", port));
+    IngressShare {
+        key: IngressKey::new("default", name),
+        uid: format!("uid-{name}"),
+        generation: 1,
+        rules: vec![rule],
+        tls: Vec::new(),
+        cluster_override: None,
+    }
+}
+
+fn plan(shares: &[IngressShare]) -> ClusterPlan {
+    ClusterPlan::from(shares.to_vec())
+}
+
+fn snapshot(version: u64, plan: &ClusterPlan) -> HubToAgent {
+    HubToAgent::Snapshot {
+        version,
+        digest: plan.digest(),
+        plan: plan.clone(),
+    }
+}
+
+fn delta(base_version: u64, from: &ClusterPlan, version: u64, to: &ClusterPlan) -> HubToAgent {
+    HubToAgent::Delta {
+        version,
+        digest: to.digest(),
+        base_version,
+        delta: from.delta_to(to),
+    }
+}
+
+fn welcome(heartbeat_interval_ms: u32) -> HubToAgent {
+    HubToAgent::Welcome {
+        heartbeat_interval_ms,
+        lease_ms: heartbeat_interval_ms * 3,
+    }
+}
+
+/// Polls `probe` until it gives a value (every 10 ms, up to [`DEADLINE`]).
+async fn eventually<T, F, Fut>(what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        if let Some(value) = probe().await {
+            return value;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not within {DEADLINE:?}: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn persisted(dir: &std::path::Path) -> Option<PersistedPlan> {
+    PlanStore::new(dir.join("state/plan.json")).load().unwrap()
+}
+
+// --- the tests -------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hello_snapshot_delta_nack_heartbeats_and_resync() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut hub = Hub::start("127.0.0.1:0".parse().unwrap()).await;
+    let driver = Arc::new(FakeDriver::default());
+    let mut agent = RunningAgent::start(settings(hub.addr, dir.path()), Arc::clone(&driver));
+
+    // Hello: who the agent is, with nothing applied yet.
+    let mut conn = hub.next_conn().await;
+    assert_eq!(conn.hello.cluster, "eu-west");
+    assert_eq!(
+        conn.hello.token, TOKEN,
+        "the token file is read and trimmed"
+    );
+    assert_eq!(conn.hello.driver, "standalone");
+    assert_eq!(conn.hello.capabilities, ["TCP", "UDP"]);
+    assert_eq!(conn.hello.agent_version, env!("CARGO_PKG_VERSION"));
+    assert_eq!(
+        (
+            conn.hello.applied_version,
+            conn.hello.applied_digest.as_str()
+        ),
+        (0, "")
+    );
+    assert!(agent.applied.borrow().is_none());
+
+    // Welcome: a report follows at once, then heartbeats at the hub's interval.
+    conn.send(welcome(50));
+    conn.expect_report().await;
+    for _ in 0..3 {
+        conn.expect("Heartbeat", |m| (m == AgentToHub::Heartbeat).then_some(()))
+            .await;
+    }
+    // Ping is answered with a heartbeat.
+    conn.send(HubToAgent::Ping);
+    conn.expect("Heartbeat", |m| (m == AgentToHub::Heartbeat).then_some(()))
+        .await;
+
+    // Snapshot → apply → persist → Ack → Report.
+    let v5 = plan(&[share("a", 3306), share("b", 5432)]);
+    conn.send(snapshot(5, &v5));
+    assert_eq!(conn.expect_ack().await, 5);
+    assert_eq!(driver.applies(), std::slice::from_ref(&v5));
+    let stored = persisted(dir.path()).expect("the plan is persisted before the Ack");
+    assert_eq!((stored.version, &stored.plan), (5, &v5));
+    assert_eq!(stored.digest, v5.digest());
+    assert_eq!(conn.expect_report().await.active_connections, 2);
+    assert_eq!(agent.wait_applied(5).await.digest, v5.digest());
+
+    // Delta on the applied version → apply the patched plan → Ack.
+    let v6 = plan(&[share("a", 3306), share("c", 6379)]);
+    conn.send(delta(5, &v5, 6, &v6));
+    assert_eq!(conn.expect_ack().await, 6);
+    assert_eq!(driver.applies().last(), Some(&v6));
+    assert_eq!(persisted(dir.path()).unwrap().version, 6);
+
+    // Rules the driver cannot apply → Nack naming them (the rest is applied).
+    let error = RuleError {
+        ingress: IngressKey::new("default", "d"),
+        rule: 0,
+        message: "port 53 in use".into(),
+    };
+    *driver.rule_errors.lock().unwrap() = vec![error.clone()];
+    let v7 = plan(&[share("a", 3306), share("c", 6379), share("d", 53)]);
+    conn.send(delta(6, &v6, 7, &v7));
+    let (version, rule_errors) = conn
+        .expect("Nack", |m| match m {
+            AgentToHub::Nack {
+                version,
+                error,
+                rule_errors,
+            } => {
+                assert_eq!(error, "", "a partial apply is no whole-plan error");
+                Some((version, rule_errors))
+            }
+            AgentToHub::Ack { version } => panic!("Ack for {version}, expected a Nack"),
+            _ => None,
+        })
+        .await;
+    assert_eq!((version, rule_errors), (7, vec![error]));
+    assert_eq!(agent.wait_applied(7).await.rule_errors.len(), 1);
+    assert_eq!(persisted(dir.path()).unwrap().plan, v7);
+    driver.rule_errors.lock().unwrap().clear();
+
+    // A delta on a base the agent does not have: it drops the stream and says hello
+    // again with what it has, so the hub sends a snapshot.
+    let applies_before = driver.applies().len();
+    let v9 = plan(&[share("a", 3306)]);
+    conn.send(delta(8, &plan(&[]), 9, &v9));
+    conn.expect_closed().await;
+    let mut conn = hub.next_conn().await;
+    assert_eq!(conn.hello.applied_version, 7);
+    assert_eq!(conn.hello.applied_digest, v7.digest());
+    assert_eq!(
+        driver.applies().len(),
+        applies_before,
+        "the bad delta is not applied"
+    );
+
+    // A delta whose result does not match the hub's digest is a resync too.
+    conn.send(welcome(50));
+    conn.send(HubToAgent::Delta {
+        version: 8,
+        digest: "0000000000000000".into(),
+        base_version: 7,
+        delta: PlanDelta::default(),
+    });
+    conn.expect_closed().await;
+    let mut conn = hub.next_conn().await;
+    assert_eq!(conn.hello.applied_version, 7);
+    conn.send(snapshot(9, &v9));
+    assert_eq!(conn.expect_ack().await, 9);
+    assert_eq!(driver.applies().last(), Some(&v9));
+    assert_eq!(driver.applies().len(), applies_before + 1);
+
+    agent.stop().await;
+    hub.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn persisted_plan_is_served_without_a_hub_and_the_agent_reconnects() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut hub = Hub::start("127.0.0.1:0".parse().unwrap()).await;
+    let first_driver = Arc::new(FakeDriver::default());
+    let mut agent = RunningAgent::start(settings(hub.addr, dir.path()), first_driver);
+    let mut conn = hub.next_conn().await;
+    conn.send(welcome(100));
+    let v12 = plan(&[share("db", 3306)]);
+    conn.send(snapshot(12, &v12));
+    assert_eq!(conn.expect_ack().await, 12);
+    agent.wait_applied(12).await;
+
+    // The hub goes away; the agent keeps what it serves and keeps trying.
+    drop(conn);
+    let addr = hub.kill().await;
+    agent.stop().await;
+
+    // A new agent run (a restart) with the hub still unreachable: the persisted plan is
+    // applied at once, and the agent is ready on it.
+    let driver = Arc::new(FakeDriver::default());
+    let mut agent = RunningAgent::start(settings(addr, dir.path()), Arc::clone(&driver));
+    let applied = agent.wait_applied(12).await;
+    assert_eq!(applied.digest, v12.digest());
+    assert_eq!(driver.applies(), std::slice::from_ref(&v12));
+
+    // The hub comes back on the same port: Hello says which plan the agent has.
+    let mut hub = Hub::start(addr).await;
+    let mut conn = hub.next_conn().await;
+    assert_eq!(conn.hello.applied_version, 12);
+    assert_eq!(conn.hello.applied_digest, v12.digest());
+    // The hub's plan is current: no snapshot, but the agent reports on welcome.
+    conn.send(welcome(100));
+    assert_eq!(conn.expect_report().await.active_connections, 1);
+
+    // The hub restarts again while the agent is connected: the agent reconnects.
+    drop(conn);
+    let addr = hub.kill().await;
+    let mut hub = Hub::start(addr).await;
+    let mut conn = hub.next_conn().await;
+    assert_eq!(conn.hello.applied_version, 12);
+    let v13 = plan(&[share("db", 3306), share("cache", 6379)]);
+    conn.send(welcome(100));
+    conn.send(delta(12, &v12, 13, &v13));
+    assert_eq!(conn.expect_ack().await, 13);
+    assert_eq!(driver.applies(), [v12, v13]);
+
+    agent.stop().await;
+    hub.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_hello_is_retried() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut hub = Hub::start("127.0.0.1:0".parse().unwrap()).await;
+    hub.refuse.store(2, Ordering::SeqCst);
+    let driver = Arc::new(FakeDriver::default());
+    let agent = RunningAgent::start(settings(hub.addr, dir.path()), Arc::clone(&driver));
+    // Two refusals, then the third Hello gets through.
+    let mut conn = hub.next_conn().await;
+    assert_eq!(hub.refuse.load(Ordering::SeqCst), 0);
+    assert_eq!(conn.hello.token, TOKEN);
+    conn.send(welcome(100));
+    conn.send(snapshot(1, &plan(&[])));
+    assert_eq!(conn.expect_ack().await, 1);
+    agent.stop().await;
+    hub.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn driver_changes_are_reported_coalesced_and_periodically() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut hub = Hub::start("127.0.0.1:0".parse().unwrap()).await;
+    let driver = Arc::new(FakeDriver::default());
+    let mut settings = settings(hub.addr, dir.path());
+    settings.report_interval = Duration::from_millis(300);
+    let agent = RunningAgent::start(settings, Arc::clone(&driver));
+    let mut conn = hub.next_conn().await;
+    conn.send(welcome(10_000));
+    conn.expect_report().await;
+
+    // A burst of 50 changes gives a report or two, not 50.
+    let before = driver.reports.load(Ordering::SeqCst);
+    for _ in 0..50 {
+        driver.bump();
+        tokio::task::yield_now().await;
+    }
+    conn.expect_report().await;
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let burst = driver.reports.load(Ordering::SeqCst) - before;
+    assert!((1..=3).contains(&burst), "{burst} reports for one burst");
+
+    // Nothing changes: reports still come every reportIntervalMs.
+    let start = tokio::time::Instant::now();
+    conn.expect_report().await;
+    conn.expect_report().await;
+    assert!(start.elapsed() < Duration::from_secs(2));
+
+    agent.stop().await;
+    hub.kill().await;
+}

@@ -1,0 +1,811 @@
+//! The standalone data plane over real loopback sockets.
+//!
+//! Listeners come from rule ports, so they are fixed: each test binds its own address
+//! 127.0.77.N (this crate's block) and ports 20000 + 10·N + k. Backends bind port 0.
+//! Waits are `eventually`-style with generous bounds, never fixed sleeps.
+
+// Test helpers panic on failure by design (clippy exempts only `#[test]` bodies).
+#![allow(clippy::unwrap_used)]
+
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use fedingress_agent::{Config, Standalone};
+use fedingress_api::cluster::Address;
+use fedingress_api::ingress::{Backend, HttpPath, IngressRule, Protocol};
+use fedingress_api::plan::{AgentReport, ClusterPlan, IngressKey, IngressReport, IngressShare};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream, UdpSocket};
+use tokio::task::JoinSet;
+use tokio::time::timeout;
+
+const WAIT: Duration = Duration::from_secs(10);
+const IO: Duration = Duration::from_secs(5);
+
+/// 127.0.77.`test`: one loopback address per test.
+fn test_ip(test: u8) -> IpAddr {
+    IpAddr::from([127, 0, 77, test])
+}
+
+/// A fixed port for listener `k` of test `test`, in 20000-29999.
+fn test_port(test: u8, k: u16) -> u16 {
+    20000 + u16::from(test) * 10 + k
+}
+
+// ---------------------------------------------------------------------------------------
+// An echo backend: TCP and UDP on one port, upper-casing what it receives (as in the
+// bare TCP/UDP ingress blog).
+
+struct Echo {
+    addr: SocketAddr,
+    /// TCP connections that carried data (health checks only connect).
+    tcp_served: Arc<AtomicUsize>,
+    /// UDP datagrams other than the health probe.
+    udp_served: Arc<AtomicUsize>,
+    tasks: JoinSet<()>,
+}
+
+impl Echo {
+    async fn start(ip: IpAddr) -> Echo {
+        for _ in 0..50 {
+            let tcp = TcpListener::bind(SocketAddr::new(ip, 0)).await.unwrap();
+            let addr = tcp.local_addr().unwrap();
+            // The UDP port of the same number may be taken: try another.
+            let Ok(udp) = UdpSocket::bind(addr).await else {
+                continue;
+            };
+            let tcp_served = Arc::new(AtomicUsize::new(0));
+            let udp_served = Arc::new(AtomicUsize::new(0));
+            let mut tasks = JoinSet::new();
+            tasks.spawn(serve_tcp(tcp, Arc::clone(&tcp_served)));
+            tasks.spawn(serve_udp(udp, Arc::clone(&udp_served)));
+            return Echo {
+                addr,
+                tcp_served,
+                udp_served,
+                tasks,
+            };
+        }
+        panic!("no port free for both TCP and UDP on {ip}");
+    }
+
+    fn tcp(&self) -> usize {
+        self.tcp_served.load(Ordering::SeqCst)
+    }
+
+    fn udp(&self) -> usize {
+        self.udp_served.load(Ordering::SeqCst)
+    }
+
+    /// Stops the backend: both sockets and every established connection close.
+    async fn kill(mut self) {
+        self.tasks.shutdown().await;
+    }
+}
+
+async fn serve_tcp(listener: TcpListener, served: Arc<AtomicUsize>) {
+    // Connections live in this task's set: killing the backend closes them too.
+    let mut connections = JoinSet::new();
+    loop {
+        let Ok((mut stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let served = Arc::clone(&served);
+        connections.spawn(async move {
+            let mut buf = vec![0u8; 4096];
+            let mut first = true;
+            while let Ok(n) = stream.read(&mut buf).await {
+                if n == 0 {
+                    break;
+                }
+                if first {
+                    served.fetch_add(1, Ordering::SeqCst);
+                    first = false;
+                }
+                if stream
+                    .write_all(&buf[..n].to_ascii_uppercase())
+                    .await
+                    .is_err()
+                {
+                    break;
+                }
+            }
+        });
+        while connections.try_join_next().is_some() {}
+    }
+}
+
+async fn serve_udp(socket: UdpSocket, served: Arc<AtomicUsize>) {
+    let mut buf = vec![0u8; 65_535];
+    loop {
+        let Ok((n, from)) = socket.recv_from(&mut buf).await else {
+            continue;
+        };
+        if &buf[..n] != b"ping" {
+            served.fetch_add(1, Ordering::SeqCst);
+        }
+        let _ = socket.send_to(&buf[..n].to_ascii_uppercase(), from).await;
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Config, plans, clients, waits.
+
+struct Setup<'a> {
+    binds: Vec<String>,
+    services: Vec<(&'a str, Vec<SocketAddr>)>,
+    extra: &'a str,
+}
+
+fn config(setup: Setup<'_>) -> Config {
+    let mut yaml = String::from(
+        "hub: {address: 'http://127.0.0.1:6444'}\n\
+         cluster: test\n\
+         tokenFile: token\n\
+         driver: standalone\n\
+         stateDir: state\n",
+    );
+    yaml.push_str("listen:\n");
+    for bind in &setup.binds {
+        yaml.push_str(&format!("- {bind}\n"));
+    }
+    yaml.push_str("services:\n");
+    for (name, endpoints) in &setup.services {
+        let list: Vec<String> = endpoints.iter().map(|e| format!("'{e}'")).collect();
+        yaml.push_str(&format!("  {name}: [{}]\n", list.join(", ")));
+    }
+    if !setup.extra.contains("healthCheck") {
+        yaml.push_str(
+            "healthCheck: {intervalMs: 100, timeoutMs: 200, healthyThreshold: 2, \
+             unhealthyThreshold: 2, udp: {send: ping, expect: PING}}\n",
+        );
+    }
+    yaml.push_str(setup.extra);
+    Config::from_yaml(&yaml).unwrap_or_else(|e| panic!("{e:?}\n{yaml}"))
+}
+
+fn bind(ip: IpAddr) -> String {
+    format!("{{bind: '{ip}'}}")
+}
+
+fn rule(protocol: Protocol, port: u16, service: &str, backend_port: i32) -> IngressRule {
+    let mut rule = IngressRule::new(protocol);
+    rule.port = Some(i32::from(port));
+    rule.backend = Some(Backend::new(service, backend_port));
+    rule
+}
+
+fn share(name: &str, generation: i64, rules: Vec<IngressRule>) -> IngressShare {
+    IngressShare {
+        key: IngressKey::new("default", name),
+        uid: format!("uid-{name}"),
+        generation,
+        rules,
+        tls: Vec::new(),
+        cluster_override: None,
+    }
+}
+
+fn ingress<'a>(report: &'a AgentReport, name: &str) -> &'a IngressReport {
+    report
+        .ingresses
+        .iter()
+        .find(|i| i.key.name == name)
+        .unwrap_or_else(|| panic!("no report for {name}: {report:?}"))
+}
+
+fn ready(report: &AgentReport, name: &str) -> (u32, u32) {
+    let backends = &ingress(report, name).backends;
+    (
+        backends.iter().map(|b| b.ready).sum(),
+        backends.iter().map(|b| b.total).sum(),
+    )
+}
+
+fn listener_active(report: &AgentReport, name: &str, protocol: &str) -> u64 {
+    ingress(report, name)
+        .listeners
+        .iter()
+        .filter(|l| l.protocol == protocol)
+        .map(|l| l.active_connections)
+        .sum()
+}
+
+async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if check().await {
+            return;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// One TCP request/response through a fresh connection.
+async fn tcp_echo(addr: SocketAddr, text: &str) -> String {
+    let mut stream = timeout(IO, TcpStream::connect(addr))
+        .await
+        .unwrap()
+        .unwrap();
+    exchange(&mut stream, text).await
+}
+
+async fn exchange(stream: &mut TcpStream, text: &str) -> String {
+    stream.write_all(text.as_bytes()).await.unwrap();
+    let mut buf = vec![0u8; text.len()];
+    timeout(IO, stream.read_exact(&mut buf))
+        .await
+        .expect("reply in time")
+        .expect("reply");
+    String::from_utf8(buf).unwrap()
+}
+
+/// A UDP client connected to `addr`, from the loopback address of the same family.
+async fn udp_client(addr: SocketAddr) -> UdpSocket {
+    let local: SocketAddr = if addr.is_ipv6() {
+        "[::1]:0".parse().unwrap()
+    } else {
+        "127.0.0.1:0".parse().unwrap()
+    };
+    let socket = UdpSocket::bind(local).await.unwrap();
+    socket.connect(addr).await.unwrap();
+    socket
+}
+
+async fn udp_exchange(socket: &UdpSocket, text: &str) -> String {
+    let mut buf = vec![0u8; 65_535];
+    socket.send(text.as_bytes()).await.unwrap();
+    let n = timeout(IO, socket.recv(&mut buf))
+        .await
+        .expect("UDP reply in time")
+        .expect("UDP reply");
+    String::from_utf8(buf[..n].to_vec()).unwrap()
+}
+
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_and_udp_share_one_port_and_address() {
+    let ip = test_ip(1);
+    let port = test_port(1, 0);
+    let echo = Echo::start(IpAddr::from([127, 0, 0, 1])).await;
+    let standalone = Standalone::new(&config(Setup {
+        binds: vec![bind(ip)],
+        services: vec![("echo", vec![echo.addr])],
+        extra: "",
+    }));
+    let backend_port = i32::from(echo.addr.port());
+    let plan = ClusterPlan::from(vec![share(
+        "echo",
+        1,
+        vec![
+            rule(Protocol::Tcp, port, "echo", backend_port),
+            rule(Protocol::Udp, port, "echo", backend_port),
+        ],
+    )]);
+    assert_eq!(standalone.apply(&plan).await, vec![]);
+    let listener = SocketAddr::new(ip, port);
+    assert_eq!(tcp_echo(listener, "hello\n").await, "HELLO\n");
+    let client = udp_client(listener).await;
+    assert_eq!(udp_exchange(&client, "hello udp").await, "HELLO UDP");
+    assert_eq!(udp_exchange(&client, "again").await, "AGAIN");
+    assert_eq!(echo.tcp(), 1);
+    assert_eq!(echo.udp(), 2);
+    standalone.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn round_robin_across_two_endpoints() {
+    let ip = test_ip(2);
+    let port = test_port(2, 0);
+    let a = Echo::start(IpAddr::from([127, 0, 0, 1])).await;
+    let b = Echo::start(IpAddr::from([127, 0, 0, 1])).await;
+    let standalone = Standalone::new(&config(Setup {
+        binds: vec![bind(ip)],
+        services: vec![("echo", vec![a.addr, b.addr])],
+        extra: "",
+    }));
+    let plan = ClusterPlan::from(vec![share(
+        "echo",
+        1,
+        vec![
+            rule(Protocol::Tcp, port, "echo", 1),
+            rule(Protocol::Udp, port, "echo", 1),
+        ],
+    )]);
+    assert_eq!(standalone.apply(&plan).await, vec![]);
+    eventually("both endpoints are healthy", || async {
+        ready(&standalone.report(&plan), "echo") == (2, 2)
+    })
+    .await;
+    let listener = SocketAddr::new(ip, port);
+    for i in 0..10 {
+        assert_eq!(
+            tcp_echo(listener, &format!("tcp {i}")).await,
+            format!("TCP {i}")
+        );
+    }
+    assert_eq!((a.tcp(), b.tcp()), (5, 5));
+    // UDP sessions are per client: four clients spread two and two.
+    for i in 0..4 {
+        let client = udp_client(listener).await;
+        assert_eq!(
+            udp_exchange(&client, &format!("udp {i}")).await,
+            format!("UDP {i}")
+        );
+    }
+    assert_eq!((a.udp(), b.udp()), (2, 2));
+    standalone.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_endpoint_turns_unhealthy_and_traffic_moves_to_the_other() {
+    let ip = test_ip(3);
+    let port = test_port(3, 0);
+    let a = Echo::start(IpAddr::from([127, 0, 0, 1])).await;
+    let b = Echo::start(IpAddr::from([127, 0, 0, 1])).await;
+    let standalone = Standalone::new(&config(Setup {
+        binds: vec![bind(ip)],
+        services: vec![("echo", vec![a.addr, b.addr])],
+        extra: "",
+    }));
+    let plan = ClusterPlan::from(vec![share(
+        "echo",
+        1,
+        vec![
+            rule(Protocol::Tcp, port, "echo", 1),
+            rule(Protocol::Udp, port, "echo", 1),
+        ],
+    )]);
+    assert_eq!(standalone.apply(&plan).await, vec![]);
+    eventually("both endpoints are healthy", || async {
+        ready(&standalone.report(&plan), "echo") == (2, 2)
+    })
+    .await;
+    let listener = SocketAddr::new(ip, port);
+    // A UDP client whose session may be pinned to the endpoint about to die.
+    let udp = udp_client(listener).await;
+    assert_eq!(udp_exchange(&udp, "before").await, "BEFORE");
+
+    let mut changes = standalone.subscribe();
+    changes.borrow_and_update();
+    let killed = Instant::now();
+    a.kill().await;
+    eventually("the killed endpoint is unhealthy", || async {
+        ready(&standalone.report(&plan), "echo") == (1, 2)
+    })
+    .await;
+    // Two failed checks 100 ms apart (plus timeouts and slack).
+    let took = killed.elapsed();
+    assert!(took < Duration::from_secs(3), "ejection took {took:?}");
+    assert!(
+        changes.has_changed().unwrap(),
+        "health change was signalled"
+    );
+
+    let before = b.tcp();
+    for i in 0..6 {
+        assert_eq!(
+            tcp_echo(listener, &format!("after {i}")).await,
+            format!("AFTER {i}")
+        );
+    }
+    assert_eq!(b.tcp(), before + 6);
+    // The same UDP client gets a new session to the healthy endpoint.
+    assert_eq!(udp_exchange(&udp, "after").await, "AFTER");
+
+    // With no endpoint left, clients are closed.
+    b.kill().await;
+    eventually("no endpoint is healthy", || async {
+        ready(&standalone.report(&plan), "echo") == (0, 2)
+    })
+    .await;
+    let mut stream = TcpStream::connect(listener).await.unwrap();
+    let mut buf = [0u8; 16];
+    let read = timeout(IO, stream.read(&mut buf))
+        .await
+        .expect("closed in time");
+    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    standalone.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_connects_eject_an_endpoint_between_checks() {
+    let ip = test_ip(4);
+    let port = test_port(4, 0);
+    let a = Echo::start(IpAddr::from([127, 0, 0, 1])).await;
+    let b = Echo::start(IpAddr::from([127, 0, 0, 1])).await;
+    // One check at apply, the next a minute later: only passive ejection can act.
+    let standalone = Standalone::new(&config(Setup {
+        binds: vec![bind(ip)],
+        services: vec![("echo", vec![a.addr, b.addr])],
+        extra: "healthCheck: {intervalMs: 60000, timeoutMs: 500, healthyThreshold: 1, unhealthyThreshold: 2}\n",
+    }));
+    let plan = ClusterPlan::from(vec![share(
+        "echo",
+        1,
+        vec![rule(Protocol::Tcp, port, "echo", 1)],
+    )]);
+    assert_eq!(standalone.apply(&plan).await, vec![]);
+    eventually("both endpoints are healthy", || async {
+        ready(&standalone.report(&plan), "echo") == (2, 2)
+    })
+    .await;
+    a.kill().await;
+    let listener = SocketAddr::new(ip, port);
+    let mut connections = 0;
+    while ready(&standalone.report(&plan), "echo") != (1, 2) {
+        connections += 1;
+        assert!(connections <= 10, "not ejected after 10 connections");
+        // Every client is served: a failed connect moves on to the next endpoint.
+        assert_eq!(tcp_echo(listener, "retry").await, "RETRY");
+    }
+    assert!(connections >= 2, "ejected after {connections} connections");
+    assert_eq!(b.tcp(), connections);
+    standalone.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn report_counts_connections_sessions_and_endpoints() {
+    let ip = test_ip(5);
+    let port = test_port(5, 0);
+    let echo = Echo::start(IpAddr::from([127, 0, 0, 1])).await;
+    let standalone = Standalone::new(&config(Setup {
+        binds: vec![format!("{{bind: '{ip}', advertise: 203.0.113.7}}")],
+        services: vec![("echo", vec![echo.addr])],
+        extra: "",
+    }));
+    let backend_port = echo.addr.port();
+    let plan = ClusterPlan::from(vec![share(
+        "echo",
+        7,
+        vec![
+            rule(Protocol::Tcp, port, "echo", i32::from(backend_port)),
+            rule(Protocol::Udp, port, "echo", i32::from(backend_port)),
+        ],
+    )]);
+    assert_eq!(standalone.apply(&plan).await, vec![]);
+    let listener = SocketAddr::new(ip, port);
+    let mut streams = Vec::new();
+    for i in 0..3 {
+        let mut stream = TcpStream::connect(listener).await.unwrap();
+        assert_eq!(
+            exchange(&mut stream, &format!("c{i}")).await,
+            format!("C{i}")
+        );
+        streams.push(stream);
+    }
+    let mut clients = Vec::new();
+    for i in 0..2 {
+        let client = udp_client(listener).await;
+        assert_eq!(
+            udp_exchange(&client, &format!("s{i}")).await,
+            format!("S{i}")
+        );
+        clients.push(client);
+    }
+    eventually("the endpoint is healthy", || async {
+        ready(&standalone.report(&plan), "echo") == (1, 1)
+    })
+    .await;
+    let report = standalone.report(&plan);
+    let advertised = vec![Address::ip("203.0.113.7".parse().unwrap())];
+    assert_eq!(report.addresses, advertised);
+    assert_eq!(report.active_connections, 5);
+    let share = ingress(&report, "echo");
+    assert_eq!(share.applied_generation, 7);
+    assert_eq!(share.addresses, advertised);
+    assert!(share.rule_errors.is_empty());
+    assert_eq!(share.backends.len(), 1);
+    assert_eq!(share.backends[0].service, "echo");
+    assert_eq!(share.backends[0].port, i32::from(backend_port));
+    assert_eq!(share.listeners.len(), 2);
+    for load in &share.listeners {
+        assert_eq!(load.port, port);
+        let expected = if load.protocol == "TCP" { 3 } else { 2 };
+        assert_eq!(load.active_connections, expected, "{load:?}");
+        assert!(load.connections_per_second > 0.0, "{load:?}");
+    }
+    drop(streams);
+    eventually("closed TCP connections are no longer active", || async {
+        listener_active(&standalone.report(&plan), "echo", "TCP") == 0
+    })
+    .await;
+    assert_eq!(listener_active(&standalone.report(&plan), "echo", "UDP"), 2);
+    // A share the driver has not applied is reported as such.
+    let mut newer = plan.clone();
+    let other = self::share("other", 1, vec![]);
+    newer.ingresses.insert(other.key.clone(), other);
+    let report = standalone.report(&newer);
+    assert_eq!(ingress(&report, "other").applied_generation, 0);
+    standalone.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_plan_keeps_unaffected_listeners_and_closes_removed_ones() {
+    let ip = test_ip(6);
+    let kept = test_port(6, 0);
+    let removed = test_port(6, 1);
+    let a = Echo::start(IpAddr::from([127, 0, 0, 1])).await;
+    let b = Echo::start(IpAddr::from([127, 0, 0, 1])).await;
+    let standalone = Standalone::new(&config(Setup {
+        binds: vec![bind(ip)],
+        services: vec![("one", vec![a.addr]), ("two", vec![b.addr])],
+        extra: "",
+    }));
+    let first = ClusterPlan::from(vec![
+        share("keep", 1, vec![rule(Protocol::Tcp, kept, "one", 1)]),
+        share(
+            "gone",
+            1,
+            vec![
+                rule(Protocol::Tcp, removed, "one", 1),
+                rule(Protocol::Udp, removed, "one", 1),
+            ],
+        ),
+    ]);
+    assert_eq!(standalone.apply(&first).await, vec![]);
+    let mut established = TcpStream::connect(SocketAddr::new(ip, kept)).await.unwrap();
+    assert_eq!(exchange(&mut established, "one").await, "ONE");
+    assert_eq!(tcp_echo(SocketAddr::new(ip, removed), "x").await, "X");
+    let mut changes = standalone.subscribe();
+    changes.borrow_and_update();
+
+    // The kept listener now goes to another service; the other share is gone.
+    let second = ClusterPlan::from(vec![share(
+        "keep",
+        2,
+        vec![rule(Protocol::Tcp, kept, "two", 1)],
+    )]);
+    assert_eq!(standalone.apply(&second).await, vec![]);
+    assert!(changes.has_changed().unwrap(), "apply was signalled");
+    // The established connection still talks to its endpoint.
+    assert_eq!(exchange(&mut established, "still").await, "STILL");
+    assert_eq!(a.tcp(), 2);
+    // New connections take the new backend.
+    assert_eq!(tcp_echo(SocketAddr::new(ip, kept), "new").await, "NEW");
+    assert_eq!(b.tcp(), 1);
+    // The removed listeners are closed: TCP refuses, and both ports can be bound again.
+    let refused = TcpStream::connect(SocketAddr::new(ip, removed)).await;
+    assert!(refused.is_err(), "{refused:?}");
+    drop(
+        TcpListener::bind(SocketAddr::new(ip, removed))
+            .await
+            .unwrap(),
+    );
+    drop(UdpSocket::bind(SocketAddr::new(ip, removed)).await.unwrap());
+    let report = standalone.report(&second);
+    assert_eq!(report.ingresses.len(), 1);
+    assert_eq!(ingress(&report, "keep").applied_generation, 2);
+    assert_eq!(ingress(&report, "keep").backends[0].service, "two");
+    standalone.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_rules_and_missing_services_are_rule_errors() {
+    let ip = test_ip(7);
+    let port = test_port(7, 0);
+    let echo = Echo::start(IpAddr::from([127, 0, 0, 1])).await;
+    let standalone = Standalone::new(&config(Setup {
+        binds: vec![bind(ip)],
+        services: vec![("echo", vec![echo.addr])],
+        extra: "",
+    }));
+    let mut http = IngressRule::new(Protocol::Http);
+    http.host = Some("shop.example.com".into());
+    http.paths = vec![HttpPath {
+        backend: Backend::new("echo", 8080),
+        ..HttpPath::default()
+    }];
+    let plan = ClusterPlan::from(vec![share(
+        "mixed",
+        1,
+        vec![
+            http,
+            rule(Protocol::Tcp, port, "echo", i32::from(echo.addr.port())),
+            rule(Protocol::Udp, port, "nowhere", 53),
+        ],
+    )]);
+    let errors = standalone.apply(&plan).await;
+    let messages: Vec<(u32, &str)> = errors
+        .iter()
+        .map(|e| (e.rule, e.message.as_str()))
+        .collect();
+    assert_eq!(
+        messages,
+        vec![
+            (0, "HTTP rules are not served by the standalone driver yet"),
+            (
+                2,
+                "backend service \"nowhere\" is not among the agent's configured services"
+            ),
+        ]
+    );
+    assert!(
+        errors
+            .iter()
+            .all(|e| e.ingress == IngressKey::new("default", "mixed"))
+    );
+    // The TCP rule is served all the same.
+    assert_eq!(tcp_echo(SocketAddr::new(ip, port), "ok").await, "OK");
+    let report = standalone.report(&plan);
+    let share = ingress(&report, "mixed");
+    assert_eq!(share.rule_errors, errors);
+    let nowhere = share
+        .backends
+        .iter()
+        .find(|b| b.service == "nowhere")
+        .unwrap();
+    assert_eq!((nowhere.ready, nowhere.total), (0, 0));
+    assert_eq!(share.listeners.len(), 1);
+    standalone.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn udp_sessions_expire_when_idle() {
+    let ip = test_ip(8);
+    let port = test_port(8, 0);
+    let echo = Echo::start(IpAddr::from([127, 0, 0, 1])).await;
+    let standalone = Standalone::new(&config(Setup {
+        binds: vec![bind(ip)],
+        services: vec![("echo", vec![echo.addr])],
+        extra: "udpIdleTimeoutMs: 300\n",
+    }));
+    let plan = ClusterPlan::from(vec![share(
+        "echo",
+        1,
+        vec![rule(
+            Protocol::Udp,
+            port,
+            "echo",
+            i32::from(echo.addr.port()),
+        )],
+    )]);
+    assert_eq!(standalone.apply(&plan).await, vec![]);
+    let client = udp_client(SocketAddr::new(ip, port)).await;
+    assert_eq!(udp_exchange(&client, "one").await, "ONE");
+    assert_eq!(listener_active(&standalone.report(&plan), "echo", "UDP"), 1);
+    let sent = Instant::now();
+    eventually("the idle session expired", || async {
+        listener_active(&standalone.report(&plan), "echo", "UDP") == 0
+    })
+    .await;
+    assert!(
+        sent.elapsed() >= Duration::from_millis(300),
+        "expired too early"
+    );
+    // The same client gets a new session.
+    assert_eq!(udp_exchange(&client, "two").await, "TWO");
+    assert_eq!(listener_active(&standalone.report(&plan), "echo", "UDP"), 1);
+    standalone.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ipv6_and_ipv4_listeners_side_by_side() {
+    let v4 = test_ip(9);
+    let v6: IpAddr = "::1".parse().unwrap();
+    let port = test_port(9, 0);
+    let echo = Echo::start(v6).await;
+    let standalone = Standalone::new(&config(Setup {
+        binds: vec![bind(v4), bind(v6)],
+        services: vec![("echo", vec![echo.addr])],
+        extra: "",
+    }));
+    let plan = ClusterPlan::from(vec![share(
+        "echo",
+        1,
+        vec![
+            rule(Protocol::Tcp, port, "echo", 1),
+            rule(Protocol::Udp, port, "echo", 1),
+        ],
+    )]);
+    assert_eq!(standalone.apply(&plan).await, vec![]);
+    for ip in [v6, v4] {
+        let listener = SocketAddr::new(ip, port);
+        assert_eq!(tcp_echo(listener, "six\n").await, "SIX\n");
+        let client = udp_client(listener).await;
+        assert_eq!(udp_exchange(&client, "six").await, "SIX");
+    }
+    eventually("the IPv6 endpoint is healthy", || async {
+        ready(&standalone.report(&plan), "echo") == (1, 1)
+    })
+    .await;
+    let report = standalone.report(&plan);
+    assert_eq!(report.addresses, vec![Address::ip(v4), Address::ip(v6)]);
+    // Loads are summed over both bind addresses.
+    let tcp = ingress(&report, "echo")
+        .listeners
+        .iter()
+        .find(|l| l.protocol == "TCP")
+        .unwrap();
+    assert!(tcp.connections_per_second > 0.0);
+    standalone.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conflicts_and_bind_failures_are_rule_errors_and_binds_are_retried() {
+    let ip = test_ip(10);
+    let shared = test_port(10, 0);
+    let taken = test_port(10, 1);
+    let echo = Echo::start(IpAddr::from([127, 0, 0, 1])).await;
+    let standalone = Standalone::new(&config(Setup {
+        binds: vec![bind(ip)],
+        services: vec![("echo", vec![echo.addr])],
+        extra: "",
+    }));
+    let blocker = std::net::TcpListener::bind(SocketAddr::new(ip, taken)).unwrap();
+    let backend_port = i32::from(echo.addr.port());
+    let plan = ClusterPlan::from(vec![
+        share(
+            "a",
+            1,
+            vec![rule(Protocol::Tcp, shared, "echo", backend_port)],
+        ),
+        share(
+            "b",
+            1,
+            vec![
+                rule(Protocol::Tcp, shared, "echo", backend_port),
+                rule(Protocol::Tcp, taken, "echo", backend_port),
+            ],
+        ),
+    ]);
+    let errors = standalone.apply(&plan).await;
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert_eq!(errors[0].ingress, IngressKey::new("default", "b"));
+    assert_eq!(errors[0].rule, 0);
+    assert_eq!(
+        errors[0].message,
+        format!("TCP port {shared} is already served by ingress default/a (rule 0)")
+    );
+    assert_eq!(errors[1].rule, 1);
+    assert!(
+        errors[1]
+            .message
+            .starts_with(&format!("binding TCP {ip}:{taken}: ")),
+        "{}",
+        errors[1].message
+    );
+    assert_eq!(tcp_echo(SocketAddr::new(ip, shared), "a").await, "A");
+    // Once the port is free, applying the same plan binds it.
+    drop(blocker);
+    let errors = standalone.apply(&plan).await;
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(tcp_echo(SocketAddr::new(ip, taken), "b").await, "B");
+    standalone.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_closes_every_listener() {
+    let ip = test_ip(11);
+    let port = test_port(11, 0);
+    let echo = Echo::start(IpAddr::from([127, 0, 0, 1])).await;
+    let standalone = Standalone::new(&config(Setup {
+        binds: vec![bind(ip)],
+        services: vec![("echo", vec![echo.addr])],
+        extra: "",
+    }));
+    let plan = ClusterPlan::from(vec![share(
+        "echo",
+        1,
+        vec![
+            rule(Protocol::Tcp, port, "echo", 1),
+            rule(Protocol::Udp, port, "echo", 1),
+        ],
+    )]);
+    assert_eq!(standalone.apply(&plan).await, vec![]);
+    let client = udp_client(SocketAddr::new(ip, port)).await;
+    assert_eq!(udp_exchange(&client, "x").await, "X");
+    standalone.shutdown().await;
+    assert!(TcpStream::connect(SocketAddr::new(ip, port)).await.is_err());
+    drop(UdpSocket::bind(SocketAddr::new(ip, port)).await.unwrap());
+    assert_eq!(standalone.report(&plan).active_connections, 0);
+}
