@@ -234,13 +234,13 @@ impl Hub {
     /// The session ended (stream closed, lease missed or replaced).
     pub fn disconnect(&self, cluster: &str, session: u64) {
         let mut clusters = self.lock();
-        if let Some(entry) = clusters.get_mut(cluster) {
-            if let Some(agent) = entry.agent.as_mut().filter(|a| a.session == session) {
-                agent.connected = false;
-                entry.kill = None;
-                drop(clusters);
-                self.notify();
-            }
+        if let Some(entry) = clusters.get_mut(cluster)
+            && let Some(agent) = entry.agent.as_mut().filter(|a| a.session == session)
+        {
+            agent.connected = false;
+            entry.kill = None;
+            drop(clusters);
+            self.notify();
         }
     }
 
