@@ -92,7 +92,14 @@ async fn main() -> anyhow::Result<()> {
     let mut child = tokio::process::Command::from({
         let mut command = Command::new(&binary);
         command
-            .args(["--dev", "--listen", "127.0.0.1:0", "--data-dir"])
+            .args([
+                "--dev",
+                "--listen",
+                "127.0.0.1:0",
+                "--agent-listen",
+                "127.0.0.1:0",
+                "--data-dir",
+            ])
             .arg(data.path())
             .env("FEDINGRESS_LOG", "warn")
             .stdout(Stdio::piped())

@@ -714,6 +714,11 @@ async fn serve_verb<R: Printable>(
                 .update::<R>(namespace, &name, scope, dry_run, |current| {
                     let mut document = serde_json::to_value(current)
                         .map_err(|e| ApiError::internal(format!("encoding current object: {e}")))?;
+                    // Only a resourceVersion the patch itself sets is a precondition.
+                    if let Some(meta) = document.get_mut("metadata").and_then(Value::as_object_mut)
+                    {
+                        meta.remove("resourceVersion");
+                    }
                     patch.apply(&mut document)?;
                     let (object, found) = codec::decode::<R>(document, validation)?;
                     warnings = found;

@@ -24,7 +24,14 @@ fn start(config: &str) -> Api {
     std::fs::write(&config_path, config).unwrap();
     let mut command = Command::new(binary("federation-apiserver"));
     command
-        .args(["--dev", "--listen", "127.0.0.1:0", "--config"])
+        .args([
+            "--dev",
+            "--listen",
+            "127.0.0.1:0",
+            "--agent-listen",
+            "127.0.0.1:0",
+            "--config",
+        ])
         .arg(&config_path)
         .arg("--data-dir")
         .arg(dir.path().join("data"));

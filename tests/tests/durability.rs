@@ -14,7 +14,14 @@ use serde_json::{Value, json};
 fn apiserver(data_dir: &Path) -> Process {
     let mut command = Command::new(binary("federation-apiserver"));
     command
-        .args(["--dev", "--listen", "127.0.0.1:0", "--data-dir"])
+        .args([
+            "--dev",
+            "--listen",
+            "127.0.0.1:0",
+            "--agent-listen",
+            "127.0.0.1:0",
+            "--data-dir",
+        ])
         .arg(data_dir);
     Process::start(command, "federation-apiserver", Duration::from_secs(30)).unwrap()
 }
@@ -136,6 +143,8 @@ async fn acknowledged_writes_and_watch_history_survive_kill_9() {
 
     let server = apiserver(&data);
     let base = format!("http://{}", server.addr("api"));
+    // Every acknowledged create is there, unchanged but for the status the hub's
+    // controller writes (which moves the resourceVersion on).
     for (name, rv) in &acked {
         let object: Value = client
             .get(format!("{}/{name}", collection(&base)))
@@ -145,12 +154,57 @@ async fn acknowledged_writes_and_watch_history_survive_kill_9() {
             .json()
             .await
             .unwrap();
-        assert_eq!(
-            object["metadata"]["resourceVersion"],
-            json!(rv),
-            "{name} lost or changed"
+        let now: i64 = object["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(
+            now >= rv.parse::<i64>().unwrap(),
+            "{name} lost or went back: {object}"
         );
+        assert_eq!(object["spec"]["rules"][0]["port"], 7000, "{name} changed");
     }
+    // resourceVersions survive kill -9 exactly: once the controller has settled, kill
+    // again and compare every object's resourceVersion.
+    let versions = |base: String, client: reqwest::Client| async move {
+        let list: Value = client
+            .get(collection(&base))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| {
+                (
+                    i["metadata"]["name"].to_string(),
+                    i["metadata"]["resourceVersion"].to_string(),
+                )
+            })
+            .collect::<std::collections::BTreeMap<_, _>>()
+    };
+    let mut settled = versions(base.clone(), client.clone()).await;
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let again = versions(base.clone(), client.clone()).await;
+        if again == settled {
+            break;
+        }
+        settled = again;
+    }
+    server.kill9();
+    let server = apiserver(&data);
+    let base = format!("http://{}", server.addr("api"));
+    assert_eq!(
+        versions(base.clone(), client.clone()).await,
+        settled,
+        "resourceVersions changed across kill -9"
+    );
 
     // A watch resumes from the last resourceVersion it saw before the crash: the
     // creates after the list are replayed from on-disk history, in order.
@@ -182,7 +236,24 @@ async fn acknowledged_writes_and_watch_history_survive_kill_9() {
         "events out of order"
     );
     assert!(revisions[0] > list_rv.parse::<i64>().unwrap());
-    assert!(events.iter().all(|e| e["type"] == "ADDED"));
+
+    // Every create after the list is replayed as ADDED (status writes come as MODIFIED).
+    let added: std::collections::BTreeSet<&str> = events
+        .iter()
+        .filter(|e| e["type"] == "ADDED")
+        .filter_map(|e| e["object"]["metadata"]["name"].as_str())
+        .collect();
+    let list_rv: i64 = list_rv.parse().unwrap();
+    for (name, rv) in &acked {
+        if rv.parse::<i64>().unwrap() > list_rv {
+            assert!(added.contains(name.as_str()), "{name} not replayed");
+        }
+    }
+    assert!(
+        events
+            .iter()
+            .all(|e| e["type"] == "ADDED" || e["type"] == "MODIFIED")
+    );
 
     // And live changes keep flowing after the replay.
     let url = format!(

@@ -17,7 +17,13 @@ const SLOW: Duration = Duration::from_secs(20);
 fn apiserver(data_dir: &Path, extra: &[&str]) -> Process {
     let mut command = Command::new(binary("federation-apiserver"));
     command
-        .args(["--listen", "127.0.0.1:0", "--data-dir"])
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--agent-listen",
+            "127.0.0.1:0",
+            "--data-dir",
+        ])
         .arg(data_dir)
         .args(extra);
     Process::start(command, "federation-apiserver", START).unwrap()

@@ -1,0 +1,535 @@
+//! Shared plumbing of the fedingress benchmarks: starting the release binaries (found
+//! next to the bench executable) and stopping them by PID, a small REST client, an
+//! in-process echo backend, and the statistics and `/proc` readings the benches print.
+//!
+//! Benchmarks print numbers; they assert nothing about timing.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::task::JoinHandle;
+
+pub const GROUP_PATH: &str = "/apis/fedingress.io/v1alpha1";
+
+/// A sibling binary of this executable (`target/release/<name>`), unless `given`.
+pub fn sibling(given: Option<PathBuf>, name: &str) -> anyhow::Result<PathBuf> {
+    if let Some(path) = given {
+        return Ok(path);
+    }
+    let path = std::env::current_exe()?
+        .parent()
+        .context("bench binary has a directory")?
+        .join(name);
+    if !path.exists() {
+        bail!(
+            "{} not found: run `cargo build --release --bins` first (or pass its path)",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+/// A child process started by a bench; stopped by PID ([`Proc::stop`]), and SIGKILLed
+/// on drop if still running (error paths).
+pub struct Proc {
+    pub child: tokio::process::Child,
+    pub pid: u32,
+    pub name: String,
+    /// The JSON of its `READY` line (Null for processes without one).
+    pub ready: Value,
+}
+
+impl Proc {
+    /// Starts `command` and waits up to 30 s for its `READY {json}` line on stdout; the
+    /// rest of stdout is drained in the background. stderr is inherited.
+    pub async fn start_ready(command: Command, name: &str) -> anyhow::Result<Self> {
+        let mut command = tokio::process::Command::from(command);
+        command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true);
+        let mut child = command
+            .spawn()
+            .with_context(|| format!("starting {name}"))?;
+        let pid = child.id().context("child pid")?;
+        let mut lines = BufReader::new(child.stdout.take().context("stdout")?).lines();
+        let first = tokio::time::timeout(Duration::from_secs(30), async {
+            while let Some(line) = lines.next_line().await? {
+                if let Some(json) = line.strip_prefix("READY ") {
+                    return Ok::<_, anyhow::Error>(Some(json.to_string()));
+                }
+            }
+            Ok(None)
+        })
+        .await;
+        let json = match first {
+            Ok(Ok(Some(json))) => json,
+            other => {
+                let _ = child.kill().await;
+                bail!("{name} printed no READY line within 30 s ({other:?})");
+            }
+        };
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Ok(Self {
+            child,
+            pid,
+            name: name.to_string(),
+            ready: serde_json::from_str(&json).context("parsing the READY line")?,
+        })
+    }
+
+    /// Starts `command` with stdout and stdin closed (no READY line expected).
+    pub fn start_plain(command: Command, name: &str) -> anyhow::Result<Self> {
+        let mut command = tokio::process::Command::from(command);
+        command
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true);
+        let child = command
+            .spawn()
+            .with_context(|| format!("starting {name}"))?;
+        let pid = child.id().context("child pid")?;
+        Ok(Self {
+            child,
+            pid,
+            name: name.to_string(),
+            ready: Value::Null,
+        })
+    }
+
+    /// An address of the READY line, e.g. `addr("api")`.
+    pub fn addr(&self, key: &str) -> String {
+        self.ready[key].as_str().unwrap_or_default().to_string()
+    }
+
+    /// SIGTERM to its PID, wait up to 10 s, then SIGKILL; reaps it.
+    pub async fn stop(mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.pid.to_string()])
+            .status();
+        match tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await {
+            Ok(_) => {}
+            Err(_) => {
+                eprintln!(
+                    "{} (pid {}) ignored SIGTERM for 10 s: SIGKILL",
+                    self.name, self.pid
+                );
+                let _ = self.child.kill().await;
+            }
+        }
+    }
+}
+
+/// Agent session settings of the hub.
+#[derive(Clone, Copy, Debug)]
+pub struct HubTiming {
+    pub heartbeat_ms: u64,
+    pub lease_ms: u64,
+}
+
+/// The release `federation-apiserver`: `--dev`, a fresh temp data dir, a config file
+/// with both listeners on `ip`:0 and the given agent timing.
+pub struct Apiserver {
+    pub proc: Proc,
+    /// `http://ip:port` of the REST API.
+    pub api: String,
+    /// `host:port` of the agent gateway.
+    pub agent: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Apiserver {
+    pub async fn start(binary: &Path, ip: &str, timing: HubTiming) -> anyhow::Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let config = dir.path().join("apiserver.yaml");
+        std::fs::write(
+            &config,
+            format!(
+                "listen: {ip}:0\nagentListen: {ip}:0\ndev: true\nagents:\n  heartbeatIntervalMs: {}\n  leaseMs: {}\n",
+                timing.heartbeat_ms, timing.lease_ms
+            ),
+        )?;
+        let mut command = Command::new(binary);
+        command
+            .arg("--config")
+            .arg(&config)
+            .arg("--dev")
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .env("FEDINGRESS_LOG", "warn");
+        let proc = Proc::start_ready(command, "federation-apiserver").await?;
+        Ok(Self {
+            api: format!("http://{}", proc.addr("api")),
+            agent: proc.addr("agent"),
+            proc,
+            _dir: dir,
+        })
+    }
+}
+
+/// A small JSON REST client for the apiserver.
+#[derive(Clone)]
+pub struct Api {
+    pub client: reqwest::Client,
+    pub base: String,
+}
+
+impl Api {
+    pub fn new(base: &str) -> anyhow::Result<Self> {
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+        Ok(Self {
+            client: reqwest::Client::builder()
+                .pool_max_idle_per_host(256)
+                .build()?,
+            base: base.to_string(),
+        })
+    }
+
+    pub async fn get(&self, path: &str) -> anyhow::Result<Value> {
+        let response = self
+            .client
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await?;
+        let status = response.status();
+        if !status.is_success() {
+            bail!("GET {path}: {status} {}", response.text().await?);
+        }
+        Ok(response.json().await?)
+    }
+
+    pub async fn post(&self, path: &str, body: Option<&Value>) -> anyhow::Result<Value> {
+        let mut request = self.client.post(format!("{}{path}", self.base));
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        let response = request.send().await?;
+        let status = response.status();
+        if !status.is_success() {
+            bail!("POST {path}: {status} {}", response.text().await?);
+        }
+        Ok(response.json().await?)
+    }
+
+    /// Creates a Cluster.
+    pub async fn create_cluster(
+        &self,
+        name: &str,
+        region: &str,
+        lat: f64,
+        lon: f64,
+    ) -> anyhow::Result<()> {
+        let body = json!({
+            "apiVersion": "fedingress.io/v1alpha1",
+            "kind": "Cluster",
+            "metadata": {"name": name, "labels": {"bench": "yes"}},
+            "spec": {"region": region, "location": {"latitude": lat, "longitude": lon}}
+        });
+        self.post(&format!("{GROUP_PATH}/clusters"), Some(&body))
+            .await?;
+        Ok(())
+    }
+
+    /// Issues an agent token for a cluster.
+    pub async fn issue_token(&self, cluster: &str) -> anyhow::Result<String> {
+        let answer = self
+            .post(&format!("{GROUP_PATH}/clusters/{cluster}/token"), None)
+            .await?;
+        Ok(answer["token"]
+            .as_str()
+            .context("token in the answer")?
+            .to_string())
+    }
+}
+
+/// The release `cluster-agent` (standalone driver) for one cluster.
+pub struct AgentSpec<'a> {
+    pub cluster: &'a str,
+    pub token: &'a str,
+    /// `host:port` of the hub's agent gateway.
+    pub hub: &'a str,
+    pub bind: &'a str,
+    /// Endpoints of the `echo` service.
+    pub echo: &'a [SocketAddr],
+    /// Extra YAML appended to the config (e.g. a `healthCheck` block).
+    pub extra: &'a str,
+}
+
+pub struct Agent {
+    pub proc: Proc,
+    /// Config, token and state; remove it only after the agent stopped.
+    pub dir: tempfile::TempDir,
+}
+
+impl Agent {
+    pub async fn start(binary: &Path, spec: &AgentSpec<'_>) -> anyhow::Result<Self> {
+        let dir = tempfile::tempdir()?;
+        std::fs::write(dir.path().join("token"), spec.token)?;
+        let endpoints = spec
+            .echo
+            .iter()
+            .map(|e| format!("\"{e}\""))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let config = dir.path().join("agent.yaml");
+        std::fs::write(
+            &config,
+            format!(
+                "hub:\n  address: http://{hub}\ncluster: {cluster}\ntokenFile: token\ndriver: standalone\nlisten:\n- bind: \"{bind}\"\nservices:\n  echo: [{endpoints}]\nstateDir: state\nadmin: 127.0.0.1:0\n{extra}",
+                hub = spec.hub,
+                cluster = spec.cluster,
+                bind = spec.bind,
+                extra = spec.extra,
+            ),
+        )?;
+        let mut command = Command::new(binary);
+        command
+            .arg("--config")
+            .arg(&config)
+            .env("FEDINGRESS_LOG", "warn");
+        let proc = Proc::start_ready(command, &format!("cluster-agent {}", spec.cluster)).await?;
+        Ok(Self { proc, dir })
+    }
+}
+
+/// A FederatedIngress with the given `(protocol, port)` rules to service `echo`.
+pub fn ingress(name: &str, rules: &[(&str, u16)], backend_port: u16) -> Value {
+    let rules: Vec<Value> = rules
+        .iter()
+        .map(|(protocol, port)| {
+            json!({"protocol": protocol, "port": port, "backend": {"service": "echo", "port": backend_port}})
+        })
+        .collect();
+    json!({
+        "apiVersion": "fedingress.io/v1alpha1",
+        "kind": "FederatedIngress",
+        "metadata": {"name": name},
+        "spec": {"rules": rules, "traffic": {"dnsName": format!("{name}.bench.test")}}
+    })
+}
+
+/// In-process echo backend: TCP (64 KiB reads, written back as is) and UDP on one
+/// address. [`Echo::stop_tcp`] closes the TCP listener and every open connection.
+pub struct Echo {
+    pub addr: SocketAddr,
+    tcp: Option<JoinHandle<()>>,
+    udp: Option<JoinHandle<()>>,
+}
+
+impl Echo {
+    pub async fn start(addr: SocketAddr, udp: bool) -> anyhow::Result<Self> {
+        let mut echo = Self {
+            addr,
+            tcp: None,
+            udp: None,
+        };
+        echo.start_tcp().await?;
+        if udp {
+            let socket = tokio::net::UdpSocket::bind(addr)
+                .await
+                .with_context(|| format!("binding UDP {addr}"))?;
+            echo.udp = Some(tokio::spawn(async move {
+                let mut buffer = vec![0u8; 65536];
+                while let Ok((n, from)) = socket.recv_from(&mut buffer).await {
+                    let _ = socket.send_to(&buffer[..n], from).await;
+                }
+            }));
+        }
+        Ok(echo)
+    }
+
+    /// (Re)starts the TCP listener.
+    pub async fn start_tcp(&mut self) -> anyhow::Result<()> {
+        let listener = tokio::net::TcpListener::bind(self.addr)
+            .await
+            .with_context(|| format!("binding TCP {}", self.addr))?;
+        self.tcp = Some(tokio::spawn(async move {
+            let mut connections = tokio::task::JoinSet::new();
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let _ = stream.set_nodelay(true);
+                connections.spawn(async move {
+                    let mut buffer = vec![0u8; 65536];
+                    loop {
+                        match stream.read(&mut buffer).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => {
+                                if stream.write_all(&buffer[..n]).await.is_err() {
+                                    return;
+                                }
+                            }
+                        }
+                    }
+                });
+                while connections.try_join_next().is_some() {}
+            }
+            // Dropping the JoinSet aborts (closes) every connection.
+        }));
+        Ok(())
+    }
+
+    /// Stops accepting and closes the TCP listener (and its connections).
+    pub async fn stop_tcp(&mut self) {
+        if let Some(task) = self.tcp.take() {
+            task.abort();
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for Echo {
+    fn drop(&mut self) {
+        for task in [self.tcp.take(), self.udp.take()].into_iter().flatten() {
+            task.abort();
+        }
+    }
+}
+
+/// Sleeps until `check` succeeds (every `every`) or `timeout` passes.
+pub async fn wait_for<F, Fut>(
+    timeout: Duration,
+    every: Duration,
+    what: &str,
+    mut check: F,
+) -> anyhow::Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        match check().await {
+            Ok(()) => return Ok(()),
+            Err(last) if Instant::now() > deadline => {
+                bail!("{what}: not within {timeout:?} (last: {last})")
+            }
+            Err(_) => tokio::time::sleep(every).await,
+        }
+    }
+}
+
+// --- numbers ---------------------------------------------------------------------------
+
+/// The `p` quantile (0..=1, nearest rank) of sorted durations.
+pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[index.min(sorted.len() - 1)]
+}
+
+pub fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1000.0)
+}
+
+/// `p50 X, p99 Y, max Z (n)` of unsorted durations.
+pub fn summary(values: &[Duration]) -> String {
+    let mut sorted = values.to_vec();
+    sorted.sort();
+    format!(
+        "p50 {}, p99 {}, max {} (n={})",
+        ms(percentile(&sorted, 0.5)),
+        ms(percentile(&sorted, 0.99)),
+        ms(percentile(&sorted, 1.0)),
+        sorted.len()
+    )
+}
+
+/// VmRSS of a process, MiB.
+pub fn rss_mib(pid: u32) -> anyhow::Result<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .context("VmRSS not found")?;
+    Ok(kib / 1024.0)
+}
+
+/// utime + stime of a process (all its threads), in clock ticks.
+pub fn cpu_ticks(pid: u32) -> anyhow::Result<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the command name (which may contain spaces) start at field 3.
+    let rest = stat.rsplit_once(')').context("malformed stat")?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime is field 14, stime 15 (1-based): indices 11 and 12 of `rest`.
+    let utime: u64 = fields.get(11).context("utime")?.parse()?;
+    let stime: u64 = fields.get(12).context("stime")?.parse()?;
+    Ok(utime + stime)
+}
+
+/// Clock ticks per second (`getconf CLK_TCK`, 100 if that fails).
+pub fn clock_ticks() -> f64 {
+    Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
+/// Measures CPU use of processes over a window: start it, do the work, then `finish`.
+pub struct CpuWindow {
+    pids: Vec<u32>,
+    start: Vec<u64>,
+    started: Instant,
+}
+
+impl CpuWindow {
+    pub fn start(pids: &[u32]) -> Self {
+        Self {
+            pids: pids.to_vec(),
+            start: pids.iter().map(|p| cpu_ticks(*p).unwrap_or(0)).collect(),
+            started: Instant::now(),
+        }
+    }
+
+    /// CPU use of each process as % of one core over the window.
+    pub fn finish(&self) -> Vec<f64> {
+        let seconds = self.started.elapsed().as_secs_f64();
+        let hz = clock_ticks();
+        self.pids
+            .iter()
+            .zip(&self.start)
+            .map(|(pid, start)| {
+                let end = cpu_ticks(*pid).unwrap_or(*start);
+                (end.saturating_sub(*start)) as f64 / hz / seconds * 100.0
+            })
+            .collect()
+    }
+}
+
+/// A flag tasks poll to stop.
+#[derive(Clone, Default)]
+pub struct Stop(Arc<AtomicBool>);
+
+impl Stop {
+    pub fn set(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+    pub fn is_set(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// Today's date as the machine says it (`date -u +%F`), for the report.
+pub fn today() -> String {
+    Command::new("date")
+        .args(["-u", "+%F"])
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
