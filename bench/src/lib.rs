@@ -292,10 +292,11 @@ impl Agent {
             ),
         )?;
         let mut command = Command::new(binary);
+        // error only: the benches make endpoints unhealthy on purpose.
         command
             .arg("--config")
             .arg(&config)
-            .env("FEDINGRESS_LOG", "warn");
+            .env("FEDINGRESS_LOG", "error");
         let proc = Proc::start_ready(command, &format!("cluster-agent {}", spec.cluster)).await?;
         Ok(Self { proc, dir })
     }

@@ -72,6 +72,10 @@ struct Shared {
     /// Sessions that ended with an error (the agent reconnects).
     session_errors: AtomicUsize,
     plans: AtomicU64,
+    snapshots: AtomicU64,
+    /// Deltas that brought no FederatedIngress new to the agent (e.g. the first plan of a
+    /// cluster published after its agent connected: an empty delta from version 0).
+    deltas_without_news: AtomicU64,
     heartbeats: AtomicU64,
 }
 
@@ -133,16 +137,21 @@ async fn session(
             message = inbound.message() => {
                 let now = Instant::now();
                 let message = message?.context("the hub closed the stream")?;
-                let (version, names): (u64, Vec<String>) = match hub_from_pb(message)? {
+                let (version, names, snapshot): (u64, Vec<String>, bool) = match hub_from_pb(message)? {
                     HubToAgent::Snapshot { version, plan, .. } => {
-                        (version, plan.ingresses.keys().map(|k| k.name.clone()).collect())
+                        (version, plan.ingresses.keys().map(|k| k.name.clone()).collect(), true)
                     }
                     HubToAgent::Delta { version, delta, .. } => {
-                        (version, delta.upserts.iter().map(|s| s.key.name.clone()).collect())
+                        (version, delta.upserts.iter().map(|s| s.key.name.clone()).collect(), false)
                     }
                     HubToAgent::Welcome { .. } | HubToAgent::Ping => continue,
                 };
                 let new: Vec<String> = names.into_iter().filter(|n| seen.insert(n.clone())).collect();
+                if snapshot {
+                    shared.snapshots.fetch_add(1, Ordering::Relaxed);
+                } else if new.is_empty() {
+                    shared.deltas_without_news.fetch_add(1, Ordering::Relaxed);
+                }
                 if !new.is_empty() {
                     let mut received = lock(&shared.received);
                     for name in new {
@@ -445,10 +454,13 @@ async fn run(args: &Args, hub: &Apiserver) -> anyhow::Result<()> {
         cpu[1]
     );
     println!(
-        "agent sessions: {} started, {} ended with an error (reconnected); {} plans acked",
+        "agent sessions: {} started, {} ended with an error (reconnected); {} plans acked: {} snapshots, {} deltas, {} of the deltas with no FederatedIngress new to the agent",
         shared.sessions.load(Ordering::Relaxed),
         shared.session_errors.load(Ordering::Relaxed),
-        shared.plans.load(Ordering::Relaxed)
+        shared.plans.load(Ordering::Relaxed),
+        shared.snapshots.load(Ordering::Relaxed),
+        shared.plans.load(Ordering::Relaxed) - shared.snapshots.load(Ordering::Relaxed),
+        shared.deltas_without_news.load(Ordering::Relaxed)
     );
     for task in agents {
         task.abort();

@@ -47,8 +47,10 @@ const FORMAT_VERSION: i64 = 1;
 /// Revision of an empty store (etcd's convention: the first write gets 2).
 const INITIAL_REVISION: Revision = 1;
 
-/// Live events buffered per watcher before it lags and re-reads history from disk.
-const WATCH_BUFFER: usize = 1024;
+/// Live events buffered (shared by all watchers) before a slow watcher lags and re-reads
+/// history from disk. Events carry whole objects (a FederatedIngress status with 1,000
+/// clusters is ~90 KB), so this bounds memory too.
+const WATCH_BUFFER: usize = 256;
 /// Write requests queued for the writer before `put`/`delete` wait for room, as a
 /// multiple of the batch size.
 const QUEUE_BATCHES: usize = 4;

@@ -31,7 +31,7 @@ use crate::registry::Registry;
 /// How long an agent has to say Hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// Plans sent on one stream that an Ack may still refer to.
-const SENT_PLANS_KEPT: usize = 16;
+const SENT_PLANS_KEPT: usize = 4;
 
 pub struct Gateway {
     hub: Arc<Hub>,
