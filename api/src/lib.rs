@@ -21,6 +21,7 @@
 
 pub mod cluster;
 pub mod conflict;
+pub mod event;
 pub mod ingress;
 pub mod meta;
 pub mod names;
@@ -65,6 +66,26 @@ pub trait Resource:
     const SHORT_NAMES: &'static [&'static str];
     /// Whether objects live in a namespace.
     const NAMESPACED: bool;
+    /// API group (`""` for the core group, e.g. Events).
+    const GROUP: &'static str = GROUP;
+    /// Version within the group.
+    const VERSION: &'static str = VERSION;
+    /// Fields a field selector may use besides `metadata.name` and `metadata.namespace`.
+    const SELECTABLE_FIELDS: &'static [&'static str] = &[];
+
+    /// `apiVersion` of objects of this kind.
+    fn api_version() -> String {
+        if Self::GROUP.is_empty() {
+            Self::VERSION.to_string()
+        } else {
+            format!("{}/{}", Self::GROUP, Self::VERSION)
+        }
+    }
+
+    /// The value of one of [`Self::SELECTABLE_FIELDS`].
+    fn selectable_field(&self, _field: &str) -> Option<String> {
+        None
+    }
 
     fn metadata(&self) -> &ObjectMeta;
     fn metadata_mut(&mut self) -> &mut ObjectMeta;

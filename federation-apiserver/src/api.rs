@@ -13,6 +13,7 @@ use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
+use fedingress_api::event::Event;
 use fedingress_api::{Cluster, FederatedIngress, Resource, Time};
 use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use serde::Deserialize;
@@ -52,10 +53,14 @@ impl Default for ApiSettings {
 }
 
 /// Everything a request handler needs.
+/// The embedded DNS server, once it runs (explain reads its snapshot).
+pub type DnsHandle = Arc<std::sync::OnceLock<Option<Arc<fedingress_dns::server::DnsServer>>>>;
+
 pub struct AppState {
     pub registry: Registry,
     pub auth: Authenticator,
     pub tokens: TokenStore,
+    pub dns: DnsHandle,
     pub metrics: Arc<Metrics>,
     pub settings: ApiSettings,
     openapi_document: Bytes,
@@ -68,6 +73,7 @@ impl AppState {
         registry: Registry,
         auth: Authenticator,
         tokens: TokenStore,
+        dns: DnsHandle,
         settings: ApiSettings,
     ) -> Self {
         let document = openapi::group_version_document().to_string();
@@ -76,6 +82,7 @@ impl AppState {
             registry,
             auth,
             tokens,
+            dns,
             metrics: Arc::new(Metrics::default()),
             settings,
             openapi_document: Bytes::from(document),
@@ -183,6 +190,13 @@ async fn dispatch(state: &AppState, request: Request) -> Outcome {
             _ => {}
         }
     }
+    if let Some(rest) = path.strip_prefix("/api/v1/") {
+        let target = parse_target(rest).map_err(|e| ("", String::new(), e))?;
+        if target.plural != Event::PLURAL || target.subresource.is_some() {
+            return Err(("", String::new(), ApiError::no_route(&path)));
+        }
+        return serve::<Event>(state, &user, target, request).await;
+    }
     let Some(rest) = path.strip_prefix("/apis/fedingress.io/v1alpha1/") else {
         return Err(("", String::new(), ApiError::no_route(&path)));
     };
@@ -190,6 +204,14 @@ async fn dispatch(state: &AppState, request: Request) -> Outcome {
     let token_path = target.plural == Cluster::PLURAL
         && target.subresource.as_deref() == Some("token")
         && target.namespace.is_none();
+    if target.plural == FederatedIngress::PLURAL && target.subresource.as_deref() == Some("explain")
+    {
+        let resource = "federatedingresses/explain".to_string();
+        return match serve_explain(state, &user, &target, request.uri()).await {
+            Ok(response) => Ok(("get", resource, response)),
+            Err(e) => Err(("get", resource, e)),
+        };
+    }
     if token_path {
         let resource = "clusters/token".to_string();
         return match serve_tokens(state, &user, &target, request.method()).await {
@@ -214,6 +236,90 @@ fn forbidden_path(user: &User, path: &str) -> ApiError {
         ),
         None,
     )
+}
+
+/// `GET .../federatedingresses/{name}/explain?client=IP`: which cluster(s) that client
+/// gets from the embedded DNS server and why (strategy, location, distances, health,
+/// load, weights), computed from the snapshot being served.
+async fn serve_explain(
+    state: &AppState,
+    user: &User,
+    target: &TargetPath,
+    uri: &http::Uri,
+) -> Result<Response, ApiError> {
+    if !user.may("get") {
+        return Err(ApiError::forbidden(
+            format!(
+                "User \"{}\" cannot get resource \"federatedingresses/explain\" in API group \"fedingress.io\"",
+                user.name
+            ),
+            None,
+        ));
+    }
+    let namespace = target
+        .namespace
+        .as_deref()
+        .ok_or_else(|| ApiError::no_route(uri.path()))?;
+    let name = target.name.clone().unwrap_or_default();
+    let ingress = state
+        .registry
+        .get::<FederatedIngress>(Some(namespace), &name)
+        .await?;
+    #[derive(Deserialize)]
+    struct ExplainParams {
+        client: Option<String>,
+    }
+    let params = axum::extract::Query::<ExplainParams>::try_from_uri(uri)
+        .map(|q| q.0)
+        .map_err(|e| ApiError::bad_request(format!("invalid query: {e}")))?;
+    let client = match params.client.as_deref().filter(|c| !c.is_empty()) {
+        Some(text) => Some(text.parse::<std::net::IpAddr>().map_err(|_| {
+            ApiError::bad_request(format!("client: {text:?} is not an IP address"))
+        })?),
+        None => None,
+    };
+    let Some(Some(dns)) = state.dns.get() else {
+        return Err(ApiError::unavailable(
+            "the embedded DNS server is not enabled (dns.listen / --dns-listen)",
+        ));
+    };
+    let dns_name = ingress
+        .spec
+        .effective_dns_name()
+        .unwrap_or_default()
+        .trim_end_matches('.')
+        .to_ascii_lowercase();
+    let snapshot = dns.snapshot();
+    let Some((located, decision)) = snapshot.explain(&dns_name, client) else {
+        return Err(ApiError::unavailable(format!(
+            "{dns_name} is not served yet (see the DNSReady condition of {namespace}/{name})"
+        )));
+    };
+    let lookup_addresses = |qtype| {
+        snapshot
+            .lookup(&dns_name, qtype, client)
+            .answers
+            .iter()
+            .map(|r| r.data.to_string())
+            .collect::<Vec<_>>()
+    };
+    let body = json!({
+        "kind": "RoutingExplanation",
+        "apiVersion": fedingress_api::API_VERSION,
+        "ingress": format!("{namespace}/{name}"),
+        "dnsName": dns_name,
+        "client": client.map(|c| c.to_string()),
+        "location": located,
+        "strategy": decision.strategy.as_str(),
+        "answer": {
+            "clusters": decision.answer.clusters(),
+            "detail": decision.answer,
+            "records": lookup_addresses(hickory_proto::rr::RecordType::A).into_iter().chain(lookup_addresses(hickory_proto::rr::RecordType::AAAA)).collect::<Vec<_>>(),
+        },
+        "reasons": decision.reasons,
+        "summary": decision.summary,
+    });
+    Ok(json_response(StatusCode::OK, &body))
 }
 
 /// The Cluster `token` subresource: POST issues a token (returned once), GET lists
@@ -322,7 +428,7 @@ fn parse_target(rest: &str) -> Result<TargetPath, ApiError> {
         ["namespaces", ns, tail @ ..] if !tail.is_empty() => (Some(ns.to_string()), tail.to_vec()),
         _ => (None, parts),
     };
-    let missing = || ApiError::no_route(&format!("/apis/fedingress.io/v1alpha1/{rest}"));
+    let missing = || ApiError::no_route(rest);
     let owned = |s: &&str| s.to_string();
     let (plural, name, subresource, subname) = match parts.as_slice() {
         [plural] => (plural.to_string(), None, None, None),
@@ -534,10 +640,10 @@ async fn serve_verb<R: Printable>(
                 "{}{object} is forbidden: User \"{}\" cannot {verb} resource \"{resource}\" in API group \"{}\"{ns}{scope_words}",
                 registry::group_resource::<R>(),
                 user.name,
-                fedingress_api::GROUP,
+                R::GROUP,
             ),
             Some(Target {
-                group: fedingress_api::GROUP,
+                group: R::GROUP,
                 kind: R::PLURAL.to_string(),
                 name,
             }),
@@ -566,7 +672,7 @@ async fn serve_verb<R: Printable>(
             Ok(json_response(StatusCode::OK, &render_one(&object)))
         }
         "list" => {
-            let filter = Filter::parse(
+            let filter = Filter::parse::<R>(
                 params.label_selector.as_deref(),
                 params.field_selector.as_deref(),
             )?;
@@ -596,7 +702,7 @@ async fn serve_verb<R: Printable>(
             } else {
                 json!({
                     "kind": R::LIST_KIND,
-                    "apiVersion": fedingress_api::API_VERSION,
+                    "apiVersion": R::api_version(),
                     "metadata": list_meta,
                     "items": page.items,
                 })
@@ -604,7 +710,7 @@ async fn serve_verb<R: Printable>(
             Ok(json_response(StatusCode::OK, &body))
         }
         "watch" => {
-            let filter = Filter::parse(
+            let filter = Filter::parse::<R>(
                 params.label_selector.as_deref(),
                 params.field_selector.as_deref(),
             )?;

@@ -84,10 +84,10 @@ fn check_type<R: Resource>(value: &mut Value) -> Result<(), ApiError> {
         return Err(ApiError::bad_request("the request body must be an object"));
     };
     match object.get("apiVersion").and_then(Value::as_str) {
-        Some(v) if v != fedingress_api::API_VERSION => {
+        Some(v) if v != R::api_version() => {
             return Err(ApiError::bad_request(format!(
                 "the API version in the data ({v}) does not match the expected API version ({})",
-                fedingress_api::API_VERSION
+                R::api_version()
             )));
         }
         _ => {}
@@ -101,10 +101,7 @@ fn check_type<R: Resource>(value: &mut Value) -> Result<(), ApiError> {
         }
         _ => {}
     }
-    object.insert(
-        "apiVersion".into(),
-        Value::from(fedingress_api::API_VERSION),
-    );
+    object.insert("apiVersion".into(), Value::from(R::api_version()));
     object.insert("kind".into(), Value::from(R::KIND));
     Ok(())
 }
@@ -128,7 +125,7 @@ pub fn decode<R: Resource>(
         ApiError::bad_request(format!(
             "{kind} in version \"{version}\" cannot be handled as a {kind}: {at}{inner}",
             kind = R::KIND,
-            version = fedingress_api::VERSION,
+            version = R::VERSION,
             inner = e.inner()
         ))
     })?;

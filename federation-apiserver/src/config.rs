@@ -29,6 +29,9 @@ pub struct Cli {
     /// Agent gateway (gRPC) listen address; TLS with the same certificate as the API.
     #[arg(long)]
     pub agent_listen: Option<SocketAddr>,
+    /// Embedded authoritative DNS server (UDP and TCP on one port).
+    #[arg(long)]
+    pub dns_listen: Option<SocketAddr>,
     /// Directory of the embedded store.
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
@@ -54,6 +57,8 @@ pub struct FileConfig {
     pub agent_listen: Option<SocketAddr>,
     #[serde(default)]
     pub agents: AgentsConfig,
+    #[serde(default)]
+    pub dns: DnsConfig,
     pub data_dir: Option<PathBuf>,
     #[serde(default)]
     pub dev: bool,
@@ -98,6 +103,72 @@ impl Default for StorageConfig {
             compaction_interval_seconds: default_compaction_seconds(),
         }
     }
+}
+
+/// The GSLB: the embedded DNS server, its zones, and where clients are.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DnsConfig {
+    /// UDP+TCP listen address of the embedded server; no address: no server.
+    pub listen: Option<SocketAddr>,
+    #[serde(default)]
+    pub zones: Vec<fedingress_dns::zone::ZoneConfig>,
+    #[serde(default)]
+    pub locations: LocationsFile,
+    /// A MaxMind (GeoIP2/GeoLite2 City format) database consulted when the table has no
+    /// entry for a client.
+    pub mmdb: Option<PathBuf>,
+    /// Measured RTTs per client subnet, for the Latency strategy.
+    #[serde(default)]
+    pub latency: Vec<LatencyFile>,
+    /// Clients allowed to AXFR the zones (none by default).
+    #[serde(default)]
+    pub allow_transfer: Vec<ipnet::IpNet>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PlaceFile {
+    pub region: String,
+    pub latitude: f64,
+    pub longitude: f64,
+}
+
+impl Default for PlaceFile {
+    fn default() -> Self {
+        Self {
+            region: "default".into(),
+            latitude: 0.0,
+            longitude: 0.0,
+        }
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LocationsFile {
+    /// Where clients the table does not know are.
+    #[serde(default)]
+    pub default: PlaceFile,
+    #[serde(default)]
+    pub table: Vec<TableEntryFile>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TableEntryFile {
+    pub cidr: ipnet::IpNet,
+    pub region: String,
+    pub latitude: f64,
+    pub longitude: f64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LatencyFile {
+    pub cidr: ipnet::IpNet,
+    /// Cluster name → round-trip time in milliseconds.
+    pub rtt_ms: std::collections::BTreeMap<String, f64>,
 }
 
 /// Agent sessions: how often agents send heartbeats, and how long the hub waits for
@@ -150,6 +221,9 @@ impl Default for WatchConfig {
 /// What the server runs with, fully checked.
 pub struct Settings {
     pub listen: SocketAddr,
+    /// The embedded DNS server's address, when it runs.
+    pub dns_listen: Option<SocketAddr>,
+    pub dns: DnsConfig,
     pub agent_listen: SocketAddr,
     pub hub: crate::hub::HubSettings,
     /// PEM certificate and key, for the agent gateway's TLS.
@@ -258,6 +332,16 @@ pub fn load(cli: &Cli) -> Result<Settings, ConfigError> {
             "agents.leaseMs must be longer than agents.heartbeatIntervalMs (> 0)".into(),
         ));
     }
+    let dns_listen = cli.dns_listen.or(file.dns.listen);
+    if let Some(addr) = dns_listen
+        && dev
+        && !addr.ip().is_loopback()
+    {
+        return Err(ConfigError::Invalid(format!(
+            "--dev may only listen on loopback, not {addr}"
+        )));
+    }
+    check_dns(&file.dns)?;
     let hub = crate::hub::HubSettings {
         heartbeat_interval: Duration::from_millis(agents.heartbeat_interval_ms),
         lease: Duration::from_millis(agents.lease_ms),
@@ -284,6 +368,8 @@ pub fn load(cli: &Cli) -> Result<Settings, ConfigError> {
     }
     Ok(Settings {
         listen,
+        dns_listen,
+        dns: file.dns,
         agent_listen,
         hub,
         tls_pem,
@@ -294,6 +380,38 @@ pub fn load(cli: &Cli) -> Result<Settings, ConfigError> {
         compaction_interval: Duration::from_secs(file.storage.compaction_interval_seconds),
         bookmark_interval: Duration::from_secs(file.watch.bookmark_interval_seconds),
     })
+}
+
+/// Checks the DNS section (coordinates, zone names) so a bad one exits 64.
+fn check_dns(dns: &DnsConfig) -> Result<(), ConfigError> {
+    let place = |what: &str, lat: f64, lon: f64| {
+        if !(-90.0..=90.0).contains(&lat) || !(-180.0..=180.0).contains(&lon) {
+            Err(ConfigError::Invalid(format!(
+                "dns.locations {what}: latitude must be in [-90, 90] and longitude in [-180, 180]"
+            )))
+        } else {
+            Ok(())
+        }
+    };
+    place(
+        "default",
+        dns.locations.default.latitude,
+        dns.locations.default.longitude,
+    )?;
+    for entry in &dns.locations.table {
+        place(&entry.cidr.to_string(), entry.latitude, entry.longitude)?;
+    }
+    fedingress_dns::zone::validate_zones(&dns.zones)
+        .map_err(|e| ConfigError::Invalid(format!("dns.zones: {e}")))?;
+    if let Some(path) = &dns.mmdb
+        && !path.is_file()
+    {
+        return Err(ConfigError::Invalid(format!(
+            "dns.mmdb: {} is not a readable file",
+            path.display()
+        )));
+    }
+    Ok(())
 }
 
 fn load_tls(files: &TlsFiles) -> Result<Arc<rustls::ServerConfig>, ConfigError> {

@@ -42,9 +42,20 @@ pub fn core_versions() -> Value {
     json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []})
 }
 
-/// The core group: nothing of it is served yet (Events come with the GSLB work).
+/// The core group: only Events (the history of routing changes).
 pub fn core_resources() -> Value {
-    json!({"kind": "APIResourceList", "groupVersion": "v1", "resources": []})
+    json!({
+        "kind": "APIResourceList",
+        "groupVersion": "v1",
+        "resources": [{
+            "name": "events",
+            "singularName": "event",
+            "namespaced": true,
+            "kind": "Event",
+            "verbs": VERBS,
+            "shortNames": ["ev"],
+        }],
+    })
 }
 
 fn group() -> Value {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use base64::Engine;
 use bytes::Bytes;
 use fedingress_api::selector::{FieldSelector, LabelSelectorRequirements};
-use fedingress_api::{ObjectMeta, Resource, Time};
+use fedingress_api::{Resource, Time};
 use fedingress_store::{KeyValue, Precondition, Revision, Store, StoreError};
 use serde::{Deserialize, Serialize};
 
@@ -27,12 +27,16 @@ pub enum Scope {
 
 /// `group/resource` for messages, e.g. `federatedingresses.fedingress.io`.
 pub fn group_resource<R: Resource>() -> String {
-    format!("{}.{}", R::PLURAL, fedingress_api::GROUP)
+    if R::GROUP.is_empty() {
+        R::PLURAL.to_string()
+    } else {
+        format!("{}.{}", R::PLURAL, R::GROUP)
+    }
 }
 
 pub fn target<R: Resource>(name: &str) -> Target {
     Target {
-        group: fedingress_api::GROUP,
+        group: R::GROUP,
         kind: R::PLURAL.to_string(),
         name: name.to_string(),
     }
@@ -60,7 +64,8 @@ pub struct Filter {
 }
 
 impl Filter {
-    pub fn parse(
+    /// Parses the selectors of a list or watch of kind `R`.
+    pub fn parse<R: Resource>(
         label_selector: Option<&str>,
         field_selector: Option<&str>,
     ) -> Result<Self, ApiError> {
@@ -76,7 +81,10 @@ impl Filter {
                 let selector = FieldSelector::parse(s)
                     .map_err(|e| ApiError::bad_request(format!("invalid field selector: {e}")))?;
                 for field in selector.fields() {
-                    if field != "metadata.name" && field != "metadata.namespace" {
+                    let known = field == "metadata.name"
+                        || field == "metadata.namespace"
+                        || R::SELECTABLE_FIELDS.contains(&field);
+                    if !known {
                         return Err(ApiError::bad_request(format!(
                             "field label not supported: {field}"
                         )));
@@ -89,7 +97,8 @@ impl Filter {
         Ok(Self { labels, fields })
     }
 
-    pub fn matches(&self, meta: &ObjectMeta) -> bool {
+    pub fn matches<R: Resource>(&self, object: &R) -> bool {
+        let meta = object.metadata();
         if let Some(labels) = &self.labels
             && !labels.matches(&meta.labels)
         {
@@ -99,7 +108,7 @@ impl Filter {
             return fields.matches(|field| match field {
                 "metadata.name" => meta.name.clone(),
                 "metadata.namespace" => Some(meta.namespace.clone().unwrap_or_default()),
-                _ => None,
+                other => object.selectable_field(other),
             });
         }
         true
@@ -261,7 +270,7 @@ impl Registry {
             for kv in &result.kvs {
                 last_key = Some(kv.key.clone());
                 let object: R = Self::decode_stored(kv)?;
-                if filter.matches(object.metadata()) {
+                if filter.matches(&object) {
                     items.push(object);
                     if limit != 0 && items.len() == limit {
                         break;
@@ -336,12 +345,7 @@ impl Registry {
         let name = object.metadata().name.clone().unwrap_or_default();
         let errors = object.validate();
         if !errors.is_empty() {
-            return Err(ApiError::invalid(
-                R::KIND,
-                fedingress_api::GROUP,
-                &name,
-                &errors,
-            ));
+            return Err(ApiError::invalid(R::KIND, R::GROUP, &name, &errors));
         }
         if dry_run {
             return Ok(object);
@@ -458,12 +462,7 @@ impl Registry {
             }
             let errors = next.validate();
             if !errors.is_empty() {
-                return Err(ApiError::invalid(
-                    R::KIND,
-                    fedingress_api::GROUP,
-                    name,
-                    &errors,
-                ));
+                return Err(ApiError::invalid(R::KIND, R::GROUP, name, &errors));
             }
             let encoded = Self::encode(&next)?;
             if encoded == current_kv.value {

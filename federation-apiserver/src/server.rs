@@ -50,10 +50,12 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         .context("reading the agent gateway address")?;
     let registry = Registry::new(store.clone());
     let tokens = TokenStore::new(store.clone());
+    let state_dns = Arc::new(std::sync::OnceLock::new());
     let state = Arc::new(AppState::new(
         registry.clone(),
         settings.auth,
         tokens.clone(),
+        state_dns.clone(),
         ApiSettings {
             bookmark_interval: settings.bookmark_interval,
             ..ApiSettings::default()
@@ -65,8 +67,26 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         settings.compaction_interval,
     ));
 
+    // The embedded DNS server, when configured.
+    let (gslb, dns_server, dns_bound) = match settings.dns_listen {
+        Some(listen) => {
+            let bound = crate::hub::gslb::Gslb::bind(&settings.dns, listen).await?;
+            let server = bound.server.clone();
+            let allow = settings.dns.allow_transfer.clone();
+            let serving = bound.server.clone().serve(bound.udp, bound.tcp, allow);
+            tokio::spawn(async move {
+                if let Err(e) = serving.await {
+                    tracing::error!(error = %e, "DNS server stopped");
+                }
+            });
+            (Some(bound.gslb), Some(server), Some(bound.address))
+        }
+        None => (None, None, None),
+    };
+    let _ = state_dns.set(dns_server);
+
     let hub = Hub::new(settings.hub);
-    tokio::spawn(Controller::new(registry.clone(), hub.clone(), tokens.clone()).run());
+    tokio::spawn(Controller::new(registry.clone(), hub.clone(), tokens.clone(), gslb).run());
     let mut gateway = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(Duration::from_secs(10)))
         .tcp_nodelay(true);
@@ -89,7 +109,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
 
     let tls = settings.tls.map(tokio_rustls::TlsAcceptor::from);
     tracing::info!(address = %bound, agent_address = %agent_bound, tls = tls.is_some(), data_dir = %settings.data_dir.display(), "serving");
-    ready_line(bound, agent_bound);
+    ready_line(bound, agent_bound, dns_bound);
     let shutdown = shutdown_signal();
     tokio::pin!(shutdown);
     loop {
@@ -142,9 +162,12 @@ where
 }
 
 /// Prints the one line tests and tools wait for.
-fn ready_line(api: SocketAddr, agent: SocketAddr) {
+fn ready_line(api: SocketAddr, agent: SocketAddr, dns: Option<SocketAddr>) {
     use std::io::Write;
-    let line = serde_json::json!({"api": api.to_string(), "agent": agent.to_string()});
+    let mut line = serde_json::json!({"api": api.to_string(), "agent": agent.to_string()});
+    if let Some(dns) = dns {
+        line["dns"] = serde_json::json!(dns.to_string());
+    }
     let mut stdout = std::io::stdout().lock();
     let _ = writeln!(stdout, "READY {line}");
     let _ = stdout.flush();

@@ -85,17 +85,22 @@ impl ApiError {
     }
 
     /// `422 Invalid` with one cause per field error.
-    pub fn invalid(kind: &str, group: &str, name: &str, errors: &[FieldError]) -> Self {
+    pub fn invalid(kind: &str, group: &'static str, name: &str, errors: &[FieldError]) -> Self {
         let list = errors.iter().map(ToString::to_string).collect::<Vec<_>>();
         let joined = if list.len() == 1 {
             list[0].clone()
         } else {
             format!("[{}]", list.join(", "))
         };
-        let message = format!("{kind}.{group} \"{name}\" is invalid: {joined}");
+        let kind_group = if group.is_empty() {
+            kind.to_string()
+        } else {
+            format!("{kind}.{group}")
+        };
+        let message = format!("{kind_group} \"{name}\" is invalid: {joined}");
         let mut error = Self::new(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", message);
         error.target = Some(Box::new(Target {
-            group: fedingress_api::GROUP,
+            group,
             kind: kind.to_string(),
             name: name.to_string(),
         }));

@@ -1,5 +1,6 @@
 //! Server-side printing: `meta.k8s.io/v1` Table responses, the columns `kubectl get` shows.
 
+use fedingress_api::event::Event;
 use fedingress_api::{Cluster, FederatedIngress, ObjectMeta, Resource, Time};
 use serde_json::{Value, json};
 
@@ -29,7 +30,38 @@ impl IncludeObject {
 pub trait Printable: Resource {
     /// (name, type, description) of each column after NAME, before AGE.
     const COLUMNS: &'static [(&'static str, &'static str, &'static str)];
-    fn cells(&self) -> Vec<Value>;
+    /// Whether NAME leads and AGE ends the columns (Events have their own).
+    const NAME_AND_AGE: bool = true;
+    fn cells(&self, now: &Time) -> Vec<Value>;
+}
+
+impl Printable for Event {
+    const COLUMNS: &'static [(&'static str, &'static str, &'static str)] = &[
+        ("Last Seen", "string", "Time since the event last happened"),
+        ("Type", "string", "Normal or Warning"),
+        ("Reason", "string", "Why the event happened"),
+        ("Object", "string", "The object the event is about"),
+        ("Message", "string", "What happened"),
+    ];
+    const NAME_AND_AGE: bool = false;
+
+    fn cells(&self, now: &Time) -> Vec<Value> {
+        let last = self
+            .last_timestamp
+            .or(self.first_timestamp)
+            .or(self.metadata.creation_timestamp);
+        let seen = last
+            .map(|t| human_duration((now.0 - t.0).num_seconds()))
+            .unwrap_or_else(|| "<unknown>".into());
+        let o = &self.involved_object;
+        vec![
+            json!(seen),
+            json!(self.type_),
+            json!(self.reason),
+            json!(format!("{}/{}", o.kind.to_ascii_lowercase(), o.name)),
+            json!(self.message),
+        ]
+    }
 }
 
 impl Printable for FederatedIngress {
@@ -44,7 +76,7 @@ impl Printable for FederatedIngress {
         ),
     ];
 
-    fn cells(&self) -> Vec<Value> {
+    fn cells(&self, _now: &Time) -> Vec<Value> {
         let mut hosts = self.hosts();
         if hosts.is_empty()
             && let Some(name) = self.spec.traffic.dns_name.clone()
@@ -85,7 +117,7 @@ impl Printable for Cluster {
         ("Ready", "string", "Whether the cluster can take traffic"),
     ];
 
-    fn cells(&self) -> Vec<Value> {
+    fn cells(&self, _now: &Time) -> Vec<Value> {
         let status = self.status.clone().unwrap_or_default();
         let ready = status
             .conditions
@@ -115,6 +147,14 @@ fn join_or_none(items: &[String]) -> String {
 }
 
 fn column_definitions<R: Printable>() -> Value {
+    if !R::NAME_AND_AGE {
+        return Value::Array(
+            R::COLUMNS
+                .iter()
+                .map(|(name, kind, description)| json!({"name": name, "type": kind, "format": "", "priority": 0, "description": description}))
+                .collect(),
+        );
+    }
     let mut columns = vec![json!({
         "name": "Name", "type": "string", "format": "name", "priority": 0,
         "description": "Name must be unique within a namespace."
@@ -131,9 +171,14 @@ fn column_definitions<R: Printable>() -> Value {
 
 fn row<R: Printable>(object: &R, include: IncludeObject, now: &Time) -> Value {
     let meta = object.metadata();
-    let mut cells = vec![json!(meta.name.clone().unwrap_or_default())];
-    cells.extend(object.cells());
-    cells.push(json!(age(meta, now)));
+    let cells = if R::NAME_AND_AGE {
+        let mut cells = vec![json!(meta.name.clone().unwrap_or_default())];
+        cells.extend(object.cells(now));
+        cells.push(json!(age(meta, now)));
+        cells
+    } else {
+        object.cells(now)
+    };
     let mut row = json!({"cells": cells});
     match include {
         IncludeObject::None => {}

@@ -46,10 +46,10 @@ fn translate<R: Resource>(
         .as_ref()
         .map(Registry::decode_stored::<R>)
         .transpose()?
-        .filter(|p| filter.matches(p.metadata()));
+        .filter(|p| filter.matches(p));
     let mut object: R = Registry::decode_stored(&event.kv)?;
     object.metadata_mut().resource_version = Some(event.revision.to_string());
-    let matches = filter.matches(object.metadata());
+    let matches = filter.matches(&object);
     Ok(match event.kind {
         EventKind::Delete => matches.then_some(("DELETED", object)),
         EventKind::Put => match (previous.is_some(), matches) {
@@ -135,7 +135,7 @@ pub async fn start<R: Resource>(
                 _ = ticker.tick(), if bookmarks => {
                     let bookmark = json!({
                         "kind": R::KIND,
-                        "apiVersion": fedingress_api::API_VERSION,
+                        "apiVersion": R::api_version(),
                         "metadata": {"resourceVersion": last_revision.to_string()},
                     });
                     if tx.send(line("BOOKMARK", bookmark)).await.is_err() {

@@ -23,9 +23,14 @@ pub struct HubProcess {
 }
 
 pub fn hub_config(dir: &Path, block: u8) -> PathBuf {
+    hub_config_with(dir, block, "")
+}
+
+/// The hub config plus `extra` YAML (e.g. a `dns:` section).
+pub fn hub_config_with(dir: &Path, block: u8, extra: &str) -> PathBuf {
     let path = dir.join("apiserver.yaml");
     let text = format!(
-        "listen: 127.0.{block}.1:16443\nagentListen: 127.0.{block}.1:16444\ndataDir: {}\ndev: true\nagents:\n  heartbeatIntervalMs: 300\n  leaseMs: 1500\n",
+        "listen: 127.0.{block}.1:16443\nagentListen: 127.0.{block}.1:16444\ndataDir: {}\ndev: true\nagents:\n  heartbeatIntervalMs: 300\n  leaseMs: 1500\n{extra}",
         dir.join("hub-data").display()
     );
     std::fs::write(&path, text).expect("writing apiserver config");
@@ -33,7 +38,12 @@ pub fn hub_config(dir: &Path, block: u8) -> PathBuf {
 }
 
 pub fn start_hub(dir: &Path, block: u8) -> HubProcess {
-    let config = hub_config(dir, block);
+    start_hub_with(dir, block, "")
+}
+
+/// Starts the hub with extra config (see [`hub_config_with`]).
+pub fn start_hub_with(dir: &Path, block: u8, extra: &str) -> HubProcess {
+    let config = hub_config_with(dir, block, extra);
     let mut command = Command::new(binary("federation-apiserver"));
     command.arg("--config").arg(&config);
     let process = Process::start(command, "federation-apiserver", START).expect("apiserver starts");
@@ -97,14 +107,24 @@ pub struct ClusterSpec {
     pub bind: IpAddr,
     /// The `echo` service's endpoint.
     pub backend: std::net::SocketAddr,
+    /// `advertise` of the listen address (an IP or a load balancer host name).
+    pub advertise: Option<String>,
+    /// `spec.capacity.rps` of the Cluster.
+    pub capacity_rps: Option<u32>,
 }
 
 /// Creates the Cluster object (with kubectl).
 pub fn create_cluster(k: &Kubectl, dir: &Path, spec: &ClusterSpec) {
     let path = dir.join(format!("cluster-{}.yaml", spec.name));
     let text = format!(
-        "apiVersion: fedingress.io/v1alpha1\nkind: Cluster\nmetadata:\n  name: {}\n  labels: {{env: test}}\nspec:\n  region: {}\n  location: {{latitude: {}, longitude: {}}}\n",
-        spec.name, spec.region, spec.latitude, spec.longitude
+        "apiVersion: fedingress.io/v1alpha1\nkind: Cluster\nmetadata:\n  name: {}\n  labels: {{env: test}}\nspec:\n  region: {}\n  location: {{latitude: {}, longitude: {}}}\n{}",
+        spec.name,
+        spec.region,
+        spec.latitude,
+        spec.longitude,
+        spec.capacity_rps
+            .map(|c| format!("  capacity: {{rps: {c}}}\n"))
+            .unwrap_or_default()
     );
     std::fs::write(&path, text).expect("writing cluster yaml");
     k.ok(&["apply", "-f", &path.display().to_string()]);
@@ -116,8 +136,13 @@ pub fn agent_config(dir: &Path, hub_agent: &str, spec: &ClusterSpec, token: &str
     std::fs::create_dir_all(&agent_dir).expect("agent dir");
     std::fs::write(agent_dir.join("token"), token).expect("token file");
     let bind = spec.bind.to_string();
+    let advertise = spec
+        .advertise
+        .as_ref()
+        .map(|a| format!("  advertise: \"{a}\"\n"))
+        .unwrap_or_default();
     let text = format!(
-        "hub:\n  address: {hub_agent}\ncluster: {name}\ntokenFile: token\ndriver: standalone\nlisten:\n- bind: \"{bind}\"\nservices:\n  echo: [\"{backend}\"]\nhealthCheck:\n  intervalMs: 200\n  timeoutMs: 200\n  healthyThreshold: 1\n  unhealthyThreshold: 2\nudpIdleTimeoutMs: 5000\nstateDir: state\nadmin: 127.0.0.1:0\nreportIntervalMs: 1000\n",
+        "hub:\n  address: {hub_agent}\ncluster: {name}\ntokenFile: token\ndriver: standalone\nlisten:\n- bind: \"{bind}\"\n{advertise}services:\n  echo: [\"{backend}\"]\nhealthCheck:\n  intervalMs: 200\n  timeoutMs: 200\n  healthyThreshold: 1\n  unhealthyThreshold: 2\nudpIdleTimeoutMs: 5000\nstateDir: state\nadmin: 127.0.0.1:0\nreportIntervalMs: 1000\n",
         name = spec.name,
         backend = spec.backend,
     );

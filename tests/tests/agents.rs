@@ -26,6 +26,8 @@ fn spec(block: u8, n: u8, region: &str) -> ClusterSpec {
         longitude: f64::from(n) * 20.0,
         bind: format!("127.0.{block}.{}", 10 + n).parse().unwrap(),
         backend: format!("127.0.{block}.{}:9000", 20 + n).parse().unwrap(),
+        advertise: None,
+        capacity_rps: None,
     }
 }
 
@@ -129,6 +131,8 @@ fn ingresses_reach_every_cluster_and_follow_health_changes_and_deletion() {
         longitude: 25.0,
         bind: "::1".parse().unwrap(),
         backend: "[::1]:19111".parse().unwrap(),
+        advertise: None,
+        capacity_rps: None,
     });
     let mut members = members(dir, &hub, &k, specs);
     let names = ["c1", "c2", "c3", "c4"];

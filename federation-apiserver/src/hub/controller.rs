@@ -18,14 +18,19 @@ use std::time::Duration;
 use fedingress_api::cluster::{CONDITION_CONNECTED, CONDITION_READY as CLUSTER_READY, ClusterLoad};
 use fedingress_api::conflict::{Conflict, PlacedIngress, find_conflicts};
 use fedingress_api::ingress::{
-    BackendStatus, CONDITION_HEALTHY, CONDITION_PLACED, CONDITION_PROPAGATED, CONDITION_READY,
-    ClusterIngressStatus, ClusterPhase, FederatedIngressStatus, REASON_CONFLICT,
+    BackendStatus, CONDITION_DNS_READY, CONDITION_HEALTHY, CONDITION_PLACED, CONDITION_PROPAGATED,
+    CONDITION_READY, ClusterIngressStatus, ClusterPhase, DnsProviderStatus, DnsStatus,
+    FederatedIngressStatus, REASON_CONFLICT,
 };
 use fedingress_api::meta::{Condition, ConditionStatus, set_condition};
 use fedingress_api::plan::{IngressKey, cluster_plans};
 use fedingress_api::{Cluster, ClusterStatus, FederatedIngress, Resource, Time};
+use fedingress_dns::zone::Snapshot;
+use fedingress_dns::{ClusterView, Location, RoutedIngress, SrvService};
 use futures_util::StreamExt;
 
+use super::events::Recorder;
+use super::gslb::Gslb;
 use super::tokens::TokenStore;
 use super::{AgentState, Hub};
 use crate::registry::{Filter, Registry, Scope};
@@ -42,17 +47,27 @@ pub struct Controller {
     tick: Duration,
     /// Clusters seen in the previous pass (their tokens are revoked when they go).
     known_clusters: Vec<String>,
+    /// DNS steering, when the embedded DNS server runs.
+    gslb: Option<Gslb>,
+    recorder: Recorder,
+    /// When a pending failback needs a pass.
+    wake_in: Option<Duration>,
+    last_prune: Option<std::time::Instant>,
 }
 
 impl Controller {
-    pub fn new(registry: Registry, hub: Arc<Hub>, tokens: TokenStore) -> Self {
+    pub fn new(registry: Registry, hub: Arc<Hub>, tokens: TokenStore, gslb: Option<Gslb>) -> Self {
         let tick = (hub.settings.lease / 4).max(Duration::from_millis(100));
         Self {
+            recorder: Recorder::new(registry.clone()),
             registry,
             hub,
             tokens,
             tick,
             known_clusters: Vec::new(),
+            gslb,
+            wake_in: None,
+            last_prune: None,
         }
     }
 
@@ -79,10 +94,14 @@ impl Controller {
                     continue;
                 }
             };
+            let wait = self
+                .wake_in
+                .map_or(self.tick, |w| w.min(self.tick))
+                .max(Duration::from_millis(5));
             tokio::select! {
                 _ = events.next() => {}
                 _ = changes.changed() => {}
-                () = tokio::time::sleep(self.tick) => {}
+                () = tokio::time::sleep(wait) => {}
             }
             tokio::time::sleep(DEBOUNCE).await;
         }
@@ -145,7 +164,7 @@ impl Controller {
             self.hub.publish(cluster.name(), plan, version);
         }
 
-        // Status.
+        // Status: computed for every object, then DNS, then written where it changed.
         for cluster in &clusters {
             let agent = agents.get(cluster.name());
             let mut status = cluster.status.clone().unwrap_or_default();
@@ -155,6 +174,7 @@ impl Controller {
             }
         }
         let by_name: BTreeMap<&str, &Cluster> = clusters.iter().map(|c| (c.name(), c)).collect();
+        let mut statuses = Vec::with_capacity(placed.len());
         for placed_ingress in &placed {
             let ingress = placed_ingress.ingress;
             let key = placed_ingress.key();
@@ -170,9 +190,86 @@ impl Controller {
                 &mut status,
                 now,
             );
+            statuses.push(status);
+        }
+        if let Some(gslb) = &mut self.gslb {
+            let mut order: Vec<usize> = (0..placed.len()).collect();
+            order.sort_by(|&a, &b| {
+                let (a, b) = (placed[a].ingress.metadata(), placed[b].ingress.metadata());
+                (a.creation_timestamp.map(|t| t.0), &a.namespace, &a.name).cmp(&(
+                    b.creation_timestamp.map(|t| t.0),
+                    &b.namespace,
+                    &b.name,
+                ))
+            });
+            let routed: Vec<RoutedIngress> = order
+                .iter()
+                .filter_map(|&i| {
+                    routed_ingress(
+                        placed[i].ingress,
+                        &statuses[i],
+                        &conflicts,
+                        &by_name,
+                        &agents,
+                    )
+                })
+                .collect();
+            let now_ms = u64::try_from(now.0.timestamp_millis()).unwrap_or_default();
+            let step = gslb.step(routed, revision, now_ms);
+            self.wake_in = step.wake_in;
+            let snapshot = gslb.snapshot();
+            for (placed_ingress, status) in placed.iter().zip(statuses.iter_mut()) {
+                let key = placed_ingress.key().to_string();
+                let dns_name = placed_ingress
+                    .ingress
+                    .spec
+                    .effective_dns_name()
+                    .unwrap_or_default()
+                    .to_ascii_lowercase();
+                dns_status(
+                    status,
+                    &dns_name,
+                    step.problems.get(&key),
+                    &snapshot,
+                    placed_ingress.ingress.metadata().generation.unwrap_or(0),
+                    now,
+                );
+            }
+            for change in step.changes {
+                let Some(index) = placed
+                    .iter()
+                    .position(|p| p.key().to_string() == change.ingress)
+                else {
+                    continue;
+                };
+                let ingress = placed[index].ingress;
+                let dns_name = ingress.spec.effective_dns_name().unwrap_or_default();
+                let (type_, reason, verb) = if change.joined {
+                    ("Normal", "ClusterJoinedAnswers", "joined")
+                } else {
+                    ("Warning", "ClusterLeftAnswers", "left")
+                };
+                let message = format!(
+                    "cluster {} {verb} the DNS answers for {dns_name}: {}",
+                    change.cluster, change.detail
+                );
+                self.recorder
+                    .record(ingress, type_, reason, &message, now)
+                    .await;
+            }
+        }
+        for (placed_ingress, status) in placed.iter().zip(statuses) {
+            let ingress = placed_ingress.ingress;
             if Some(&status) != ingress.status.as_ref() {
                 self.write_status(ingress, status).await;
             }
+        }
+        if self
+            .last_prune
+            .is_none_or(|t| t.elapsed() > Duration::from_secs(60))
+        {
+            self.last_prune = Some(std::time::Instant::now());
+            self.recorder.prune(now).await;
         }
         Ok(revision)
     }
@@ -536,4 +633,175 @@ fn cluster_entry(
         down.join("; ")
     };
     entry
+}
+
+/// What DNS needs of one ingress, or `None` when it is not served (being deleted, or its
+/// DNS name belongs to an older object).
+fn routed_ingress(
+    ingress: &FederatedIngress,
+    status: &FederatedIngressStatus,
+    conflicts: &[Conflict],
+    clusters: &BTreeMap<&str, &Cluster>,
+    agents: &BTreeMap<String, AgentState>,
+) -> Option<RoutedIngress> {
+    let meta = ingress.metadata();
+    if meta.deletion_timestamp.is_some() {
+        return None;
+    }
+    let key = IngressKey::of(ingress);
+    if conflicts
+        .iter()
+        .any(|c| c.loser == key && c.cluster.is_none())
+    {
+        return None;
+    }
+    let dns_name = ingress
+        .spec
+        .effective_dns_name()?
+        .trim_end_matches('.')
+        .to_ascii_lowercase();
+    let views = status
+        .clusters
+        .iter()
+        .filter(|entry| {
+            !conflicts
+                .iter()
+                .any(|c| c.loser == key && c.applies_to(&entry.name))
+        })
+        .filter_map(|entry| {
+            let cluster = clusters.get(entry.name.as_str())?;
+            let location = cluster.spec.location.as_ref();
+            let load = agents
+                .get(cluster.name())
+                .and_then(|a| a.report.as_ref())
+                .map(|r| {
+                    let connections: f64 = r
+                        .ingresses
+                        .iter()
+                        .flat_map(|i| i.listeners.iter())
+                        .map(|l| l.connections_per_second)
+                        .sum();
+                    r.requests_per_second + connections
+                });
+            Some(ClusterView {
+                name: entry.name.clone(),
+                location: Location {
+                    region: cluster.spec.region.clone(),
+                    latitude: location.map(|l| l.latitude).unwrap_or_default(),
+                    longitude: location.map(|l| l.longitude).unwrap_or_default(),
+                },
+                healthy: entry.healthy,
+                cordoned: cluster.spec.unschedulable,
+                ips: entry.addresses.iter().filter_map(|a| a.ip).collect(),
+                hostnames: entry
+                    .addresses
+                    .iter()
+                    .filter_map(|a| a.hostname.clone())
+                    .collect(),
+                load: load.unwrap_or_default(),
+                capacity: cluster
+                    .spec
+                    .capacity
+                    .as_ref()
+                    .and_then(|c| c.rps)
+                    .map(|r| r as f64),
+            })
+        })
+        .collect();
+    let mut srv: Vec<SrvService> = ingress
+        .spec
+        .rules
+        .iter()
+        .filter(|r| r.protocol.is_l4())
+        .filter_map(|r| {
+            Some(SrvService {
+                name: r.name.clone()?,
+                transport: r.protocol.as_str().to_ascii_lowercase(),
+                port: u16::try_from(r.effective_port()?).ok()?,
+            })
+        })
+        .collect();
+    srv.dedup();
+    Some(RoutedIngress {
+        ingress: key.to_string(),
+        dns_name,
+        traffic: ingress.spec.traffic.clone(),
+        clusters: views,
+        srv,
+        failover: Default::default(),
+    })
+}
+
+/// `status.dns` and the DNSReady condition; Ready then also needs DNSReady.
+fn dns_status(
+    status: &mut FederatedIngressStatus,
+    dns_name: &str,
+    problems: Option<&Vec<String>>,
+    snapshot: &Snapshot,
+    generation: i64,
+    now: Time,
+) {
+    let records = snapshot.records_for_status(dns_name);
+    let served = problems.is_none_or(Vec::is_empty) && !records.is_empty();
+    status.dns = Some(DnsStatus {
+        records,
+        providers: vec![DnsProviderStatus {
+            name: "embedded".into(),
+            synced: true,
+            message: String::new(),
+            last_sync_time: None,
+        }],
+    });
+    let ready = if served {
+        condition(
+            CONDITION_DNS_READY,
+            true,
+            "Served",
+            format!("{dns_name} is served by the embedded DNS server"),
+        )
+    } else {
+        let why = problems
+            .map(|p| p.join("; "))
+            .filter(|p| !p.is_empty())
+            .unwrap_or_else(|| format!("{dns_name} has no records (no cluster answers)"));
+        condition(CONDITION_DNS_READY, false, "NotServed", why)
+    };
+    set_condition(
+        &mut status.conditions,
+        ready.with_observed_generation(generation),
+        now,
+    );
+    let all = [
+        CONDITION_PLACED,
+        CONDITION_PROPAGATED,
+        CONDITION_HEALTHY,
+        CONDITION_DNS_READY,
+    ]
+    .iter()
+    .all(|t| {
+        status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == *t && c.is_true())
+    });
+    let ready = if all {
+        condition(
+            CONDITION_READY,
+            true,
+            "Ready",
+            "placed, applied, healthy and served in DNS",
+        )
+    } else {
+        condition(
+            CONDITION_READY,
+            false,
+            "NotReady",
+            "see the Placed, Propagated, Healthy and DNSReady conditions",
+        )
+    };
+    set_condition(
+        &mut status.conditions,
+        ready.with_observed_generation(generation),
+        now,
+    );
 }

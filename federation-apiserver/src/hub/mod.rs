@@ -9,7 +9,9 @@
 //!   every cluster and what each connected agent has said.
 
 pub mod controller;
+pub mod events;
 pub mod gateway;
+pub mod gslb;
 pub mod tokens;
 
 use std::collections::{BTreeMap, HashMap};

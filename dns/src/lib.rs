@@ -1,0 +1,74 @@
+//! fedingress-dns: global server load balancing.
+//!
+//! - [`location`]: where a client is (EDNS Client Subnet or resolver address) from the
+//!   config's CIDR table or a MaxMind `.mmdb` file.
+//! - [`routing`]: the strategies, pure functions of (policy, cluster views, client) →
+//!   which clusters answer and why.
+//! - [`zone`]: an immutable snapshot of everything served (zones, names, answers per
+//!   client location bucket), built from routed ingresses and swapped atomically.
+//! - [`server`]: the embedded authoritative server (UDP fast path from pre-encoded
+//!   answers; everything else through hickory).
+//!
+//! What does not belong here: reading API objects or the store (the API server turns
+//! them into [`ClusterView`]s and [`RoutedIngress`]es), clocks (callers pass `now`).
+
+pub mod location;
+pub mod routing;
+pub mod server;
+pub mod zone;
+
+use std::net::IpAddr;
+
+use fedingress_api::ingress::Traffic;
+use serde::{Deserialize, Serialize};
+
+/// A place: a region name and coordinates in degrees.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Location {
+    pub region: String,
+    pub latitude: f64,
+    pub longitude: f64,
+}
+
+/// A member cluster as routing sees it for one FederatedIngress.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ClusterView {
+    pub name: String,
+    pub location: Location,
+    /// Agent connected and every backend service of this ingress has a ready endpoint.
+    pub healthy: bool,
+    /// `spec.unschedulable`: never in an answer.
+    pub cordoned: bool,
+    /// Addresses the cluster serves this ingress on.
+    pub ips: Vec<IpAddr>,
+    /// Load balancer host names (answered as CNAME).
+    pub hostnames: Vec<String>,
+    /// Reported load: requests (L7) plus new connections (L4) per second.
+    pub load: f64,
+    /// `spec.capacity.rps`, used by Overflow.
+    pub capacity: Option<f64>,
+}
+
+/// An L4 rule that carries a `name`: served as SRV `_<name>._tcp|_udp.<dnsName>`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SrvService {
+    pub name: String,
+    /// `tcp` or `udp`.
+    pub transport: String,
+    pub port: u16,
+}
+
+/// Everything needed to serve one FederatedIngress's DNS name.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RoutedIngress {
+    /// `namespace/name` of the FederatedIngress (for logs and explain).
+    pub ingress: String,
+    /// Fully qualified, lower case, without the trailing dot.
+    pub dns_name: String,
+    pub traffic: Traffic,
+    /// The placed clusters (cordoned ones included; routing leaves them out).
+    pub clusters: Vec<ClusterView>,
+    pub srv: Vec<SrvService>,
+    /// Failover memory (see [`routing::FailoverState`]).
+    pub failover: routing::FailoverState,
+}

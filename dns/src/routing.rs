@@ -1,0 +1,935 @@
+//! The routing strategies: pure functions of (policy, cluster views, client) → the answer
+//! and the reasons for it.
+//!
+//! Entry points:
+//!
+//! - [`decide`]: one FederatedIngress's [`Decision`] for one client (location bucket):
+//!   the [`Answer`] to serve and a [`Reason`] for every placed cluster, included or not.
+//!   The apiserver's explain endpoint returns it as JSON; routing events come from
+//!   comparing successive decisions.
+//! - [`failover_step`] and [`next_failover_change_ms`]: the Failover strategy's memory
+//!   ([`FailoverState`]), stepped by the caller whenever cluster views change and when a
+//!   pending failback falls due. It is the only state; everything else is recomputed.
+//!
+//! # Eligibility
+//!
+//! A placed cluster can be in a normal answer when it is healthy, not cordoned, and has
+//! an address (an IP or a host name; Anycast needs none of its own). Cordoned clusters
+//! are never in any answer, not even when failing open.
+//!
+//! # When no cluster is eligible
+//!
+//! `whenAllUnhealthy: ServeAll` (the default) answers with every non-cordoned placed
+//! cluster (fail open); `NoData` answers NOERROR without records (fail closed). The same
+//! applies when a strategy finds nobody to pick for another reason (Weighted with every
+//! healthy cluster at weight 0, Failover with no healthy tier).
+//!
+//! What does not belong here: DNS encoding (the server turns [`Answer`] into records),
+//! clocks (callers pass `now_ms`), locating clients (see [`crate::location`]).
+
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::net::IpAddr;
+
+use fedingress_api::ingress::{StrategyType, Traffic, WhenAllUnhealthy};
+use serde::{Deserialize, Serialize};
+
+use crate::location::Located;
+use crate::{ClusterView, Location};
+
+/// Mean Earth radius used for great-circle distances, in kilometres.
+pub const EARTH_RADIUS_KM: f64 = 6371.0;
+
+/// The client a decision is for.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClientInfo {
+    /// The address located (ECS subnet address or resolver address), for explain.
+    pub address: Option<IpAddr>,
+    pub location: Location,
+    /// The client's row of the RTT table (cluster → ms), if any.
+    pub rtt: Option<BTreeMap<String, f64>>,
+}
+
+impl ClientInfo {
+    /// The client at `located` (from [`crate::location::Locator::locate`] or one of
+    /// [`crate::location::Locator::buckets`]).
+    pub fn from_located(address: Option<IpAddr>, located: &Located) -> Self {
+        ClientInfo {
+            address,
+            location: located.location.clone(),
+            rtt: located.rtt.clone(),
+        }
+    }
+}
+
+/// What to answer.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", content = "value")]
+pub enum Answer {
+    /// Every listed cluster's addresses in one response (sorted by cluster name); the
+    /// server may rotate the order.
+    All(Vec<String>),
+    /// One cluster per response, picked with these shares (each > 0, summing to 1):
+    /// by cluster name for Weighted, nearest first for Overflow; see [`pick_weighted`].
+    Weighted(Vec<(String, f64)>),
+    /// Fixed addresses (Anycast).
+    Addresses(Vec<IpAddr>),
+    /// NOERROR with no records.
+    NoData,
+}
+
+impl Answer {
+    /// The clusters that can appear in responses (none for `Addresses` and `NoData`).
+    pub fn clusters(&self) -> Vec<&str> {
+        match self {
+            Answer::All(names) => names.iter().map(String::as_str).collect(),
+            Answer::Weighted(shares) => shares.iter().map(|(name, _)| name.as_str()).collect(),
+            Answer::Addresses(_) | Answer::NoData => Vec::new(),
+        }
+    }
+}
+
+/// Why one placed cluster is in the answer or not.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Reason {
+    pub cluster: String,
+    pub included: bool,
+    pub detail: String,
+    /// Great-circle distance from the client (location-based strategies).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub distance_km: Option<f64>,
+    /// Share of responses in [0, 1] (Weighted, Overflow).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<f64>,
+    /// Reported load (Overflow).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<f64>,
+    /// Measured RTT from the client's subnet (Latency).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rtt_ms: Option<f64>,
+}
+
+/// The outcome of [`decide`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Decision {
+    pub strategy: StrategyType,
+    pub answer: Answer,
+    /// One per placed cluster, sorted by cluster name.
+    pub reasons: Vec<Reason>,
+    /// One sentence on the whole decision.
+    pub summary: String,
+}
+
+/// The Failover strategy's memory of one FederatedIngress.
+///
+/// `active_tier` indexes `failoverOrder`. While a better tier than the active one is
+/// healthy, `failback_tier` names the best such tier and `better_tier_healthy_since_ms`
+/// says since when it has been continuously healthy.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FailoverState {
+    pub active_tier: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub better_tier_healthy_since_ms: Option<u64>,
+    /// The tier traffic moves back to once the failback delay has passed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failback_tier: Option<usize>,
+}
+
+/// Great-circle (haversine) distance between two places, in kilometres.
+pub fn distance_km(a: &Location, b: &Location) -> f64 {
+    let lat1 = a.latitude.to_radians();
+    let lat2 = b.latitude.to_radians();
+    let dlat = lat2 - lat1;
+    let dlon = (b.longitude - a.longitude).to_radians();
+    let h = (dlat / 2.0).sin().powi(2) + lat1.cos() * lat2.cos() * (dlon / 2.0).sin().powi(2);
+    2.0 * EARTH_RADIUS_KM * h.sqrt().min(1.0).asin()
+}
+
+/// The cluster of `shares` that `x` (uniform in [0, 1): random per response, or a hash
+/// of the client subnet for sticky answers) falls on.
+pub fn pick_weighted(shares: &[(String, f64)], x: f64) -> Option<&str> {
+    let total: f64 = shares.iter().map(|(_, s)| s.max(0.0)).sum();
+    if total.is_nan() || total <= 0.0 {
+        return None;
+    }
+    let target = x.clamp(0.0, 1.0) * total;
+    let mut cumulative = 0.0;
+    let mut last = None;
+    for (name, share) in shares {
+        if *share > 0.0 {
+            cumulative += share;
+            last = Some(name.as_str());
+            if target < cumulative {
+                return last;
+            }
+        }
+    }
+    last
+}
+
+// ---------------------------------------------------------------------------------------
+// Eligibility
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Status {
+    Eligible,
+    Cordoned,
+    Unhealthy,
+    NoAddress,
+}
+
+impl Status {
+    fn of(cluster: &ClusterView, needs_address: bool) -> Status {
+        if cluster.cordoned {
+            Status::Cordoned
+        } else if !cluster.healthy {
+            Status::Unhealthy
+        } else if needs_address && cluster.ips.is_empty() && cluster.hostnames.is_empty() {
+            Status::NoAddress
+        } else {
+            Status::Eligible
+        }
+    }
+
+    fn detail(self) -> &'static str {
+        match self {
+            Status::Eligible => "healthy",
+            Status::Cordoned => "cordoned",
+            Status::Unhealthy => "unhealthy",
+            Status::NoAddress => "healthy but reports no address",
+        }
+    }
+}
+
+fn eligible(cluster: &ClusterView) -> bool {
+    Status::of(cluster, true) == Status::Eligible
+}
+
+fn percent(share: f64) -> String {
+    let p = share * 100.0;
+    if (p - p.round()).abs() < 0.05 {
+        format!("{p:.0}%")
+    } else {
+        format!("{p:.1}%")
+    }
+}
+
+fn km(distance: f64) -> String {
+    format!("{distance:.0} km")
+}
+
+fn ms(rtt: f64) -> String {
+    if (rtt - rtt.round()).abs() < 0.05 {
+        format!("{rtt:.0} ms")
+    } else {
+        format!("{rtt:.1} ms")
+    }
+}
+
+fn number(value: f64) -> String {
+    if (value - value.round()).abs() < 0.005 {
+        format!("{value:.0}")
+    } else {
+        format!("{value:.2}")
+    }
+}
+
+/// The working set of one decision: placed clusters sorted by name, a reason each.
+struct Ctx<'a> {
+    traffic: &'a Traffic,
+    client: &'a ClientInfo,
+    clusters: Vec<&'a ClusterView>,
+    status: Vec<Status>,
+    reasons: Vec<Reason>,
+}
+
+/// A strategy's result: the answer and summary, or why nobody could be picked.
+type Picked = Result<(Answer, String), String>;
+
+impl<'a> Ctx<'a> {
+    fn new(
+        traffic: &'a Traffic,
+        clusters: &'a [ClusterView],
+        client: &'a ClientInfo,
+        needs_address: bool,
+    ) -> Self {
+        let mut sorted: Vec<&ClusterView> = clusters.iter().collect();
+        sorted.sort_by(|a, b| a.name.cmp(&b.name));
+        let status: Vec<Status> = sorted
+            .iter()
+            .map(|c| Status::of(c, needs_address))
+            .collect();
+        let reasons = sorted
+            .iter()
+            .zip(&status)
+            .map(|(c, s)| Reason {
+                cluster: c.name.clone(),
+                included: false,
+                detail: s.detail().to_owned(),
+                distance_km: None,
+                weight: None,
+                load: None,
+                rtt_ms: None,
+            })
+            .collect();
+        Ctx {
+            traffic,
+            client,
+            clusters: sorted,
+            status,
+            reasons,
+        }
+    }
+
+    fn eligible(&self) -> Vec<usize> {
+        (0..self.clusters.len())
+            .filter(|&i| self.status[i] == Status::Eligible)
+            .collect()
+    }
+
+    fn index_of(&self, name: &str) -> Option<usize> {
+        self.clusters
+            .binary_search_by(|c| c.name.as_str().cmp(name))
+            .ok()
+    }
+
+    fn name(&self, i: usize) -> &'a str {
+        &self.clusters[i].name
+    }
+
+    fn distance(&self, i: usize) -> f64 {
+        distance_km(&self.client.location, &self.clusters[i].location)
+    }
+
+    fn set(&mut self, i: usize, included: bool, detail: String) {
+        let reason = &mut self.reasons[i];
+        reason.included = included;
+        reason.detail = detail;
+    }
+
+    /// Every placed cluster's distance into its reason; the eligible ones sorted by
+    /// (distance, name).
+    fn by_distance(&mut self) -> Vec<(usize, f64)> {
+        for i in 0..self.clusters.len() {
+            self.reasons[i].distance_km = Some(self.distance(i));
+        }
+        let mut order: Vec<(usize, f64)> = self
+            .eligible()
+            .into_iter()
+            .map(|i| (i, self.distance(i)))
+            .collect();
+        order.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
+        order
+    }
+
+    fn finish(mut self, strategy: StrategyType, picked: Picked) -> Decision {
+        let (answer, summary) = match picked {
+            Ok(found) => found,
+            Err(why) => self.when_all_unhealthy(&why),
+        };
+        Decision {
+            strategy,
+            answer,
+            reasons: self.reasons,
+            summary: format!("{strategy}: {summary}"),
+        }
+    }
+
+    fn when_all_unhealthy(&mut self, why: &str) -> (Answer, String) {
+        match self.traffic.when_all_unhealthy {
+            WhenAllUnhealthy::NoData => (
+                Answer::NoData,
+                format!("{why}; whenAllUnhealthy is NoData: answering no records (failing closed)"),
+            ),
+            WhenAllUnhealthy::ServeAll => {
+                let open: Vec<usize> = (0..self.clusters.len())
+                    .filter(|&i| self.status[i] != Status::Cordoned)
+                    .collect();
+                if open.is_empty() {
+                    let what = if self.clusters.is_empty() {
+                        "no cluster is placed"
+                    } else {
+                        "every placed cluster is cordoned"
+                    };
+                    return (
+                        Answer::NoData,
+                        format!(
+                            "{why}; whenAllUnhealthy is ServeAll but {what}: answering no records"
+                        ),
+                    );
+                }
+                for &i in &open {
+                    let detail = format!(
+                        "{}; answered anyway: whenAllUnhealthy is ServeAll (failing open)",
+                        self.reasons[i].detail
+                    );
+                    self.set(i, true, detail);
+                }
+                let names = open.iter().map(|&i| self.name(i).to_owned()).collect();
+                (
+                    Answer::All(names),
+                    format!(
+                        "{why}; whenAllUnhealthy is ServeAll: answering every non-cordoned cluster (failing open)"
+                    ),
+                )
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// decide
+
+/// The answer for `client` under `traffic`'s strategy, with a reason per placed cluster.
+///
+/// # Guarantees
+///
+/// - Cordoned clusters are never in the answer.
+/// - `Answer::Weighted` shares are positive and sum to 1 (up to rounding).
+/// - `reasons` has one entry per element of `clusters`, sorted by name.
+///
+/// # Assumptions
+///
+/// Cluster names are unique. `failover` is the latest [`failover_step`] result (when it
+/// is stale and its active tier has no eligible cluster, the best tier with one is used,
+/// as the next step would).
+pub fn decide(
+    traffic: &Traffic,
+    clusters: &[ClusterView],
+    client: &ClientInfo,
+    failover: &FailoverState,
+) -> Decision {
+    let strategy = traffic.strategy.type_;
+    let mut ctx = Ctx::new(traffic, clusters, client, strategy != StrategyType::Anycast);
+    let picked = match strategy {
+        StrategyType::RoundRobin => round_robin(&mut ctx),
+        StrategyType::Weighted => weighted(&mut ctx),
+        StrategyType::Failover => failover_decide(&mut ctx, failover),
+        StrategyType::Geo => geo(&mut ctx, ""),
+        StrategyType::Latency => latency(&mut ctx),
+        StrategyType::Overflow => overflow(&mut ctx),
+        StrategyType::Anycast => anycast(&mut ctx),
+    };
+    ctx.finish(strategy, picked)
+}
+
+fn round_robin(ctx: &mut Ctx<'_>) -> Picked {
+    let chosen = ctx.eligible();
+    if chosen.is_empty() {
+        return Err("no placed cluster is healthy".to_owned());
+    }
+    let count = chosen.len();
+    for &i in &chosen {
+        ctx.set(
+            i,
+            true,
+            format!("healthy: one of {count} healthy clusters answered together"),
+        );
+    }
+    let names: Vec<String> = chosen.iter().map(|&i| ctx.name(i).to_owned()).collect();
+    let summary = format!("every healthy cluster ({})", names.join(", "));
+    Ok((Answer::All(names), summary))
+}
+
+fn weighted(ctx: &mut Ctx<'_>) -> Picked {
+    let weights = ctx.traffic.strategy.weights.clone().unwrap_or_default();
+    let weight_of = |name: &str| weights.get(name).copied().map(|w| w.max(0));
+    let eligible = ctx.eligible();
+    let total: i64 = eligible
+        .iter()
+        .map(|&i| i64::from(weight_of(ctx.name(i)).unwrap_or(0)))
+        .sum();
+    // Clusters that are not eligible say what their weight would have been.
+    for i in 0..ctx.clusters.len() {
+        if ctx.status[i] != Status::Eligible
+            && let Some(w) = weight_of(ctx.name(i))
+            && w > 0
+        {
+            let detail = format!(
+                "{}: its weight {w} goes to the others",
+                ctx.reasons[i].detail
+            );
+            ctx.set(i, false, detail);
+        }
+    }
+    if total <= 0 {
+        for &i in &eligible {
+            let detail = match weight_of(ctx.name(i)) {
+                Some(_) => "healthy but has weight 0".to_owned(),
+                None => "healthy but has no weight".to_owned(),
+            };
+            ctx.set(i, false, detail);
+        }
+        return Err("no healthy cluster has a weight above 0".to_owned());
+    }
+    let mut shares = Vec::new();
+    for &i in &eligible {
+        let name = ctx.name(i);
+        match weight_of(name) {
+            Some(w) if w > 0 => {
+                #[allow(clippy::cast_precision_loss)]
+                let share = f64::from(w) / total as f64;
+                ctx.set(
+                    i,
+                    true,
+                    format!("weight {w} of {total} ({})", percent(share)),
+                );
+                ctx.reasons[i].weight = Some(share);
+                shares.push((name.to_owned(), share));
+            }
+            Some(_) => ctx.set(i, false, "healthy but has weight 0".to_owned()),
+            None => ctx.set(i, false, "healthy but has no weight".to_owned()),
+        }
+    }
+    let summary = format!(
+        "one cluster per response by weight: {}",
+        shares
+            .iter()
+            .map(|(n, s)| format!("{n} {}", percent(*s)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    Ok((Answer::Weighted(shares), summary))
+}
+
+fn geo(ctx: &mut Ctx<'_>, note: &str) -> Picked {
+    let order = ctx.by_distance();
+    let Some(&(nearest, nearest_km)) = order.first() else {
+        return Err(format!("{note}no placed cluster is healthy"));
+    };
+    let nearest_name = ctx.name(nearest);
+    ctx.set(
+        nearest,
+        true,
+        format!(
+            "{note}nearest healthy cluster to the client ({})",
+            km(nearest_km)
+        ),
+    );
+    for &(i, d) in order.iter().skip(1) {
+        ctx.set(
+            i,
+            false,
+            format!(
+                "{note}farther than {nearest_name} ({} vs {})",
+                km(d),
+                km(nearest_km)
+            ),
+        );
+    }
+    let region = &ctx.client.location.region;
+    let summary = format!(
+        "{note}{nearest_name} is the nearest healthy cluster to the client{} ({})",
+        if region.is_empty() {
+            String::new()
+        } else {
+            format!(" in {region}")
+        },
+        km(nearest_km)
+    );
+    Ok((Answer::All(vec![nearest_name.to_owned()]), summary))
+}
+
+fn latency(ctx: &mut Ctx<'_>) -> Picked {
+    let Some(row) = ctx.client.rtt.as_ref() else {
+        return geo(
+            ctx,
+            "no RTT measurements for the client's subnet; Geo fallback: ",
+        );
+    };
+    for i in 0..ctx.clusters.len() {
+        ctx.reasons[i].rtt_ms = row.get(ctx.name(i)).copied().filter(|r| *r >= 0.0);
+    }
+    let mut measured: Vec<(usize, f64)> = ctx
+        .eligible()
+        .into_iter()
+        .filter_map(|i| ctx.reasons[i].rtt_ms.map(|rtt| (i, rtt)))
+        .collect();
+    measured.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
+    let Some(&(fastest, fastest_rtt)) = measured.first() else {
+        return geo(
+            ctx,
+            "the client's RTT row measures no healthy cluster; Geo fallback: ",
+        );
+    };
+    let fastest_name = ctx.name(fastest);
+    ctx.set(
+        fastest,
+        true,
+        format!("lowest measured RTT from the client ({})", ms(fastest_rtt)),
+    );
+    for &(i, rtt) in measured.iter().skip(1) {
+        ctx.set(
+            i,
+            false,
+            format!(
+                "slower than {fastest_name} ({} vs {})",
+                ms(rtt),
+                ms(fastest_rtt)
+            ),
+        );
+    }
+    for i in ctx.eligible() {
+        if ctx.reasons[i].rtt_ms.is_none() {
+            ctx.set(
+                i,
+                false,
+                "healthy but not measured from the client's subnet".to_owned(),
+            );
+        }
+    }
+    let summary = format!(
+        "{fastest_name} has the lowest measured RTT from the client ({})",
+        ms(fastest_rtt)
+    );
+    Ok((Answer::All(vec![fastest_name.to_owned()]), summary))
+}
+
+fn overflow(ctx: &mut Ctx<'_>) -> Picked {
+    let threshold = ctx.traffic.strategy.effective_overflow_threshold();
+    let order = ctx.by_distance();
+    if order.is_empty() {
+        return Err("no placed cluster is healthy".to_owned());
+    }
+    for i in 0..ctx.clusters.len() {
+        ctx.reasons[i].load = Some(ctx.clusters[i].load);
+    }
+    let mut remaining = 1.0_f64;
+    let mut shares: Vec<(usize, f64)> = Vec::new();
+    let mut details: Vec<String> = Vec::new();
+    // Which earlier cluster had room for everything that reached it, if any.
+    let mut absorbed_by: Option<String> = None;
+    let last = order.len() - 1;
+    for (position, &(i, d)) in order.iter().enumerate() {
+        let cluster = ctx.clusters[i];
+        let rank = if position == 0 {
+            format!("nearest ({})", km(d))
+        } else {
+            format!("next nearest ({})", km(d))
+        };
+        if let Some(why) = &absorbed_by {
+            details.push(format!("{rank}; not needed: {why}"));
+            shares.push((i, 0.0));
+            continue;
+        }
+        let load = if cluster.load.is_finite() && cluster.load > 0.0 {
+            cluster.load
+        } else {
+            0.0
+        };
+        let limit = cluster
+            .capacity
+            .filter(|c| c.is_finite() && *c >= 0.0)
+            .map(|c| c * threshold);
+        let keep = match limit {
+            Some(limit) if load > limit => limit / load,
+            _ => 1.0,
+        };
+        let share = if position == last {
+            remaining
+        } else {
+            remaining * keep
+        };
+        let spilled = remaining - share;
+        let mut detail = rank;
+        match (limit, cluster.capacity) {
+            (Some(limit), Some(capacity)) if load > limit => {
+                let _ = write!(
+                    detail,
+                    "; load {} over {} of capacity {} ({})",
+                    number(load),
+                    percent(threshold),
+                    number(capacity),
+                    number(limit)
+                );
+            }
+            (Some(limit), Some(capacity)) => {
+                let _ = write!(
+                    detail,
+                    "; load {} within {} of capacity {} ({})",
+                    number(load),
+                    percent(threshold),
+                    number(capacity),
+                    number(limit)
+                );
+            }
+            _ => {
+                let _ = write!(detail, "; no capacity set, never overflows");
+            }
+        }
+        if position == last {
+            if position > 0 {
+                let _ = write!(
+                    detail,
+                    "; last in distance order: takes the remaining {}",
+                    percent(share)
+                );
+            } else {
+                let _ = write!(detail, "; the only healthy cluster: takes everything");
+            }
+        } else if spilled > 0.0 {
+            let next = ctx.name(order[position + 1].0);
+            let _ = write!(
+                detail,
+                "; takes {} of the traffic, {} spills to {next}",
+                percent(share),
+                percent(spilled)
+            );
+        } else {
+            let _ = write!(detail, "; takes {} of the traffic", percent(share));
+            absorbed_by = Some(format!(
+                "{} has room for everything that reaches it",
+                ctx.name(i)
+            ));
+        }
+        remaining -= share;
+        shares.push((i, share));
+        details.push(detail);
+    }
+    let mut answer = Vec::new();
+    for ((i, share), detail) in shares.into_iter().zip(details) {
+        let included = share > 0.0;
+        ctx.set(i, included, detail);
+        ctx.reasons[i].weight = Some(share);
+        if included {
+            answer.push((ctx.name(i).to_owned(), share));
+        }
+    }
+    let summary = if answer.len() == 1 {
+        format!("{} takes all the traffic", answer[0].0)
+    } else {
+        format!(
+            "nearest first, spilling above {} of capacity: {}",
+            percent(threshold),
+            answer
+                .iter()
+                .map(|(n, s)| format!("{n} {}", percent(*s)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    };
+    // Nearest first: the order says who overflows into whom.
+    Ok((Answer::Weighted(answer), summary))
+}
+
+fn anycast(ctx: &mut Ctx<'_>) -> Picked {
+    let configured = ctx
+        .traffic
+        .strategy
+        .anycast_addresses
+        .clone()
+        .unwrap_or_default();
+    let addresses: Vec<IpAddr> = configured.iter().filter_map(|a| a.parse().ok()).collect();
+    let healthy = ctx.eligible();
+    if addresses.is_empty() {
+        return Err("no usable anycastAddresses".to_owned());
+    }
+    if healthy.is_empty() {
+        return Err("no placed cluster is healthy to announce the anycast addresses".to_owned());
+    }
+    for &i in &healthy {
+        ctx.set(
+            i,
+            true,
+            "healthy: announces the anycast addresses".to_owned(),
+        );
+    }
+    for i in 0..ctx.clusters.len() {
+        if ctx.status[i] == Status::Unhealthy {
+            ctx.set(
+                i,
+                false,
+                "unhealthy: withdraws the anycast addresses".to_owned(),
+            );
+        }
+    }
+    let summary = format!(
+        "the anycast addresses, announced by {} healthy cluster{}",
+        healthy.len(),
+        if healthy.len() == 1 { "" } else { "s" }
+    );
+    Ok((Answer::Addresses(addresses), summary))
+}
+
+// ---------------------------------------------------------------------------------------
+// Failover
+
+/// `failoverOrder` as placed clusters, tier by tier (indices kept; names that are not
+/// placed are dropped). Without a `failoverOrder`, every placed cluster is one tier.
+fn tiers<'a>(traffic: &Traffic, clusters: &'a [ClusterView]) -> Vec<Vec<&'a ClusterView>> {
+    match &traffic.strategy.failover_order {
+        Some(order) => order
+            .iter()
+            .map(|tier| {
+                tier.iter()
+                    .filter_map(|name| clusters.iter().find(|c| &c.name == name))
+                    .collect()
+            })
+            .collect(),
+        None => vec![clusters.iter().collect()],
+    }
+}
+
+fn tier_healthy(tier: &[&ClusterView]) -> bool {
+    tier.iter().any(|c| eligible(c))
+}
+
+fn delay_ms(traffic: &Traffic) -> u64 {
+    u64::try_from(traffic.failback_delay_seconds)
+        .unwrap_or(0)
+        .saturating_mul(1000)
+}
+
+/// The Failover memory after observing `clusters` at `now_ms`.
+///
+/// # Guarantees
+///
+/// - When the active tier has no eligible cluster, traffic moves at once to the best
+///   (first) tier that has one: a forced move waits for nothing.
+/// - Traffic moves back up to a better tier only after that tier has been continuously
+///   healthy for `failbackDelaySeconds`. Should the best healthy better tier change while
+///   waiting (say tier 0 recovers while tier 1 was pending), the wait starts over for the
+///   new target: the primary never gets traffic before it has been healthy for the delay.
+/// - With no tier healthy, the active tier stays (whenAllUnhealthy applies) and the first
+///   tier to recover takes traffic at once.
+///
+/// # Assumptions
+///
+/// The caller steps on every change of cluster views and at [`next_failover_change_ms`];
+/// health between two steps is taken to be what the later step sees. For strategies other
+/// than Failover the state is reset to its default.
+pub fn failover_step(
+    traffic: &Traffic,
+    clusters: &[ClusterView],
+    previous: &FailoverState,
+    now_ms: u64,
+) -> FailoverState {
+    if traffic.strategy.type_ != StrategyType::Failover {
+        return FailoverState::default();
+    }
+    let tiers = tiers(traffic, clusters);
+    let healthy: Vec<bool> = tiers.iter().map(|t| tier_healthy(t)).collect();
+    let first_healthy = healthy.iter().position(|h| *h);
+    let active = previous.active_tier;
+    if !healthy.get(active).copied().unwrap_or(false) {
+        return FailoverState {
+            active_tier: first_healthy.unwrap_or(active.min(tiers.len().saturating_sub(1))),
+            better_tier_healthy_since_ms: None,
+            failback_tier: None,
+        };
+    }
+    let target = match first_healthy {
+        Some(target) if target < active => target,
+        _ => {
+            return FailoverState {
+                active_tier: active,
+                better_tier_healthy_since_ms: None,
+                failback_tier: None,
+            };
+        }
+    };
+    let since = match (
+        previous.failback_tier,
+        previous.better_tier_healthy_since_ms,
+    ) {
+        (Some(tier), Some(since)) if tier == target => since,
+        _ => now_ms,
+    };
+    if now_ms.saturating_sub(since) >= delay_ms(traffic) {
+        FailoverState {
+            active_tier: target,
+            better_tier_healthy_since_ms: None,
+            failback_tier: None,
+        }
+    } else {
+        FailoverState {
+            active_tier: active,
+            better_tier_healthy_since_ms: Some(since),
+            failback_tier: Some(target),
+        }
+    }
+}
+
+/// When a pending failback falls due (ms), so that the caller can step again then; `None`
+/// when nothing is pending.
+pub fn next_failover_change_ms(traffic: &Traffic, state: &FailoverState) -> Option<u64> {
+    if traffic.strategy.type_ != StrategyType::Failover {
+        return None;
+    }
+    state.failback_tier?;
+    state
+        .better_tier_healthy_since_ms
+        .map(|since| since.saturating_add(delay_ms(traffic)))
+}
+
+fn failover_decide(ctx: &mut Ctx<'_>, state: &FailoverState) -> Picked {
+    // failoverOrder resolved against the sorted working set (indices into ctx).
+    let tiers: Vec<Vec<usize>> = match &ctx.traffic.strategy.failover_order {
+        Some(order) => order
+            .iter()
+            .map(|tier| tier.iter().filter_map(|name| ctx.index_of(name)).collect())
+            .collect(),
+        None => vec![(0..ctx.clusters.len()).collect()],
+    };
+    let tier_of = |i: usize| tiers.iter().position(|t| t.contains(&i));
+    let healthy_tier = |t: &Vec<usize>| t.iter().any(|&i| ctx.status[i] == Status::Eligible);
+    let active = match tiers.get(state.active_tier) {
+        Some(tier) if healthy_tier(tier) => Some(state.active_tier),
+        _ => tiers.iter().position(healthy_tier),
+    };
+    for i in 0..ctx.clusters.len() {
+        if tier_of(i).is_none() {
+            let detail = match ctx.status[i] {
+                Status::Eligible => "healthy but not in failoverOrder".to_owned(),
+                other => format!("{}; not in failoverOrder", other.detail()),
+            };
+            ctx.set(i, false, detail);
+        }
+    }
+    let Some(active) = active else {
+        for (t, tier) in tiers.iter().enumerate() {
+            for &i in tier {
+                let detail = format!("{} (failoverOrder[{t}])", ctx.reasons[i].detail);
+                ctx.set(i, false, detail);
+            }
+        }
+        return Err("no tier of failoverOrder has a healthy cluster".to_owned());
+    };
+    let delay = ctx.traffic.failback_delay_seconds;
+    let mut chosen = Vec::new();
+    for (t, tier) in tiers.iter().enumerate() {
+        for &i in tier {
+            let status = ctx.status[i];
+            let detail = match (status, t.cmp(&active)) {
+                (Status::Eligible, Ordering::Equal) => {
+                    chosen.push(i);
+                    format!("healthy in failoverOrder[{t}], the active tier")
+                }
+                (Status::Eligible, Ordering::Less) => {
+                    match (state.failback_tier, state.better_tier_healthy_since_ms) {
+                        (Some(pending), Some(since)) if pending == t => format!(
+                            "healthy in failoverOrder[{t}], a better tier: failback pending (healthy since {since} unix ms; failbackDelaySeconds {delay})"
+                        ),
+                        _ => format!(
+                            "healthy in failoverOrder[{t}], a better tier: traffic moves back once it has been healthy for {delay} s"
+                        ),
+                    }
+                }
+                (Status::Eligible, Ordering::Greater) => format!(
+                    "healthy standby in failoverOrder[{t}] (failoverOrder[{active}] is active)"
+                ),
+                (other, _) => format!("{} (failoverOrder[{t}])", other.detail()),
+            };
+            ctx.set(i, status == Status::Eligible && t == active, detail);
+        }
+    }
+    chosen.sort_unstable();
+    let names: Vec<String> = chosen.iter().map(|&i| ctx.name(i).to_owned()).collect();
+    let summary = format!("failoverOrder[{active}] is active: {}", names.join(", "));
+    Ok((Answer::All(names), summary))
+}

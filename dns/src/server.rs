@@ -1,0 +1,637 @@
+//! The embedded authoritative DNS server: UDP and TCP, answering from the current
+//! [`Snapshot`], which [`DnsServer::swap`] replaces atomically (arc-swap: the query
+//! path takes no lock).
+//!
+//! # Query path
+//!
+//! Every packet is first read by a strict hand-written parser ([`wire`]): header,
+//! questions, records, the OPT record and its EDNS Client Subnet option (validated as
+//! RFC 7871 asks).
+//!
+//! - **Fast path**: a standard query with exactly one IN question of type A, AAAA or
+//!   SRV and at most an OPT record, for a name the snapshot holds. The response is the
+//!   snapshot's pre-encoded one for (name, type, location bucket of the ECS address or
+//!   else the source address), copied with the ID, flags (QR, AA; OPCODE, RD and CD
+//!   copied), counts and the question's letter case patched, plus an OPT record that
+//!   echoes the ECS option with its SCOPE prefix (the located prefix length for
+//!   location-dependent answers, 0 otherwise, and 0 when the query's source prefix is
+//!   0; RFC 7871 §7.2.1).
+//! - **Slow path**: everything else, parsed with hickory-proto (`Message::from_vec`)
+//!   and answered with responses built from hickory types: NXDOMAIN, NODATA for other
+//!   types, SOA/NS at the apex, CNAME for any type at a CNAME name, ANY (RFC 8482: one
+//!   HINFO `"RFC8482"`), AXFR/IXFR, REFUSED outside the zones (and for non-IN classes),
+//!   NOTIMP for other opcodes, BADVERS for EDNS versions above 0, FORMERR for malformed
+//!   queries whose header is readable. Packets shorter than a header and responses are
+//!   dropped.
+//!
+//! # Size limits
+//!
+//! A UDP response may be as large as the client's EDNS payload size (at least 512, at
+//! most 1232, DNS flag day 2020), or 512 without EDNS. A larger one first loses its
+//! additional section (SRV target addresses); if still too large it is sent with TC
+//! set, the question and OPT only, so that the client retries over TCP. TCP messages
+//! use 2-byte length framing and are limited to 65535 octets; a connection may carry
+//! many queries and is closed after 10 s idle.
+//!
+//! # Zone transfers
+//!
+//! AXFR (and IXFR, answered with a full transfer) over TCP from addresses in
+//! `allow_transfer` get every record of the zone between two SOAs, location-dependent
+//! names with the default location's answer; anyone else gets REFUSED. Over UDP an
+//! allowed client gets TC (retry over TCP).
+//!
+//! # Why not hickory-server
+//!
+//! The fast path needs the raw datagram and the socket; the rest is a few hundred lines
+//! on hickory-proto. Running hickory-server's `Server` beside it would have meant two
+//! socket loops and two places that decide truncation and EDNS; one handler serves
+//! both transports here.
+//!
+//! Never panics on any input; per-packet problems are logged at debug level.
+
+pub(crate) mod wire;
+
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use hickory_proto::op::{Message, Metadata, OpCode, ResponseCode};
+use hickory_proto::rr::{Record, RecordType};
+use ipnet::IpNet;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream, UdpSocket};
+use tokio::task::JoinSet;
+use tracing::{debug, info, warn};
+
+use crate::zone::Snapshot;
+use wire::{CLASS_IN, OptOut, ParseError, ParseFailure, RawQuery};
+
+/// How long a TCP connection may stay idle (or take to send one message).
+pub const TCP_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Most concurrent TCP connections; further ones are closed at once.
+pub const MAX_TCP_CONNECTIONS: usize = 1024;
+/// Largest DNS message over TCP.
+const TCP_LIMIT: usize = 65_535;
+/// Records per AXFR message (before size checks).
+const TRANSFER_CHUNK: usize = 256;
+
+const RCODE_NOTIMP: u8 = 4;
+const RCODE_REFUSED: u8 = 5;
+const RCODE_NOTAUTH: u8 = 9;
+const TYPE_IXFR: u16 = 251;
+const TYPE_AXFR: u16 = 252;
+
+/// The transport a query came over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    Udp,
+    Tcp,
+}
+
+/// Query counters since the server started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Answered from a pre-encoded response.
+    pub fast: u64,
+    /// Answered by the slow path (including errors).
+    pub slow: u64,
+    /// Sent with TC set.
+    pub truncated: u64,
+    /// Not answered (shorter than a header, or a response).
+    pub dropped: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    fast: AtomicU64,
+    slow: AtomicU64,
+    truncated: AtomicU64,
+    dropped: AtomicU64,
+}
+
+/// The embedded authoritative server. Create it with the first snapshot, [`swap`] in
+/// new ones, run [`serve`] (or [`serve_udp`] and [`serve_tcp`]) on bound sockets.
+///
+/// [`swap`]: DnsServer::swap
+/// [`serve`]: DnsServer::serve
+/// [`serve_udp`]: DnsServer::serve_udp
+/// [`serve_tcp`]: DnsServer::serve_tcp
+pub struct DnsServer {
+    snapshot: ArcSwap<Snapshot>,
+    counters: Counters,
+}
+
+impl std::fmt::Debug for DnsServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DnsServer")
+            .field("serial", &self.snapshot.load().serial())
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+/// What handling one message produced.
+enum Outcome {
+    /// The response is in the output buffer.
+    Reply,
+    /// Nothing to send.
+    Drop,
+    /// A zone transfer: these messages, in order (TCP only).
+    Transfer(Vec<Vec<u8>>),
+}
+
+impl DnsServer {
+    pub fn new(initial: Arc<Snapshot>) -> Self {
+        DnsServer {
+            snapshot: ArcSwap::new(initial),
+            counters: Counters::default(),
+        }
+    }
+
+    /// Serves `snapshot` from now on. Queries in flight finish with the old one.
+    pub fn swap(&self, snapshot: Arc<Snapshot>) {
+        debug!(serial = snapshot.serial(), "DNS snapshot swapped");
+        self.snapshot.store(snapshot);
+    }
+
+    /// The snapshot being served.
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.snapshot.load_full()
+    }
+
+    pub fn stats(&self) -> Stats {
+        Stats {
+            fast: self.counters.fast.load(Ordering::Relaxed),
+            slow: self.counters.slow.load(Ordering::Relaxed),
+            truncated: self.counters.truncated.load(Ordering::Relaxed),
+            dropped: self.counters.dropped.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Serves UDP and TCP until the returned future is dropped (or aborted): one receive
+    /// loop per core on the UDP socket, and an accept loop with a task per TCP
+    /// connection. Zone transfers are allowed from `allow_transfer` only.
+    ///
+    /// # Errors
+    ///
+    /// None in practice: per-packet and per-connection errors are logged and survived.
+    pub async fn serve(
+        self: Arc<Self>,
+        udp: UdpSocket,
+        tcp: TcpListener,
+        allow_transfer: Vec<IpNet>,
+    ) -> io::Result<()> {
+        let allow: Arc<[IpNet]> = allow_transfer.into();
+        let mut tasks = JoinSet::new();
+        tasks.spawn(self.clone().serve_udp(udp, allow.clone()));
+        tasks.spawn(self.serve_tcp(tcp, allow));
+        while let Some(result) = tasks.join_next().await {
+            match result {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => return Err(error),
+                Err(error) => return Err(io::Error::other(error)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Serves UDP on `socket` until dropped: one receive loop per available core.
+    ///
+    /// # Errors
+    ///
+    /// None in practice (receive and send errors are logged and survived).
+    pub async fn serve_udp(
+        self: Arc<Self>,
+        socket: UdpSocket,
+        allow_transfer: Arc<[IpNet]>,
+    ) -> io::Result<()> {
+        let local = socket.local_addr().ok();
+        let socket = Arc::new(socket);
+        let workers = std::thread::available_parallelism()
+            .map(usize::from)
+            .unwrap_or(1)
+            .clamp(1, 16);
+        info!(address = ?local, workers, "DNS UDP listener serving");
+        let mut tasks = JoinSet::new();
+        for _ in 0..workers {
+            tasks.spawn(
+                self.clone()
+                    .udp_loop(socket.clone(), allow_transfer.clone()),
+            );
+        }
+        while tasks.join_next().await.is_some() {}
+        Ok(())
+    }
+
+    async fn udp_loop(self: Arc<Self>, socket: Arc<UdpSocket>, allow: Arc<[IpNet]>) {
+        let mut buf = vec![0u8; 65_535];
+        let mut out = Vec::with_capacity(1500);
+        let mut consecutive_errors = 0u32;
+        loop {
+            let (len, peer) = match socket.recv_from(&mut buf).await {
+                Ok(received) => {
+                    consecutive_errors = 0;
+                    received
+                }
+                Err(error) => {
+                    // ICMP errors from earlier sends surface here (ECONNREFUSED); back
+                    // off only when errors repeat, so a broken socket does not spin.
+                    consecutive_errors = consecutive_errors.saturating_add(1);
+                    debug!(%error, "DNS UDP receive failed");
+                    if consecutive_errors > 100 {
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                    continue;
+                }
+            };
+            let packet = buf.get(..len).unwrap_or(&[]);
+            let snapshot = self.snapshot.load();
+            match self.handle(
+                &snapshot,
+                packet,
+                peer.ip(),
+                Transport::Udp,
+                &allow,
+                &mut out,
+            ) {
+                Outcome::Reply => {
+                    if let Err(error) = socket.send_to(&out, peer).await {
+                        debug!(%peer, %error, "DNS UDP send failed");
+                    }
+                }
+                Outcome::Drop | Outcome::Transfer(_) => {}
+            }
+        }
+    }
+
+    /// Serves TCP on `listener` until dropped.
+    ///
+    /// # Errors
+    ///
+    /// None in practice (accept errors, e.g. out of file descriptors, are logged and
+    /// retried after a pause).
+    pub async fn serve_tcp(
+        self: Arc<Self>,
+        listener: TcpListener,
+        allow_transfer: Arc<[IpNet]>,
+    ) -> io::Result<()> {
+        info!(address = ?listener.local_addr().ok(), "DNS TCP listener serving");
+        let mut connections = JoinSet::new();
+        loop {
+            while connections.try_join_next().is_some() {}
+            let (stream, peer) = match listener.accept().await {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    warn!(%error, "DNS TCP accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            if connections.len() >= MAX_TCP_CONNECTIONS {
+                debug!(%peer, "too many DNS TCP connections; closing");
+                drop(stream);
+                continue;
+            }
+            connections.spawn(
+                self.clone()
+                    .tcp_connection(stream, peer, allow_transfer.clone()),
+            );
+        }
+    }
+
+    async fn tcp_connection(
+        self: Arc<Self>,
+        mut stream: TcpStream,
+        peer: SocketAddr,
+        allow: Arc<[IpNet]>,
+    ) {
+        let _ = stream.set_nodelay(true);
+        let mut buf = Vec::new();
+        let mut out = Vec::new();
+        loop {
+            let mut len = [0u8; 2];
+            match tokio::time::timeout(TCP_IDLE_TIMEOUT, stream.read_exact(&mut len)).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(_)) | Err(_) => return, // closed or idle
+            }
+            let len = usize::from(u16::from_be_bytes(len));
+            buf.resize(len, 0);
+            match tokio::time::timeout(TCP_IDLE_TIMEOUT, stream.read_exact(&mut buf)).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(error)) => {
+                    debug!(%peer, %error, "DNS TCP read failed");
+                    return;
+                }
+                Err(_) => {
+                    debug!(%peer, "DNS TCP message timed out");
+                    return;
+                }
+            }
+            let messages = {
+                let snapshot = self.snapshot.load();
+                match self.handle(&snapshot, &buf, peer.ip(), Transport::Tcp, &allow, &mut out) {
+                    Outcome::Reply => vec![std::mem::take(&mut out)],
+                    Outcome::Drop => Vec::new(),
+                    Outcome::Transfer(messages) => messages,
+                }
+            };
+            for message in messages {
+                let Ok(len) = u16::try_from(message.len()) else {
+                    continue;
+                };
+                let mut framed = Vec::with_capacity(message.len() + 2);
+                framed.extend_from_slice(&len.to_be_bytes());
+                framed.extend_from_slice(&message);
+                if let Err(error) = stream.write_all(&framed).await {
+                    debug!(%peer, %error, "DNS TCP write failed");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Answers one message as the listeners do: the response messages (none when the
+    /// packet is dropped; several for a zone transfer over TCP).
+    pub fn respond(
+        &self,
+        packet: &[u8],
+        peer: IpAddr,
+        transport: Transport,
+        allow_transfer: &[IpNet],
+    ) -> Vec<Vec<u8>> {
+        let snapshot = self.snapshot.load();
+        let mut out = Vec::new();
+        match self.handle(&snapshot, packet, peer, transport, allow_transfer, &mut out) {
+            Outcome::Reply => vec![out],
+            Outcome::Drop => Vec::new(),
+            Outcome::Transfer(messages) => messages,
+        }
+    }
+
+    fn handle(
+        &self,
+        snapshot: &Snapshot,
+        packet: &[u8],
+        peer: IpAddr,
+        transport: Transport,
+        allow: &[IpNet],
+        out: &mut Vec<u8>,
+    ) -> Outcome {
+        let (outcome, fast) = handle(snapshot, packet, peer, transport, allow, out);
+        let counters = &self.counters;
+        if let Outcome::Drop = outcome {
+            counters.dropped.fetch_add(1, Ordering::Relaxed);
+        } else {
+            let path = if fast { &counters.fast } else { &counters.slow };
+            path.fetch_add(1, Ordering::Relaxed);
+            if matches!(outcome, Outcome::Reply) && is_truncated(out) {
+                counters.truncated.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        outcome
+    }
+}
+
+fn is_truncated(response: &[u8]) -> bool {
+    response.get(2).is_some_and(|b| b & 0x02 != 0)
+}
+
+/// Handles one message into `out` (see the module docs); the flag says whether the
+/// fast path answered.
+fn handle(
+    snapshot: &Snapshot,
+    packet: &[u8],
+    peer: IpAddr,
+    transport: Transport,
+    allow: &[IpNet],
+    out: &mut Vec<u8>,
+) -> (Outcome, bool) {
+    let query = match wire::parse_lenient(packet) {
+        Ok(query) => query,
+        Err(ParseFailure {
+            error: ParseError::Drop(reason),
+            ..
+        }) => {
+            debug!(%peer, reason, len = packet.len(), "DNS packet dropped");
+            return (Outcome::Drop, false);
+        }
+        Err(ParseFailure {
+            error: ParseError::FormErr(reason),
+            partial,
+        }) => {
+            debug!(%peer, reason, len = packet.len(), "malformed DNS query: FORMERR");
+            match partial {
+                Some(partial) => wire::write_error(&partial, packet, wire::RCODE_FORMERR, 0, out),
+                None => wire::write_formerr_header(packet, out),
+            }
+            let outcome = if out.is_empty() {
+                Outcome::Drop
+            } else {
+                Outcome::Reply
+            };
+            return (outcome, false);
+        }
+    };
+    let limit = match transport {
+        Transport::Udp => query.udp_limit(),
+        Transport::Tcp => TCP_LIMIT,
+    };
+    let ecs = query.edns.as_ref().and_then(|e| e.ecs.as_ref());
+    let ecs_address = ecs.and_then(wire::Ecs::client_address);
+    // An ECS option with source prefix 0 asks for an answer not tied to the client:
+    // locate the resolver, answer with scope 0.
+    let scope_applies = ecs.is_none() || ecs_address.is_some();
+    let client = ecs_address.unwrap_or(peer);
+
+    if query.is_fast_path_shape()
+        && let Some(question) = &query.question
+    {
+        let served = snapshot.with_fast_answer(
+            question.key.as_bytes(),
+            RecordType::from(question.qtype),
+            client,
+            |encoded, scope| {
+                let scope = if scope_applies { scope } else { 0 };
+                wire::write_fast_response(encoded, &query, packet, scope, limit, out);
+            },
+        );
+        if served.is_some() {
+            return (Outcome::Reply, true);
+        }
+    }
+    let outcome = slow_path(
+        snapshot,
+        &query,
+        packet,
+        peer,
+        client,
+        scope_applies,
+        transport,
+        limit,
+        allow,
+        out,
+    );
+    (outcome, false)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn slow_path(
+    snapshot: &Snapshot,
+    query: &RawQuery,
+    packet: &[u8],
+    peer: IpAddr,
+    client: IpAddr,
+    scope_applies: bool,
+    transport: Transport,
+    limit: usize,
+    allow: &[IpNet],
+    out: &mut Vec<u8>,
+) -> Outcome {
+    if let Some(edns) = &query.edns
+        && edns.version != 0
+    {
+        debug!(%peer, version = edns.version, "unsupported EDNS version: BADVERS");
+        wire::write_error(query, packet, 0, wire::EXT_RCODE_BADVERS, out);
+        return Outcome::Reply;
+    }
+    if query.opcode() != 0 {
+        debug!(%peer, opcode = query.opcode(), "unsupported opcode: NOTIMP");
+        wire::write_error(query, packet, RCODE_NOTIMP, 0, out);
+        return Outcome::Reply;
+    }
+    let Some(question) = query.question.as_ref().filter(|_| query.qdcount == 1) else {
+        debug!(%peer, questions = query.qdcount, "not exactly one question: FORMERR");
+        wire::write_error(query, packet, wire::RCODE_FORMERR, 0, out);
+        return Outcome::Reply;
+    };
+    let message = match Message::from_vec(packet) {
+        Ok(message) => message,
+        Err(error) => {
+            debug!(%peer, %error, "hickory cannot decode the query: FORMERR");
+            wire::write_error(query, packet, wire::RCODE_FORMERR, 0, out);
+            return Outcome::Reply;
+        }
+    };
+    let Some(hickory_query) = message.queries.first() else {
+        wire::write_error(query, packet, wire::RCODE_FORMERR, 0, out);
+        return Outcome::Reply;
+    };
+    let key = question.key.as_bytes();
+    if question.qclass != CLASS_IN {
+        debug!(%peer, class = question.qclass, "non-IN class: REFUSED");
+        wire::write_error(query, packet, RCODE_REFUSED, 0, out);
+        return Outcome::Reply;
+    }
+    if matches!(question.qtype, TYPE_AXFR | TYPE_IXFR) {
+        let allowed = allow.iter().any(|net| net.contains(&peer.to_canonical()));
+        if !allowed || !snapshot.in_zone(key) {
+            debug!(%peer, zone = ?question.key, "zone transfer refused");
+            wire::write_error(query, packet, RCODE_REFUSED, 0, out);
+            return Outcome::Reply;
+        }
+        if !snapshot.is_apex(key) {
+            wire::write_error(query, packet, RCODE_NOTAUTH, 0, out);
+            return Outcome::Reply;
+        }
+        if transport == Transport::Udp {
+            wire::write_truncated(query, packet, 0, out);
+            return Outcome::Reply;
+        }
+        debug!(%peer, zone = ?question.key, "zone transfer");
+        return Outcome::Transfer(transfer(snapshot, query, &message, key, packet));
+    }
+
+    let lookup = snapshot.lookup_key(key, RecordType::from(question.qtype), Some(client));
+    let scope = if scope_applies {
+        lookup.scope_prefix
+    } else {
+        0
+    };
+    let mut response = Message::response(message.metadata.id, OpCode::Query);
+    response.metadata = Metadata::response_from_request(&message.metadata);
+    response.metadata.authoritative = lookup.authoritative;
+    response.metadata.response_code = lookup.rcode;
+    response.add_query(hickory_query.clone());
+    response.add_answers(lookup.answers);
+    response.add_authorities(lookup.authority);
+    response.add_additionals(lookup.additional);
+    encode_into(response, query, packet, scope, limit, out)
+}
+
+/// Encodes a hickory response and finishes it (OPT, letter case, truncation).
+fn encode_into(
+    response: Message,
+    query: &RawQuery,
+    packet: &[u8],
+    scope: u8,
+    limit: usize,
+    out: &mut Vec<u8>,
+) -> Outcome {
+    match response.to_vec() {
+        Ok(bytes) => {
+            let opt = query
+                .edns
+                .as_ref()
+                .map(|edns| OptOut::for_query(edns, scope));
+            wire::finish_response(bytes, query, packet, opt, limit, out);
+            if out.is_empty() {
+                Outcome::Drop
+            } else {
+                Outcome::Reply
+            }
+        }
+        Err(error) => {
+            warn!(%error, "cannot encode DNS response: SERVFAIL");
+            wire::write_error(query, packet, ResponseCode::ServFail.low(), 0, out);
+            Outcome::Reply
+        }
+    }
+}
+
+/// The messages of a zone transfer.
+fn transfer(
+    snapshot: &Snapshot,
+    query: &RawQuery,
+    message: &Message,
+    key: &[u8],
+    packet: &[u8],
+) -> Vec<Vec<u8>> {
+    let Some(records) = snapshot.transfer(key) else {
+        return Vec::new();
+    };
+    let mut messages = Vec::new();
+    let mut pending: Vec<&[Record]> = records.chunks(TRANSFER_CHUNK).rev().collect();
+    while let Some(chunk) = pending.pop() {
+        let mut response = Message::response(message.metadata.id, OpCode::Query);
+        response.metadata = Metadata::response_from_request(&message.metadata);
+        response.metadata.authoritative = true;
+        if let Some(q) = message.queries.first() {
+            response.add_query(q.clone());
+        }
+        response.add_answers(chunk.iter().cloned());
+        let mut out = Vec::new();
+        match response.to_vec() {
+            Ok(bytes) if bytes.len() + 64 <= TCP_LIMIT => {
+                let opt = query.edns.as_ref().map(|edns| OptOut::for_query(edns, 0));
+                wire::finish_response(bytes, query, packet, opt, TCP_LIMIT, &mut out);
+                messages.push(out);
+            }
+            Ok(_) if chunk.len() > 1 => {
+                let (a, b) = chunk.split_at(chunk.len() / 2);
+                pending.push(b);
+                pending.push(a);
+            }
+            Ok(_) | Err(_) => {
+                warn!(zone = ?snapshot.zone_origin(key), "cannot encode a zone transfer message");
+                return Vec::new();
+            }
+        }
+    }
+    messages
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,335 @@
+//! Response patching and limits, through [`DnsServer::respond`] (no sockets).
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use fedingress_api::ingress::{Strategy, StrategyType, Traffic};
+use hickory_proto::op::{Message, ResponseCode};
+use hickory_proto::rr::rdata::opt::{EdnsCode, EdnsOption};
+use hickory_proto::rr::{RData, RecordType};
+
+use super::wire::{CLASS_IN, TYPE_A, TYPE_OPT, TYPE_SRV};
+use super::{DnsServer, Transport};
+use crate::location::{LocationEntry, Locator};
+use crate::routing::FailoverState;
+use crate::zone::{Snapshot, ZoneConfig};
+use crate::{ClusterView, Location, RoutedIngress, SrvService};
+
+fn location(region: &str, latitude: f64, longitude: f64) -> Location {
+    Location {
+        region: region.to_owned(),
+        latitude,
+        longitude,
+    }
+}
+
+fn cluster(name: &str, at: Location, ips: &[String]) -> ClusterView {
+    ClusterView {
+        name: name.to_owned(),
+        location: at,
+        healthy: true,
+        cordoned: false,
+        ips: ips.iter().map(|ip| ip.parse().unwrap()).collect(),
+        hostnames: Vec::new(),
+        load: 0.0,
+        capacity: None,
+    }
+}
+
+fn routed(
+    dns_name: &str,
+    type_: StrategyType,
+    clusters: Vec<ClusterView>,
+    srv: Vec<SrvService>,
+) -> RoutedIngress {
+    RoutedIngress {
+        ingress: format!("default/{dns_name}"),
+        dns_name: dns_name.to_owned(),
+        traffic: Traffic {
+            dns_name: Some(dns_name.to_owned()),
+            strategy: Strategy {
+                type_,
+                ..Strategy::default()
+            },
+            ..Traffic::default()
+        },
+        clusters,
+        srv,
+        failover: FailoverState::default(),
+    }
+}
+
+fn server() -> DnsServer {
+    let locator = Locator::new(
+        vec![LocationEntry {
+            cidr: "203.0.113.0/24".parse().unwrap(),
+            location: location("us", 39.0, -77.0),
+        }],
+        location("eu", 50.0, 4.0),
+        None,
+    )
+    .unwrap();
+    let zones = vec![ZoneConfig {
+        name: "test".to_owned(),
+        nameservers: vec!["ns.test".to_owned()],
+        soa: Default::default(),
+        ttl: 3600,
+    }];
+    let eu = || cluster("eu", location("eu", 50.0, 4.0), &["192.0.2.1".to_owned()]);
+    let us = || cluster("us", location("us", 39.0, -77.0), &["192.0.2.2".to_owned()]);
+    let many: Vec<String> = (0..60).map(|i| format!("10.0.0.{i}")).collect();
+    let srv_clusters: Vec<ClusterView> = (0..6)
+        .map(|i| {
+            cluster(
+                &format!("c{i}"),
+                location("x", 0.0, 0.0),
+                &[format!("2001:db8::{i}:1"), format!("2001:db8::{i}:2")],
+            )
+        })
+        .collect();
+    let ingresses = vec![
+        routed("geo.test", StrategyType::Geo, vec![eu(), us()], vec![]),
+        routed(
+            "big.test",
+            StrategyType::RoundRobin,
+            vec![cluster("big", location("x", 0.0, 0.0), &many)],
+            vec![],
+        ),
+        routed(
+            "srv.test",
+            StrategyType::RoundRobin,
+            srv_clusters,
+            vec![SrvService {
+                name: "x".to_owned(),
+                transport: "udp".to_owned(),
+                port: 53,
+            }],
+        ),
+    ];
+    let (snapshot, problems) = Snapshot::build(&zones, 1, &ingresses, Arc::new(locator));
+    assert!(problems.is_empty(), "{problems:?}");
+    DnsServer::new(Arc::new(snapshot))
+}
+
+/// ECS option fields: family, source prefix, address octets.
+type EcsFields = (u16, u8, Vec<u8>);
+
+/// A query: `flags` is header bytes 2 and 3; `edns` = (payload, version, ECS).
+fn query(
+    id: u16,
+    flags: [u8; 2],
+    name: &str,
+    qtype: u16,
+    edns: Option<(u16, u8, Option<EcsFields>)>,
+) -> Vec<u8> {
+    let mut out = id.to_be_bytes().to_vec();
+    out.extend_from_slice(&flags);
+    out.extend_from_slice(&[0, 1, 0, 0, 0, 0, 0, u8::from(edns.is_some())]);
+    for label in name.split('.') {
+        out.push(label.len() as u8);
+        out.extend_from_slice(label.as_bytes());
+    }
+    out.push(0);
+    out.extend_from_slice(&qtype.to_be_bytes());
+    out.extend_from_slice(&CLASS_IN.to_be_bytes());
+    if let Some((payload, version, ecs)) = edns {
+        out.push(0);
+        out.extend_from_slice(&TYPE_OPT.to_be_bytes());
+        out.extend_from_slice(&payload.to_be_bytes());
+        out.extend_from_slice(&[0, version, 0, 0]);
+        match ecs {
+            Some((family, source, address)) => {
+                let len = 4 + address.len();
+                out.extend_from_slice(&((len + 4) as u16).to_be_bytes());
+                out.extend_from_slice(&8u16.to_be_bytes());
+                out.extend_from_slice(&(len as u16).to_be_bytes());
+                out.extend_from_slice(&family.to_be_bytes());
+                out.push(source);
+                out.push(0);
+                out.extend_from_slice(&address);
+            }
+            None => out.extend_from_slice(&[0, 0]),
+        }
+    }
+    out
+}
+
+fn peer() -> IpAddr {
+    "127.0.0.1".parse().unwrap()
+}
+
+fn one(server: &DnsServer, packet: &[u8], transport: Transport) -> Vec<u8> {
+    let mut responses = server.respond(packet, peer(), transport, &[]);
+    assert_eq!(responses.len(), 1);
+    responses.remove(0)
+}
+
+fn ecs_scope(message: &Message) -> Option<(u8, u8)> {
+    match message.edns.as_ref()?.option(EdnsCode::Subnet)? {
+        EdnsOption::Subnet(subnet) => Some((subnet.source_prefix(), subnet.scope_prefix())),
+        _ => None,
+    }
+}
+
+#[test]
+fn patches_id_flags_and_letter_case() {
+    let server = server();
+    // RD and CD set, AD set (not copied), mixed case.
+    let packet = query(0xBEEF, [0x01, 0x30], "GeO.TeSt", TYPE_A, None);
+    let response = one(&server, &packet, Transport::Udp);
+    assert_eq!(&response[..2], &[0xBE, 0xEF]);
+    assert_eq!(response[2], 0x85, "QR, AA, RD");
+    assert_eq!(response[3], 0x10, "CD copied, AD and RA clear, NOERROR");
+    assert_eq!(
+        &response[12..12 + 10],
+        &packet[12..12 + 10],
+        "question in the client's case"
+    );
+    let message = Message::from_vec(&response).unwrap();
+    assert_eq!(message.answers.len(), 1);
+    assert_eq!(
+        message.answers[0].data,
+        RData::A("192.0.2.1".parse().unwrap())
+    );
+    assert!(message.edns.is_none(), "no OPT without EDNS in the query");
+    assert_eq!(server.stats().fast, 1);
+}
+
+#[test]
+fn echoes_ecs_with_the_located_scope() {
+    let server = server();
+    let packet = query(
+        1,
+        [0x01, 0],
+        "geo.test",
+        TYPE_A,
+        Some((1232, 0, Some((1, 24, vec![203, 0, 113])))),
+    );
+    let message = Message::from_vec(&one(&server, &packet, Transport::Udp)).unwrap();
+    assert_eq!(
+        message.answers[0].data,
+        RData::A("192.0.2.2".parse().unwrap())
+    );
+    assert_eq!(ecs_scope(&message), Some((24, 24)));
+
+    // A /16 that holds the table's /24 but whose address (203.0.0.0) is outside it: the
+    // default bucket, and a scope longer than the source (RFC 7871 §7.2.1: ask again
+    // with a longer prefix).
+    let packet = query(
+        2,
+        [0, 0],
+        "geo.test",
+        TYPE_A,
+        Some((1232, 0, Some((1, 16, vec![203, 0])))),
+    );
+    let message = Message::from_vec(&one(&server, &packet, Transport::Udp)).unwrap();
+    assert_eq!(
+        message.answers[0].data,
+        RData::A("192.0.2.1".parse().unwrap())
+    );
+    assert_eq!(ecs_scope(&message), Some((16, 18)));
+
+    // NXDOMAIN still echoes ECS, scope 0.
+    let packet = query(
+        3,
+        [0, 0],
+        "nope.test",
+        TYPE_A,
+        Some((1232, 0, Some((1, 24, vec![203, 0, 113])))),
+    );
+    let message = Message::from_vec(&one(&server, &packet, Transport::Udp)).unwrap();
+    assert_eq!(message.metadata.response_code, ResponseCode::NXDomain);
+    assert_eq!(ecs_scope(&message), Some((24, 0)));
+
+    // An invalid option: FORMERR.
+    let packet = query(
+        4,
+        [0, 0],
+        "geo.test",
+        TYPE_A,
+        Some((1232, 0, Some((1, 24, vec![203, 0, 113, 1])))),
+    );
+    let response = one(&server, &packet, Transport::Udp);
+    assert_eq!(response[3] & 0x0F, 1);
+}
+
+#[test]
+fn truncates_to_the_client_payload_and_never_over_tcp() {
+    let server = server();
+    // 60 A records: about 1000 octets.
+    let plain = query(1, [0, 0], "big.test", TYPE_A, None);
+    let response = one(&server, &plain, Transport::Udp);
+    let message = Message::from_vec(&response).unwrap();
+    assert!(message.metadata.truncation);
+    assert!(message.answers.is_empty());
+    assert_eq!(message.queries.len(), 1);
+
+    let edns = query(2, [0, 0], "big.test", TYPE_A, Some((4096, 0, None)));
+    let response = one(&server, &edns, Transport::Udp);
+    assert!(response.len() <= 1232);
+    let message = Message::from_vec(&response).unwrap();
+    assert!(!message.metadata.truncation, "fits in 1232");
+    assert_eq!(message.answers.len(), 60);
+    assert_eq!(message.edns.as_ref().unwrap().max_payload(), 1232);
+
+    let response = one(&server, &plain, Transport::Tcp);
+    let message = Message::from_vec(&response).unwrap();
+    assert!(!message.metadata.truncation);
+    assert_eq!(message.answers.len(), 60);
+    assert_eq!(server.stats().truncated, 1);
+}
+
+#[test]
+fn drops_the_additional_section_before_truncating() {
+    let server = server();
+    let packet = query(1, [0, 0], "_x._udp.srv.test", TYPE_SRV, None);
+    let full = Message::from_vec(&one(&server, &packet, Transport::Tcp)).unwrap();
+    assert_eq!(full.answers.len(), 6);
+    assert_eq!(full.additionals.len(), 12);
+    let response = one(&server, &packet, Transport::Udp);
+    assert!(response.len() <= 512);
+    let message = Message::from_vec(&response).unwrap();
+    assert!(!message.metadata.truncation);
+    assert_eq!(message.answers.len(), 6);
+    assert!(message.additionals.is_empty());
+}
+
+#[test]
+fn error_responses() {
+    let server = server();
+    // EDNS version 1: BADVERS (16), no answer.
+    let packet = query(1, [0, 0], "geo.test", TYPE_A, Some((1232, 1, None)));
+    let message = Message::from_vec(&one(&server, &packet, Transport::Udp)).unwrap();
+    // 16 is both BADVERS and BADSIG; hickory names it BADSIG.
+    assert_eq!(u16::from(message.metadata.response_code), 16);
+    assert!(message.answers.is_empty());
+    // Opcode STATUS (2): NOTIMP.
+    let packet = query(2, [0x10, 0], "geo.test", TYPE_A, None);
+    let response = one(&server, &packet, Transport::Udp);
+    assert_eq!(response[3] & 0x0F, 4);
+    assert_eq!(response[2] & 0x78, 0x10, "opcode copied");
+    // Chaos class: REFUSED.
+    let mut packet = query(3, [0, 0], "version.bind", 16, None);
+    let len = packet.len();
+    packet[len - 1] = 3;
+    let response = one(&server, &packet, Transport::Udp);
+    assert_eq!(response[3] & 0x0F, 5);
+    // A response is never answered.
+    let packet = query(4, [0x80, 0], "geo.test", TYPE_A, None);
+    assert!(
+        server
+            .respond(&packet, peer(), Transport::Udp, &[])
+            .is_empty()
+    );
+    assert_eq!(server.stats().dropped, 1);
+}
+
+#[test]
+fn any_gets_the_rfc8482_answer() {
+    let server = server();
+    let packet = query(1, [0, 0], "geo.test", 255, None);
+    let message = Message::from_vec(&one(&server, &packet, Transport::Udp)).unwrap();
+    assert_eq!(message.answers.len(), 1);
+    assert_eq!(message.answers[0].record_type(), RecordType::HINFO);
+    assert!(message.metadata.authoritative);
+}

@@ -1,0 +1,2220 @@
+//! The zones the embedded server is authoritative for, and an immutable [`Snapshot`] of
+//! everything it answers.
+//!
+//! Entry types: [`ZoneConfig`] (the `dns.zones` entries of the API server's config),
+//! [`Snapshot`] (built by [`Snapshot::build`] from the routed ingresses, swapped into
+//! the server atomically), [`Lookup`] (the semantic answer to one question) and
+//! [`Problem`] (why an ingress's name is not, or not fully, served).
+//!
+//! # What a snapshot serves
+//!
+//! Per zone: SOA (serial = the snapshot's serial) and NS at the apex. Per
+//! [`RoutedIngress`], under its `dnsName` (the record table of the bare TCP/UDP ingress
+//! blog):
+//!
+//! | cluster address | name        | records                                        |
+//! |-----------------|-------------|------------------------------------------------|
+//! | IP              | `dnsName`   | A / AAAA                                       |
+//! | host name       | `dnsName`   | CNAME                                          |
+//! | IP              | SRV service | SRV → `<cluster>.<dnsName>`, which has A / AAAA |
+//! | host name       | SRV service | SRV → the host name                            |
+//!
+//! SRV services are `_<name>._<tcp|udp>.<dnsName>` (RFC 2782: priority 0, weight,
+//! port, target); the per-cluster target names `<cluster>.<dnsName>` exist only when
+//! the ingress has SRV services, hold all of that cluster's IPs (no steering), and are
+//! returned as additional records with the SRV answer. Every record has the ingress's
+//! `traffic.ttl`.
+//!
+//! # Routing and pre-encoding
+//!
+//! Answers follow [`routing::decide`]. For location-dependent strategies (Geo, Latency,
+//! Overflow) the decision is computed for every enumerable bucket of the
+//! [`Locator`] ([`Locator::buckets`]) when the snapshot is built; mmdb points (not
+//! enumerable) are decided on first query and cached in the snapshot. The other
+//! strategies (RoundRobin, Weighted, Failover, Anycast) do not depend on the client:
+//! one decision, ECS scope prefix 0. Buckets with the same answer share their encoded
+//! responses.
+//!
+//! Every (name, type A/AAAA/SRV, decision) has its complete response pre-encoded (header,
+//! question, answer, authority and additional sections, names compressed); the server
+//! only patches the ID, flags, counts and letter case and appends an OPT record. Per
+//! query:
+//!
+//! - [`Answer::All`]: the rotations of the record set are pre-encoded (at most
+//!   [`MAX_ROTATIONS`]) and picked round robin (an atomic counter);
+//! - [`Answer::Weighted`]: one response per cluster, picked at random by weight (for
+//!   SRV, one response with every cluster and RFC 2782 weights instead, so that the
+//!   client does the weighting);
+//! - [`Answer::Addresses`] (Anycast): fixed.
+//!
+//! # Host names and IPs
+//!
+//! When the clusters of an answer report both IPs and load balancer host names, the
+//! IPs win: clusters with only host names are left out of that answer (a name cannot
+//! hold a CNAME and A records together, and address records save clients a lookup).
+//! Only when no chosen cluster has an IP is the answer a CNAME, to one host name per
+//! response (a cluster's first), rotated or weighted like addresses. A name at a zone
+//! apex cannot be a CNAME (it holds SOA and NS): such answers become NODATA and the
+//! ingress gets a [`Problem`].
+//!
+//! # Negative answers
+//!
+//! A name that exists without the asked type: NODATA (NOERROR, SOA in authority, TTL =
+//! min(SOA TTL, SOA minimum), RFC 2308). A name in a zone that does not exist (not even
+//! as an empty non-terminal, RFC 8020): NXDOMAIN. A name outside every zone: REFUSED,
+//! not authoritative.
+//!
+//! What does not belong here: sockets and the query wire format (see
+//! [`crate::server`]), routing decisions themselves (see [`crate::routing`]).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use fedingress_api::ingress::{DnsRecordStatus, RecordType as ApiRecordType, StrategyType};
+use hickory_proto::op::{Message, OpCode, Query, ResponseCode};
+use hickory_proto::rr::rdata::{A, AAAA, CNAME, HINFO, NS, SOA, SRV};
+use hickory_proto::rr::{Name, RData, Record, RecordType};
+use serde::{Deserialize, Serialize};
+use tracing::{debug, warn};
+
+use crate::location::{Bucket, Located, Locator};
+use crate::routing::{self, Answer, ClientInfo, Decision};
+use crate::{ClusterView, RoutedIngress};
+
+/// Most rotations pre-encoded for a round-robin answer: beyond that, larger record
+/// sets rotate through evenly spaced starting points.
+pub const MAX_ROTATIONS: usize = 16;
+
+/// Most lazily computed (mmdb point) answers cached per ingress before the cache is
+/// cleared.
+const LAZY_CACHE_LIMIT: usize = 4096;
+
+/// Longest domain name on the wire, root label included.
+const MAX_WIRE_NAME: usize = 255;
+
+// ---------------------------------------------------------------------------------------
+// Config
+
+/// One zone served by the embedded DNS server (an entry of `dns.zones` in the API
+/// server's config).
+///
+/// ```yaml
+/// name: fedingress.test
+/// nameservers: [ns1.fedingress.test]
+/// soa: {rname: hostmaster.fedingress.test, minimum: 30}
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ZoneConfig {
+    /// The zone apex, e.g. `fedingress.test` (a trailing dot is accepted).
+    pub name: String,
+    /// Names of the zone's nameservers (NS records at the apex); at least one.
+    pub nameservers: Vec<String>,
+    /// SOA fields; every one has a default.
+    #[serde(default)]
+    pub soa: SoaConfig,
+    /// TTL of the SOA and NS records, in seconds. Default 3600.
+    #[serde(default = "default_zone_ttl")]
+    pub ttl: u32,
+}
+
+/// The SOA record's fields (RFC 1035 §3.3.13).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct SoaConfig {
+    /// Primary nameserver. Default: the first of `nameservers`.
+    pub mname: Option<String>,
+    /// Mailbox of the person responsible, as a name (`hostmaster.example.com`) or an
+    /// address (`hostmaster@example.com`). Default: `hostmaster.<zone>`.
+    pub rname: Option<String>,
+    /// Seconds. Default 3600.
+    pub refresh: u32,
+    /// Seconds. Default 600.
+    pub retry: u32,
+    /// Seconds. Default 604800 (a week).
+    pub expire: u32,
+    /// Negative caching TTL in seconds (RFC 2308). Default 30.
+    pub minimum: u32,
+}
+
+impl Default for SoaConfig {
+    fn default() -> Self {
+        SoaConfig {
+            mname: None,
+            rname: None,
+            refresh: 3600,
+            retry: 600,
+            expire: 604_800,
+            minimum: 30,
+        }
+    }
+}
+
+fn default_zone_ttl() -> u32 {
+    3600
+}
+
+/// A zone config that cannot be served.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ZoneConfigError {
+    /// A name field is not a valid domain name.
+    #[error("zone {zone}: {field} {value:?} is not a valid domain name: {reason}")]
+    InvalidName {
+        zone: String,
+        field: &'static str,
+        value: String,
+        reason: String,
+    },
+    /// `nameservers` is empty.
+    #[error("zone {zone}: at least one nameserver is required")]
+    NoNameservers { zone: String },
+    /// A SOA timer beyond 2^31 - 1 seconds.
+    #[error("zone {zone}: soa.{field} must be at most 2147483647")]
+    TimerOutOfRange { zone: String, field: &'static str },
+    /// The same zone twice.
+    #[error("zone {zone} is listed twice")]
+    Duplicate { zone: String },
+}
+
+impl ZoneConfig {
+    /// Checks every field.
+    ///
+    /// # Errors
+    ///
+    /// The first problem found (see [`ZoneConfigError`]).
+    pub fn validate(&self) -> Result<(), ZoneConfigError> {
+        self.resolve().map(|_| ())
+    }
+
+    /// The apex, lower case, without the trailing dot.
+    pub fn apex(&self) -> String {
+        normalize_text(&self.name)
+    }
+
+    fn resolve(&self) -> Result<ResolvedZone, ZoneConfigError> {
+        let zone = self.apex();
+        let invalid =
+            |field: &'static str, value: &str, reason: String| ZoneConfigError::InvalidName {
+                zone: zone.clone(),
+                field,
+                value: value.to_owned(),
+                reason,
+            };
+        let origin =
+            parse_name(&self.name).map_err(|reason| invalid("name", &self.name, reason))?;
+        if self.nameservers.is_empty() {
+            return Err(ZoneConfigError::NoNameservers { zone });
+        }
+        let mut nameservers = Vec::new();
+        for ns in &self.nameservers {
+            nameservers.push(parse_name(ns).map_err(|reason| invalid("nameserver", ns, reason))?);
+        }
+        let mname = match &self.soa.mname {
+            Some(mname) => {
+                parse_name(mname).map_err(|reason| invalid("soa.mname", mname, reason))?
+            }
+            None => nameservers[0].clone(),
+        };
+        let rname = match &self.soa.rname {
+            Some(rname) => {
+                let text = match rname.split_once('@') {
+                    Some((local, domain)) if !local.contains('.') => format!("{local}.{domain}"),
+                    Some(_) => {
+                        return Err(invalid(
+                            "soa.rname",
+                            rname,
+                            "the mailbox's local part may not contain a dot".to_owned(),
+                        ));
+                    }
+                    None => rname.clone(),
+                };
+                parse_name(&text).map_err(|reason| invalid("soa.rname", rname, reason))?
+            }
+            None => parse_name(&format!("hostmaster.{zone}"))
+                .map_err(|reason| invalid("soa.rname", "hostmaster", reason))?,
+        };
+        let timer = |field: &'static str, value: u32| {
+            i32::try_from(value).map_err(|_| ZoneConfigError::TimerOutOfRange {
+                zone: zone.clone(),
+                field,
+            })
+        };
+        let soa = SOA::new(
+            mname,
+            rname,
+            0,
+            timer("refresh", self.soa.refresh)?,
+            timer("retry", self.soa.retry)?,
+            timer("expire", self.soa.expire)?,
+            self.soa.minimum,
+        );
+        Ok(ResolvedZone {
+            text: zone,
+            origin,
+            nameservers,
+            soa,
+            ttl: self.ttl,
+            negative_ttl: self.ttl.min(self.soa.minimum),
+        })
+    }
+}
+
+/// Checks every zone and that no zone is listed twice.
+///
+/// # Errors
+///
+/// The first problem found.
+pub fn validate_zones(zones: &[ZoneConfig]) -> Result<(), ZoneConfigError> {
+    let mut seen = BTreeSet::new();
+    for zone in zones {
+        zone.validate()?;
+        if !seen.insert(zone.apex()) {
+            return Err(ZoneConfigError::Duplicate { zone: zone.apex() });
+        }
+    }
+    Ok(())
+}
+
+struct ResolvedZone {
+    text: String,
+    origin: Name,
+    nameservers: Vec<Name>,
+    soa: SOA,
+    ttl: u32,
+    negative_ttl: u32,
+}
+
+// ---------------------------------------------------------------------------------------
+// Names
+
+/// Lower case, surrounding whitespace and one trailing dot removed.
+fn normalize_text(text: &str) -> String {
+    let text = text.trim();
+    text.strip_suffix('.').unwrap_or(text).to_ascii_lowercase()
+}
+
+/// A fully qualified, lower-case [`Name`] from presentation text; labels of letters,
+/// digits, `-` and `_`, at most 63 octets each and 255 in all.
+fn parse_name(text: &str) -> Result<Name, String> {
+    let text = normalize_text(text);
+    if text.is_empty() {
+        return Err("empty name (the root zone cannot be served)".to_owned());
+    }
+    let mut wire_len = 1;
+    for label in text.split('.') {
+        if label.is_empty() {
+            return Err("empty label".to_owned());
+        }
+        if label.len() > 63 {
+            return Err(format!("label {label:?} is longer than 63 octets"));
+        }
+        if let Some(c) = label
+            .chars()
+            .find(|c| !(c.is_ascii_alphanumeric() || *c == '-' || *c == '_'))
+        {
+            return Err(format!("label {label:?} contains {c:?}"));
+        }
+        wire_len += label.len() + 1;
+    }
+    if wire_len > MAX_WIRE_NAME {
+        return Err("name longer than 255 octets".to_owned());
+    }
+    Name::from_ascii(format!("{text}.")).map_err(|e| e.to_string())
+}
+
+/// The lower-case wire form of a name: the key of the name table.
+pub(crate) fn name_key(name: &Name) -> Vec<u8> {
+    let mut key = Vec::with_capacity(name.len() + 2);
+    for label in name.iter() {
+        key.push(u8::try_from(label.len()).unwrap_or(63));
+        key.extend(label.iter().map(u8::to_ascii_lowercase));
+    }
+    key.push(0);
+    key
+}
+
+/// Presentation text of a wire-format name (for logs).
+pub(crate) fn wire_to_text(wire: &[u8]) -> String {
+    let mut out = String::new();
+    let mut pos = 0;
+    while let Some(&len) = wire.get(pos) {
+        if len == 0 {
+            break;
+        }
+        let label = wire.get(pos + 1..pos + 1 + usize::from(len)).unwrap_or(&[]);
+        for &b in label {
+            if b.is_ascii_graphic() && b != b'.' && b != b'\\' {
+                out.push(char::from(b));
+            } else {
+                out.push_str(&format!("\\{b:03}"));
+            }
+        }
+        out.push('.');
+        pos += 1 + usize::from(len);
+    }
+    if out.is_empty() {
+        out.push('.');
+    }
+    out
+}
+
+/// Whether `key` (a wire name) is `zone` or below it.
+fn key_in_zone(key: &[u8], zone: &[u8]) -> bool {
+    let mut pos = 0;
+    loop {
+        if key.get(pos..) == Some(zone) {
+            return true;
+        }
+        match key.get(pos) {
+            Some(&len) if len != 0 => pos += 1 + usize::from(len),
+            _ => return false,
+        }
+    }
+}
+
+/// The parent of a wire name (`None` for the root).
+fn parent_key(key: &[u8]) -> Option<&[u8]> {
+    let len = *key.first()?;
+    if len == 0 {
+        return None;
+    }
+    key.get(1 + usize::from(len)..)
+}
+
+/// Presentation text without the trailing dot.
+fn display(name: &Name) -> String {
+    let text = name.to_ascii();
+    text.strip_suffix('.').map(str::to_owned).unwrap_or(text)
+}
+
+// ---------------------------------------------------------------------------------------
+// Problems
+
+/// Why (part of) an ingress's DNS name is not served. The API server reports it as
+/// `DNSReady=False`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Problem {
+    /// `namespace/name` of the FederatedIngress (empty for zone problems).
+    pub ingress: String,
+    /// The name concerned (the ingress's dnsName, or a zone).
+    pub dns_name: String,
+    /// For people, e.g. `dnsName shop.example.com is outside every configured zone`.
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.ingress.is_empty() {
+            write!(f, "{}", self.message)
+        } else {
+            write!(f, "{}: {}", self.ingress, self.message)
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Pre-encoded responses
+
+/// A complete response, pre-encoded with ID 0 and the question in lower case; the
+/// server patches the ID, flags, ARCOUNT and letter case and appends OPT.
+#[derive(Debug)]
+pub(crate) struct Encoded {
+    pub(crate) wire: Box<[u8]>,
+    /// Length of the response without its additional section.
+    pub(crate) answer_end: usize,
+    pub(crate) additional_count: u16,
+    /// RCODE (low 4 bits).
+    pub(crate) rcode: u8,
+    pub(crate) answers: Vec<Record>,
+    pub(crate) authority: Vec<Record>,
+    pub(crate) additional: Vec<Record>,
+}
+
+impl Encoded {
+    /// Encodes a response to (`qname`, `qtype`) with these sections.
+    fn new(
+        qname: &Name,
+        qtype: RecordType,
+        rcode: ResponseCode,
+        answers: Vec<Record>,
+        authority: Vec<Record>,
+        additional: Vec<Record>,
+    ) -> Self {
+        let mut message = Message::response(0, OpCode::Query);
+        message.metadata.authoritative = true;
+        message.metadata.response_code = rcode;
+        message.add_query(Query::query(qname.clone(), qtype));
+        message.add_answers(answers.iter().cloned());
+        message.add_authorities(authority.iter().cloned());
+        let short = message.to_vec();
+        message.add_additionals(additional.iter().cloned());
+        let full = message.to_vec();
+        match (short, full, u16::try_from(additional.len())) {
+            (Ok(short), Ok(full), Ok(additional_count)) if full.len() <= usize::from(u16::MAX) => {
+                Encoded {
+                    answer_end: short.len(),
+                    wire: full.into_boxed_slice(),
+                    additional_count,
+                    rcode: rcode.low(),
+                    answers,
+                    authority,
+                    additional,
+                }
+            }
+            (short, full, _) => {
+                warn!(
+                    name = %qname,
+                    qtype = %qtype,
+                    error = ?short.err().or(full.err()),
+                    "cannot encode response; answering SERVFAIL"
+                );
+                Encoded::servfail(qname, qtype)
+            }
+        }
+    }
+
+    /// SERVFAIL with the question only, encoded by hand (cannot fail).
+    fn servfail(qname: &Name, qtype: RecordType) -> Self {
+        let mut wire = vec![0, 0, 0x84, 0x02, 0, 1, 0, 0, 0, 0, 0, 0];
+        wire.extend_from_slice(&name_key(qname));
+        wire.extend_from_slice(&u16::from(qtype).to_be_bytes());
+        wire.extend_from_slice(&1u16.to_be_bytes());
+        Encoded {
+            answer_end: wire.len(),
+            wire: wire.into_boxed_slice(),
+            additional_count: 0,
+            rcode: 2,
+            answers: Vec::new(),
+            authority: Vec::new(),
+            additional: Vec::new(),
+        }
+    }
+}
+
+/// The pre-encoded responses to one (name, type, decision), and how one is picked per
+/// query.
+#[derive(Debug)]
+pub(crate) enum Prepared {
+    Fixed(Box<Encoded>),
+    /// Rotations of one record set, picked round robin.
+    Rotate {
+        options: Vec<Encoded>,
+        next: AtomicUsize,
+    },
+    /// One response per cluster, picked at random by weight (`cumulative` is the
+    /// running sum of the weights, parallel to `options`).
+    Weighted {
+        options: Vec<Encoded>,
+        cumulative: Vec<f64>,
+    },
+}
+
+impl Prepared {
+    /// The response for this query.
+    pub(crate) fn pick(&self) -> &Encoded {
+        match self {
+            Prepared::Fixed(encoded) => encoded,
+            Prepared::Rotate { options, next } => {
+                let n = next.fetch_add(1, Ordering::Relaxed);
+                &options[n % options.len()]
+            }
+            Prepared::Weighted {
+                options,
+                cumulative,
+            } => {
+                let total = cumulative.last().copied().unwrap_or(0.0);
+                let x = rand::random::<f64>() * total;
+                let index = cumulative.partition_point(|&c| c <= x);
+                &options[index.min(options.len() - 1)]
+            }
+        }
+    }
+
+    /// Every possible response with its share of queries (`None` when all are served
+    /// to everyone, i.e. rotations of one set).
+    fn variants(&self) -> Vec<(&Encoded, Option<f64>)> {
+        match self {
+            Prepared::Fixed(encoded) => vec![(encoded.as_ref(), None)],
+            Prepared::Rotate { options, .. } => {
+                let first = options.first().map(|e| (e, None));
+                if options.first().is_some_and(|e| {
+                    e.answers
+                        .first()
+                        .is_some_and(|r| r.record_type() == RecordType::CNAME)
+                }) {
+                    // Rotating CNAMEs: each response has one target; all are served.
+                    let share = 1.0 / options.len() as f64;
+                    options.iter().map(|e| (e, Some(share))).collect()
+                } else {
+                    first.into_iter().collect()
+                }
+            }
+            Prepared::Weighted {
+                options,
+                cumulative,
+            } => {
+                let total = cumulative.last().copied().unwrap_or(0.0);
+                let mut previous = 0.0;
+                options
+                    .iter()
+                    .zip(cumulative)
+                    .map(|(e, &c)| {
+                        let share = if total > 0.0 {
+                            (c - previous) / total
+                        } else {
+                            0.0
+                        };
+                        previous = c;
+                        (e, Some(share))
+                    })
+                    .collect()
+            }
+        }
+    }
+}
+
+/// One response's records.
+#[derive(Clone, Debug, Default)]
+struct Section {
+    answers: Vec<Record>,
+    additional: Vec<Record>,
+}
+
+/// What to answer to one (name, type) under one decision, before encoding.
+enum Plan {
+    NoData,
+    Fixed(Section),
+    Rotate(Vec<Section>),
+    Weighted(Vec<(Section, f64)>),
+}
+
+/// A rendering borrowed from the snapshot (enumerable buckets: no reference counting
+/// on the query path) or shared from the lazy cache.
+enum RenderedRef<'a> {
+    Borrowed(&'a Rendered),
+    Shared(Arc<Rendered>),
+}
+
+impl std::ops::Deref for RenderedRef<'_> {
+    type Target = Rendered;
+
+    fn deref(&self) -> &Rendered {
+        match self {
+            RenderedRef::Borrowed(r) => r,
+            RenderedRef::Shared(r) => r,
+        }
+    }
+}
+
+/// The encoded answers of one ingress under one decision.
+#[derive(Debug)]
+pub(crate) struct Rendered {
+    answer: Answer,
+    a: Prepared,
+    aaaa: Prepared,
+    /// Parallel to the ingress's SRV services.
+    srv: Vec<Prepared>,
+}
+
+// ---------------------------------------------------------------------------------------
+// Snapshot contents
+
+#[derive(Debug)]
+struct Zone {
+    text: String,
+    origin: Name,
+    key: Vec<u8>,
+    soa: Record,
+    negative_soa: Record,
+    ns: Vec<Record>,
+    ttl: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Owner {
+    /// The apex or an empty non-terminal: exists, holds nothing of its own.
+    Empty,
+    Ingress(usize),
+    /// (ingress, SRV service)
+    Srv(usize, usize),
+    /// (ingress, target)
+    Target(usize, usize),
+}
+
+#[derive(Debug)]
+struct Node {
+    zone: usize,
+    name: Name,
+    owner: Owner,
+    apex: bool,
+}
+
+#[derive(Debug)]
+struct Target {
+    a: Prepared,
+    aaaa: Prepared,
+}
+
+#[derive(Debug)]
+struct IngressEntry {
+    routed: RoutedIngress,
+    name: Name,
+    zone: usize,
+    ttl: u32,
+    location_dependent: bool,
+    /// Whether answers may be a CNAME (not at a zone apex).
+    cname_allowed: bool,
+    /// Parallel to `routed.srv`; `None` where the name was taken by another ingress.
+    srv_names: Vec<Option<Name>>,
+    /// Target name per cluster name (clusters with IPs, not cordoned).
+    target_names: BTreeMap<String, Name>,
+    targets: Vec<Target>,
+    /// Distinct renderings; `per_bucket[i]` indexes it for enumerable bucket `i` (one
+    /// entry, index 0, when the answer does not depend on the client).
+    rendered: Vec<Arc<Rendered>>,
+    per_bucket: Vec<usize>,
+    lazy: Mutex<HashMap<Bucket, Arc<Rendered>>>,
+}
+
+/// The semantic answer to one question.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lookup {
+    pub rcode: ResponseCode,
+    /// False only for REFUSED (outside every zone).
+    pub authoritative: bool,
+    pub answers: Vec<Record>,
+    pub authority: Vec<Record>,
+    pub additional: Vec<Record>,
+    /// The ECS scope prefix length the answer holds for: the located prefix length for
+    /// location-dependent answers, 0 otherwise.
+    pub scope_prefix: u8,
+}
+
+impl Lookup {
+    fn refused() -> Self {
+        Lookup {
+            rcode: ResponseCode::Refused,
+            authoritative: false,
+            answers: Vec::new(),
+            authority: Vec::new(),
+            additional: Vec::new(),
+            scope_prefix: 0,
+        }
+    }
+
+    fn from_encoded(encoded: &Encoded, scope_prefix: u8) -> Self {
+        Lookup {
+            rcode: ResponseCode::from_low(encoded.rcode),
+            authoritative: true,
+            answers: encoded.answers.clone(),
+            authority: encoded.authority.clone(),
+            additional: encoded.additional.clone(),
+            scope_prefix,
+        }
+    }
+}
+
+/// Everything the DNS server answers, immutable once built (apart from the cache of
+/// lazily computed mmdb-point answers). Share it as `Arc<Snapshot>`.
+pub struct Snapshot {
+    serial: u32,
+    zones: Vec<Zone>,
+    names: HashMap<Vec<u8>, Node>,
+    ingresses: Vec<IngressEntry>,
+    by_dns_name: HashMap<String, usize>,
+    locator: Arc<Locator>,
+    buckets: Vec<Located>,
+    bucket_index: HashMap<Bucket, usize>,
+}
+
+impl fmt::Debug for Snapshot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Snapshot")
+            .field("serial", &self.serial)
+            .field(
+                "zones",
+                &self.zones.iter().map(|z| &z.text).collect::<Vec<_>>(),
+            )
+            .field("names", &self.names.len())
+            .field("ingresses", &self.ingresses.len())
+            .field("buckets", &self.buckets.len())
+            .finish()
+    }
+}
+
+/// Whether a strategy's answer depends on where the client is.
+pub fn is_location_dependent(strategy: StrategyType) -> bool {
+    matches!(
+        strategy,
+        StrategyType::Geo | StrategyType::Latency | StrategyType::Overflow
+    )
+}
+
+// ---------------------------------------------------------------------------------------
+// Building
+
+struct Builder<'a> {
+    zones: Vec<Zone>,
+    names: HashMap<Vec<u8>, Node>,
+    problems: Vec<Problem>,
+    locator: &'a Arc<Locator>,
+    buckets: Vec<Located>,
+}
+
+impl Snapshot {
+    /// Builds the snapshot for `zones` (invalid or duplicate zones are skipped with a
+    /// [`Problem`]; validate the config first with [`validate_zones`]) and `ingresses`.
+    ///
+    /// # Assumptions
+    ///
+    /// `ingresses` are in priority order (oldest first): when two claim the same name,
+    /// the first keeps it and the other gets a [`Problem`]. Each `dns_name` is lower
+    /// case without a trailing dot (others are normalised).
+    ///
+    /// # Guarantees
+    ///
+    /// Never panics; every ingress that is not (fully) served has at least one
+    /// [`Problem`].
+    pub fn build(
+        zones: &[ZoneConfig],
+        serial: u32,
+        ingresses: &[RoutedIngress],
+        locator: Arc<Locator>,
+    ) -> (Snapshot, Vec<Problem>) {
+        let mut builder = Builder {
+            zones: Vec::new(),
+            names: HashMap::new(),
+            problems: Vec::new(),
+            locator: &locator,
+            buckets: locator.buckets(),
+        };
+        for config in zones {
+            builder.add_zone(config, serial);
+        }
+        let mut entries = Vec::new();
+        let mut by_dns_name = HashMap::new();
+        for routed in ingresses {
+            let index = entries.len();
+            if let Some(entry) = builder.add_ingress(routed, index) {
+                by_dns_name.insert(display(&entry.name), index);
+                entries.push(entry);
+            }
+        }
+        let bucket_index = builder
+            .buckets
+            .iter()
+            .enumerate()
+            .map(|(i, located)| (located.bucket, i))
+            .collect();
+        debug!(
+            serial,
+            zones = builder.zones.len(),
+            names = builder.names.len(),
+            ingresses = entries.len(),
+            buckets = builder.buckets.len(),
+            problems = builder.problems.len(),
+            "built DNS snapshot"
+        );
+        let snapshot = Snapshot {
+            serial,
+            zones: builder.zones,
+            names: builder.names,
+            ingresses: entries,
+            by_dns_name,
+            locator: locator.clone(),
+            buckets: builder.buckets,
+            bucket_index,
+        };
+        (snapshot, builder.problems)
+    }
+}
+
+impl Builder<'_> {
+    fn add_zone(&mut self, config: &ZoneConfig, serial: u32) {
+        let resolved = match config.resolve() {
+            Ok(resolved) => resolved,
+            Err(error) => {
+                self.problems.push(Problem {
+                    ingress: String::new(),
+                    dns_name: config.apex(),
+                    message: error.to_string(),
+                });
+                return;
+            }
+        };
+        let key = name_key(&resolved.origin);
+        if self.zones.iter().any(|z| z.key == key) {
+            self.problems.push(Problem {
+                ingress: String::new(),
+                dns_name: resolved.text.clone(),
+                message: format!("zone {} is listed twice", resolved.text),
+            });
+            return;
+        }
+        let mut soa = resolved.soa.clone();
+        soa.serial = serial;
+        let soa_record = Record::from_rdata(resolved.origin.clone(), resolved.ttl, RData::SOA(soa));
+        let mut negative_soa = soa_record.clone();
+        negative_soa.ttl = resolved.negative_ttl;
+        let ns = resolved
+            .nameservers
+            .iter()
+            .map(|n| {
+                Record::from_rdata(
+                    resolved.origin.clone(),
+                    resolved.ttl,
+                    RData::NS(NS(n.clone())),
+                )
+            })
+            .collect();
+        let zone = self.zones.len();
+        self.zones.push(Zone {
+            text: resolved.text,
+            origin: resolved.origin.clone(),
+            key: key.clone(),
+            soa: soa_record,
+            negative_soa,
+            ns,
+            ttl: resolved.ttl,
+        });
+        self.names.insert(
+            key,
+            Node {
+                zone,
+                name: resolved.origin,
+                owner: Owner::Empty,
+                apex: true,
+            },
+        );
+    }
+
+    /// The innermost zone holding `key`.
+    fn zone_of(&self, key: &[u8]) -> Option<usize> {
+        self.zones
+            .iter()
+            .enumerate()
+            .filter(|(_, z)| key_in_zone(key, &z.key))
+            .max_by_key(|(_, z)| z.key.len())
+            .map(|(i, _)| i)
+    }
+
+    fn problem(&mut self, routed: &RoutedIngress, message: String) {
+        debug!(ingress = %routed.ingress, dns_name = %routed.dns_name, %message, "DNS problem");
+        self.problems.push(Problem {
+            ingress: routed.ingress.clone(),
+            dns_name: routed.dns_name.clone(),
+            message,
+        });
+    }
+
+    /// Who holds `key` now, if anyone other than an empty non-terminal.
+    fn holder(&self, key: &[u8]) -> Option<Owner> {
+        self.names
+            .get(key)
+            .map(|n| n.owner)
+            .filter(|o| *o != Owner::Empty)
+    }
+
+    /// Claims `key` for `owner` and adds the empty non-terminals up to the apex.
+    fn claim(&mut self, key: Vec<u8>, name: Name, zone: usize, owner: Owner) {
+        let zone_key = self
+            .zones
+            .get(zone)
+            .map(|z| z.key.clone())
+            .unwrap_or_default();
+        let mut parent = parent_key(&key).map(<[u8]>::to_vec);
+        while let Some(p) = parent {
+            if p.len() < zone_key.len() || self.names.contains_key(&p) {
+                break;
+            }
+            let next = parent_key(&p).map(<[u8]>::to_vec);
+            let parent_name = name.base_name_of_key(&p);
+            self.names.insert(
+                p,
+                Node {
+                    zone,
+                    name: parent_name,
+                    owner: Owner::Empty,
+                    apex: false,
+                },
+            );
+            parent = next;
+        }
+        match self.names.get_mut(&key) {
+            Some(node) => node.owner = owner,
+            None => {
+                self.names.insert(
+                    key,
+                    Node {
+                        zone,
+                        name,
+                        owner,
+                        apex: false,
+                    },
+                );
+            }
+        }
+    }
+
+    fn describe_holder(owner: Owner) -> &'static str {
+        match owner {
+            Owner::Ingress(_) => "another ingress's dnsName",
+            Owner::Srv(..) => "an SRV name",
+            Owner::Target(..) => "an SRV target name",
+            Owner::Empty => "an empty name",
+        }
+    }
+
+    fn add_ingress(&mut self, routed: &RoutedIngress, index: usize) -> Option<IngressEntry> {
+        let name = match parse_name(&routed.dns_name) {
+            Ok(name) => name,
+            Err(reason) => {
+                self.problem(
+                    routed,
+                    format!(
+                        "dnsName {} is not a valid domain name: {reason}",
+                        routed.dns_name
+                    ),
+                );
+                return None;
+            }
+        };
+        let key = name_key(&name);
+        let Some(zone) = self.zone_of(&key) else {
+            self.problem(
+                routed,
+                format!(
+                    "dnsName {} is outside every configured zone",
+                    display(&name)
+                ),
+            );
+            return None;
+        };
+        if let Some(owner) = self.holder(&key) {
+            let what = Self::describe_holder(owner);
+            self.problem(
+                routed,
+                format!("dnsName {} is already served as {what}", display(&name)),
+            );
+            return None;
+        }
+        let apex = self.zones.get(zone).is_some_and(|z| z.key == key);
+        self.claim(key, name.clone(), zone, Owner::Ingress(index));
+
+        let ttl = u32::try_from(routed.traffic.ttl).unwrap_or(0);
+        let location_dependent = is_location_dependent(routed.traffic.strategy.type_);
+
+        // CNAME targets: host names must be valid names.
+        for cluster in &routed.clusters {
+            for hostname in &cluster.hostnames {
+                if let Err(reason) = parse_name(hostname) {
+                    self.problem(
+                        routed,
+                        format!(
+                            "cluster {} reports host name {hostname:?}, which is not a valid domain name ({reason}); it is not served",
+                            cluster.name
+                        ),
+                    );
+                }
+            }
+            if apex && !cluster.cordoned && cluster.ips.is_empty() && !cluster.hostnames.is_empty()
+            {
+                self.problem(
+                    routed,
+                    format!(
+                        "dnsName {} is a zone apex, which cannot hold a CNAME: cluster {} has only host names and is left out of A/AAAA answers",
+                        display(&name),
+                        cluster.name
+                    ),
+                );
+            }
+        }
+
+        // SRV names.
+        let mut srv_names = Vec::new();
+        for (k, service) in routed.srv.iter().enumerate() {
+            let text = format!(
+                "_{}._{}.{}",
+                service.name,
+                service.transport,
+                display(&name)
+            );
+            let srv_name = match parse_name(&text) {
+                Ok(n) => n,
+                Err(reason) => {
+                    self.problem(routed, format!("SRV name {text} is not valid: {reason}"));
+                    srv_names.push(None);
+                    continue;
+                }
+            };
+            let srv_key = name_key(&srv_name);
+            if let Some(owner) = self.holder(&srv_key) {
+                let what = Self::describe_holder(owner);
+                self.problem(
+                    routed,
+                    format!("SRV name {text} is already served as {what}"),
+                );
+                srv_names.push(None);
+                continue;
+            }
+            self.claim(srv_key, srv_name.clone(), zone, Owner::Srv(index, k));
+            srv_names.push(Some(srv_name));
+        }
+
+        // SRV target names: one per cluster with IPs.
+        let mut target_names = BTreeMap::new();
+        let mut target_clusters = Vec::new();
+        if srv_names.iter().any(Option::is_some) {
+            for cluster in &routed.clusters {
+                if cluster.cordoned || cluster.ips.is_empty() {
+                    continue;
+                }
+                let text = format!("{}.{}", cluster.name, display(&name));
+                let target = match parse_name(&text) {
+                    Ok(n) => n,
+                    Err(reason) => {
+                        self.problem(
+                            routed,
+                            format!("SRV target name {text} is not valid: {reason}"),
+                        );
+                        continue;
+                    }
+                };
+                let target_key = name_key(&target);
+                if let Some(owner) = self.holder(&target_key) {
+                    let what = Self::describe_holder(owner);
+                    self.problem(
+                        routed,
+                        format!("SRV target name {text} is already served as {what}"),
+                    );
+                    continue;
+                }
+                let t = target_clusters.len();
+                self.claim(target_key, target.clone(), zone, Owner::Target(index, t));
+                target_names.insert(cluster.name.clone(), target.clone());
+                target_clusters.push((cluster, target));
+            }
+        }
+
+        let zone_ref = self.zones.get(zone)?;
+        let ctx = RenderCtx {
+            routed,
+            name: &name,
+            ttl,
+            zone: zone_ref,
+            cname_allowed: !apex,
+            srv_names: &srv_names,
+            target_names: &target_names,
+        };
+        let targets = target_clusters
+            .iter()
+            .map(|(cluster, target)| Target {
+                a: ctx.encode(
+                    target,
+                    RecordType::A,
+                    fixed_or_nodata(address_records(target, ttl, &cluster.ips, RecordType::A)),
+                ),
+                aaaa: ctx.encode(
+                    target,
+                    RecordType::AAAA,
+                    fixed_or_nodata(address_records(target, ttl, &cluster.ips, RecordType::AAAA)),
+                ),
+            })
+            .collect();
+
+        let mut rendered: Vec<Arc<Rendered>> = Vec::new();
+        let mut per_bucket = Vec::new();
+        if location_dependent {
+            for located in &self.buckets {
+                let decision = decide(routed, None, located);
+                let slot = match rendered.iter().position(|r| r.answer == decision.answer) {
+                    Some(slot) => slot,
+                    None => {
+                        rendered.push(Arc::new(ctx.render(decision.answer)));
+                        rendered.len() - 1
+                    }
+                };
+                per_bucket.push(slot);
+            }
+        }
+        if rendered.is_empty() {
+            // Location-independent (or a locator without buckets, which cannot happen:
+            // the default is always listed): one decision for everyone.
+            let default = self
+                .buckets
+                .iter()
+                .find(|l| l.bucket == Bucket::DEFAULT)
+                .cloned()
+                .unwrap_or_else(|| self.locator.locate(IpAddr::from([0u8, 0, 0, 0])));
+            let decision = decide(routed, None, &default);
+            rendered.push(Arc::new(ctx.render(decision.answer)));
+        }
+
+        Some(IngressEntry {
+            routed: routed.clone(),
+            name,
+            zone,
+            ttl,
+            location_dependent,
+            cname_allowed: !apex,
+            srv_names,
+            target_names,
+            targets,
+            rendered,
+            per_bucket,
+            lazy: Mutex::new(HashMap::new()),
+        })
+    }
+}
+
+trait NameExt {
+    /// The ancestor of `self` whose wire form is `key` (a suffix of self's).
+    fn base_name_of_key(&self, key: &[u8]) -> Name;
+}
+
+impl NameExt for Name {
+    fn base_name_of_key(&self, key: &[u8]) -> Name {
+        let mut labels = 0usize;
+        let mut pos = 0;
+        while let Some(&len) = key.get(pos) {
+            if len == 0 {
+                break;
+            }
+            labels += 1;
+            pos += 1 + usize::from(len);
+        }
+        self.trim_to(labels)
+    }
+}
+
+fn decide(routed: &RoutedIngress, address: Option<IpAddr>, located: &Located) -> Decision {
+    let client = ClientInfo::from_located(address, located);
+    routing::decide(&routed.traffic, &routed.clusters, &client, &routed.failover)
+}
+
+/// A or AAAA records (by `rtype`) for the addresses of that family.
+fn address_records(owner: &Name, ttl: u32, ips: &[IpAddr], rtype: RecordType) -> Vec<Record> {
+    let mut seen = BTreeSet::new();
+    ips.iter()
+        .filter(|ip| seen.insert(**ip))
+        .filter_map(|ip| match (ip, rtype) {
+            (IpAddr::V4(v4), RecordType::A) => Some(RData::A(A(*v4))),
+            (IpAddr::V6(v6), RecordType::AAAA) => Some(RData::AAAA(AAAA(*v6))),
+            _ => None,
+        })
+        .map(|rdata| Record::from_rdata(owner.clone(), ttl, rdata))
+        .collect()
+}
+
+fn fixed_or_nodata(answers: Vec<Record>) -> Plan {
+    if answers.is_empty() {
+        Plan::NoData
+    } else {
+        Plan::Fixed(Section {
+            answers,
+            additional: Vec::new(),
+        })
+    }
+}
+
+/// The rotations of a record set (at most [`MAX_ROTATIONS`], evenly spaced).
+fn rotations(records: Vec<Record>) -> Plan {
+    let n = records.len();
+    match n {
+        0 => Plan::NoData,
+        1 => fixed_or_nodata(records),
+        _ => {
+            let count = n.min(MAX_ROTATIONS);
+            let mut starts: Vec<usize> = (0..count).map(|i| i * n / count).collect();
+            starts.dedup();
+            Plan::Rotate(
+                starts
+                    .into_iter()
+                    .map(|start| Section {
+                        answers: records[start..]
+                            .iter()
+                            .chain(&records[..start])
+                            .cloned()
+                            .collect(),
+                        additional: Vec::new(),
+                    })
+                    .collect(),
+            )
+        }
+    }
+}
+
+/// Which records an answer's clusters give: IPs win over host names.
+enum Mode<'c> {
+    /// Clusters with IPs (with their weight).
+    Ips(Vec<(&'c ClusterView, f64)>),
+    /// Clusters with only host names: the first valid one each (with its weight).
+    Hostnames(Vec<(&'c ClusterView, Name, f64)>),
+    Nothing,
+}
+
+struct RenderCtx<'a> {
+    routed: &'a RoutedIngress,
+    name: &'a Name,
+    ttl: u32,
+    zone: &'a Zone,
+    cname_allowed: bool,
+    srv_names: &'a [Option<Name>],
+    target_names: &'a BTreeMap<String, Name>,
+}
+
+impl RenderCtx<'_> {
+    fn cluster(&self, name: &str) -> Option<&ClusterView> {
+        self.routed.clusters.iter().find(|c| c.name == name)
+    }
+
+    /// The chosen clusters of `answer` with their weights (1 for `All`).
+    fn chosen(&self, answer: &Answer) -> Vec<(&ClusterView, f64)> {
+        match answer {
+            Answer::All(names) => names
+                .iter()
+                .filter_map(|n| self.cluster(n))
+                .map(|c| (c, 1.0))
+                .collect(),
+            Answer::Weighted(shares) => shares
+                .iter()
+                .filter(|(_, w)| w.is_finite() && *w > 0.0)
+                .filter_map(|(n, w)| self.cluster(n).map(|c| (c, *w)))
+                .collect(),
+            Answer::Addresses(_) | Answer::NoData => Vec::new(),
+        }
+    }
+
+    fn mode<'c>(&self, chosen: Vec<(&'c ClusterView, f64)>) -> Mode<'c> {
+        if chosen.iter().any(|(c, _)| !c.ips.is_empty()) {
+            return Mode::Ips(
+                chosen
+                    .into_iter()
+                    .filter(|(c, _)| !c.ips.is_empty())
+                    .collect(),
+            );
+        }
+        let hostnames: Vec<_> = chosen
+            .into_iter()
+            .filter_map(|(c, w)| {
+                c.hostnames
+                    .iter()
+                    .find_map(|h| parse_name(h).ok())
+                    .map(|h| (c, h, w))
+            })
+            .collect();
+        if hostnames.is_empty() {
+            Mode::Nothing
+        } else {
+            Mode::Hostnames(hostnames)
+        }
+    }
+
+    fn cname(&self, target: &Name) -> Record {
+        Record::from_rdata(
+            self.name.clone(),
+            self.ttl,
+            RData::CNAME(CNAME(target.clone())),
+        )
+    }
+
+    /// The plan for an A or AAAA question at the dnsName.
+    fn address_plan(&self, answer: &Answer, rtype: RecordType) -> Plan {
+        let weighted = matches!(answer, Answer::Weighted(_));
+        match answer {
+            Answer::NoData => return Plan::NoData,
+            Answer::Addresses(ips) => {
+                return fixed_or_nodata(address_records(self.name, self.ttl, ips, rtype));
+            }
+            Answer::All(_) | Answer::Weighted(_) => {}
+        }
+        match self.mode(self.chosen(answer)) {
+            Mode::Nothing => Plan::NoData,
+            Mode::Ips(clusters) if weighted => {
+                let options: Vec<(Section, f64)> = clusters
+                    .iter()
+                    .map(|(c, w)| (address_records(self.name, self.ttl, &c.ips, rtype), *w))
+                    .filter(|(records, _)| !records.is_empty())
+                    .map(|(answers, w)| {
+                        (
+                            Section {
+                                answers,
+                                additional: Vec::new(),
+                            },
+                            w,
+                        )
+                    })
+                    .collect();
+                weighted_plan(options)
+            }
+            Mode::Ips(clusters) => {
+                let ips: Vec<IpAddr> = clusters
+                    .iter()
+                    .flat_map(|(c, _)| c.ips.iter().copied())
+                    .collect();
+                rotations(address_records(self.name, self.ttl, &ips, rtype))
+            }
+            Mode::Hostnames(_) if !self.cname_allowed => Plan::NoData,
+            Mode::Hostnames(hosts) => {
+                let mut seen = BTreeSet::new();
+                let options: Vec<(Section, f64)> = hosts
+                    .iter()
+                    .filter(|(_, h, _)| weighted || seen.insert(h.clone()))
+                    .map(|(_, h, w)| {
+                        (
+                            Section {
+                                answers: vec![self.cname(h)],
+                                additional: Vec::new(),
+                            },
+                            *w,
+                        )
+                    })
+                    .collect();
+                if weighted {
+                    weighted_plan(options)
+                } else {
+                    match options.len() {
+                        0 => Plan::NoData,
+                        1 => options
+                            .into_iter()
+                            .next()
+                            .map_or(Plan::NoData, |(s, _)| Plan::Fixed(s)),
+                        _ => Plan::Rotate(options.into_iter().map(|(s, _)| s).collect()),
+                    }
+                }
+            }
+        }
+    }
+
+    /// The plan for the SRV question of service `k`.
+    fn srv_plan(&self, answer: &Answer, k: usize) -> Plan {
+        let (Some(Some(owner)), Some(service)) = (self.srv_names.get(k), self.routed.srv.get(k))
+        else {
+            return Plan::NoData;
+        };
+        let srv = |weight: u16, target: &Name| {
+            Record::from_rdata(
+                owner.clone(),
+                self.ttl,
+                RData::SRV(SRV::new(0, weight, service.port, target.clone())),
+            )
+        };
+        let mut section = Section::default();
+        match answer {
+            Answer::NoData => return Plan::NoData,
+            Answer::Addresses(ips) => {
+                if ips.is_empty() {
+                    return Plan::NoData;
+                }
+                section.answers.push(srv(1, self.name));
+                section
+                    .additional
+                    .extend(address_records(self.name, self.ttl, ips, RecordType::A));
+                section.additional.extend(address_records(
+                    self.name,
+                    self.ttl,
+                    ips,
+                    RecordType::AAAA,
+                ));
+            }
+            Answer::All(_) | Answer::Weighted(_) => {
+                let weighted = matches!(answer, Answer::Weighted(_));
+                let chosen = self.chosen(answer);
+                let total: f64 = chosen.iter().map(|(_, w)| w).sum();
+                let weight = |w: f64| -> u16 {
+                    if !weighted || total <= 0.0 {
+                        return 1;
+                    }
+                    // RFC 2782 weights: shares scaled to 10000, at least 1.
+                    let scaled = (w / total * 10_000.0).round();
+                    if scaled >= 1.0 {
+                        scaled.min(65_535.0) as u16
+                    } else {
+                        1
+                    }
+                };
+                match self.mode(chosen) {
+                    Mode::Nothing => return Plan::NoData,
+                    Mode::Ips(clusters) => {
+                        for (cluster, w) in clusters {
+                            let Some(target) = self.target_names.get(&cluster.name) else {
+                                continue;
+                            };
+                            section.answers.push(srv(weight(w), target));
+                            section.additional.extend(address_records(
+                                target,
+                                self.ttl,
+                                &cluster.ips,
+                                RecordType::A,
+                            ));
+                            section.additional.extend(address_records(
+                                target,
+                                self.ttl,
+                                &cluster.ips,
+                                RecordType::AAAA,
+                            ));
+                        }
+                    }
+                    Mode::Hostnames(hosts) => {
+                        let mut seen = BTreeSet::new();
+                        for (_, host, w) in hosts {
+                            if seen.insert(host.clone()) {
+                                section.answers.push(srv(weight(w), &host));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        if section.answers.is_empty() {
+            Plan::NoData
+        } else {
+            Plan::Fixed(section)
+        }
+    }
+
+    fn render(&self, answer: Answer) -> Rendered {
+        let a = self.encode(
+            self.name,
+            RecordType::A,
+            self.address_plan(&answer, RecordType::A),
+        );
+        let aaaa = self.encode(
+            self.name,
+            RecordType::AAAA,
+            self.address_plan(&answer, RecordType::AAAA),
+        );
+        let srv = (0..self.routed.srv.len())
+            .map(|k| {
+                let plan = self.srv_plan(&answer, k);
+                match self.srv_names.get(k) {
+                    Some(Some(owner)) => self.encode(owner, RecordType::SRV, plan),
+                    _ => self.encode(self.name, RecordType::SRV, Plan::NoData),
+                }
+            })
+            .collect();
+        Rendered {
+            answer,
+            a,
+            aaaa,
+            srv,
+        }
+    }
+
+    fn encode(&self, qname: &Name, qtype: RecordType, plan: Plan) -> Prepared {
+        let one = |section: Section| {
+            Encoded::new(
+                qname,
+                qtype,
+                ResponseCode::NoError,
+                section.answers,
+                Vec::new(),
+                section.additional,
+            )
+        };
+        match plan {
+            Plan::NoData => Prepared::Fixed(Box::new(Encoded::new(
+                qname,
+                qtype,
+                ResponseCode::NoError,
+                Vec::new(),
+                vec![self.zone.negative_soa.clone()],
+                Vec::new(),
+            ))),
+            Plan::Fixed(section) => Prepared::Fixed(Box::new(one(section))),
+            Plan::Rotate(sections) => Prepared::Rotate {
+                options: sections.into_iter().map(one).collect(),
+                next: AtomicUsize::new(0),
+            },
+            Plan::Weighted(options) => {
+                let mut running = 0.0;
+                let mut cumulative = Vec::new();
+                let mut encoded = Vec::new();
+                for (section, w) in options {
+                    running += w;
+                    cumulative.push(running);
+                    encoded.push(one(section));
+                }
+                Prepared::Weighted {
+                    options: encoded,
+                    cumulative,
+                }
+            }
+        }
+    }
+}
+
+fn weighted_plan(options: Vec<(Section, f64)>) -> Plan {
+    match options.len() {
+        0 => Plan::NoData,
+        1 => options
+            .into_iter()
+            .next()
+            .map_or(Plan::NoData, |(s, _)| Plan::Fixed(s)),
+        _ => Plan::Weighted(options),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Answering
+
+impl Snapshot {
+    /// The serial of the zones' SOA records.
+    pub fn serial(&self) -> u32 {
+        self.serial
+    }
+
+    /// The zones served (apex names, lower case, no trailing dot).
+    pub fn zones(&self) -> Vec<&str> {
+        self.zones.iter().map(|z| z.text.as_str()).collect()
+    }
+
+    /// The locator answers are routed with.
+    pub fn locator(&self) -> &Arc<Locator> {
+        &self.locator
+    }
+
+    /// The rendering of ingress `index` for a client at `client` (`None`: the default
+    /// location), with the ECS scope prefix it holds for.
+    fn rendered(&self, index: usize, client: Option<IpAddr>) -> Option<(RenderedRef<'_>, u8)> {
+        let entry = self.ingresses.get(index)?;
+        if !entry.location_dependent {
+            return entry
+                .rendered
+                .first()
+                .map(|r| (RenderedRef::Borrowed(r), 0));
+        }
+        let (bucket, scope) = match client {
+            Some(ip) => self.locator.bucket(ip),
+            None => (Bucket::DEFAULT, 0),
+        };
+        if let Some(&b) = self.bucket_index.get(&bucket)
+            && let Some(r) = entry
+                .per_bucket
+                .get(b)
+                .and_then(|&slot| entry.rendered.get(slot))
+        {
+            return Some((RenderedRef::Borrowed(r), scope));
+        }
+        // Not enumerable (an mmdb point): decide now, cache in the snapshot.
+        {
+            let cache = entry
+                .lazy
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some(r) = cache.get(&bucket) {
+                return Some((RenderedRef::Shared(r.clone()), scope));
+            }
+        }
+        let located = match client {
+            Some(ip) => self.locator.locate(ip),
+            None => self
+                .buckets
+                .iter()
+                .find(|l| l.bucket == Bucket::DEFAULT)?
+                .clone(),
+        };
+        let decision = decide(&entry.routed, client, &located);
+        let rendered = match entry.rendered.iter().find(|r| r.answer == decision.answer) {
+            Some(r) => r.clone(),
+            None => {
+                let zone = self.zones.get(entry.zone)?;
+                let ctx = RenderCtx {
+                    routed: &entry.routed,
+                    name: &entry.name,
+                    ttl: entry.ttl,
+                    zone,
+                    cname_allowed: entry.cname_allowed,
+                    srv_names: &entry.srv_names,
+                    target_names: &entry.target_names,
+                };
+                Arc::new(ctx.render(decision.answer))
+            }
+        };
+        let mut cache = entry
+            .lazy
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if cache.len() >= LAZY_CACHE_LIMIT {
+            cache.clear();
+        }
+        cache.insert(bucket, rendered.clone());
+        Some((RenderedRef::Shared(rendered), scope))
+    }
+
+    /// The fast path: the pre-encoded response to an A, AAAA or SRV question for
+    /// `key` (a lower-case wire name) from `client`, handed to `f` with the ECS scope
+    /// prefix. `None` when the question needs the slow path (unknown name, other types,
+    /// NXDOMAIN).
+    pub(crate) fn with_fast_answer<R>(
+        &self,
+        key: &[u8],
+        qtype: RecordType,
+        client: IpAddr,
+        f: impl FnOnce(&Encoded, u8) -> R,
+    ) -> Option<R> {
+        let node = self.names.get(key)?;
+        match (node.owner, qtype) {
+            (Owner::Ingress(i), RecordType::A | RecordType::AAAA) => {
+                let (rendered, scope) = self.rendered(i, Some(client))?;
+                let prepared = if qtype == RecordType::A {
+                    &rendered.a
+                } else {
+                    &rendered.aaaa
+                };
+                Some(f(prepared.pick(), scope))
+            }
+            (Owner::Srv(i, k), RecordType::SRV) => {
+                let (rendered, scope) = self.rendered(i, Some(client))?;
+                Some(f(rendered.srv.get(k)?.pick(), scope))
+            }
+            (Owner::Target(i, t), RecordType::A | RecordType::AAAA) => {
+                let target = self.ingresses.get(i)?.targets.get(t)?;
+                let prepared = if qtype == RecordType::A {
+                    &target.a
+                } else {
+                    &target.aaaa
+                };
+                Some(f(prepared.pick(), 0))
+            }
+            _ => None,
+        }
+    }
+
+    /// The answer to (`name`, `qtype`) for a client at `client` (the ECS address or the
+    /// resolver's; `None` for the default location). Picks like a query does: round
+    /// robin answers advance, weighted ones are drawn at random. `ANY` gets the RFC 8482
+    /// HINFO answer.
+    pub fn lookup(&self, name: &str, qtype: RecordType, client: Option<IpAddr>) -> Lookup {
+        match parse_name(name) {
+            Ok(name) => self.lookup_key(&name_key(&name), qtype, client),
+            Err(_) => Lookup::refused(),
+        }
+    }
+
+    /// [`Snapshot::lookup`] by lower-case wire name.
+    pub(crate) fn lookup_key(
+        &self,
+        key: &[u8],
+        qtype: RecordType,
+        client: Option<IpAddr>,
+    ) -> Lookup {
+        let Some(node) = self.names.get(key) else {
+            let Some(zone) = self
+                .zones
+                .iter()
+                .filter(|z| key_in_zone(key, &z.key))
+                .max_by_key(|z| z.key.len())
+            else {
+                return Lookup::refused();
+            };
+            return Lookup {
+                rcode: ResponseCode::NXDomain,
+                authoritative: true,
+                answers: Vec::new(),
+                authority: vec![zone.negative_soa.clone()],
+                additional: Vec::new(),
+                scope_prefix: 0,
+            };
+        };
+        let Some(zone) = self.zones.get(node.zone) else {
+            return Lookup::refused();
+        };
+        let nodata = |scope_prefix: u8| Lookup {
+            rcode: ResponseCode::NoError,
+            authoritative: true,
+            answers: Vec::new(),
+            authority: vec![zone.negative_soa.clone()],
+            additional: Vec::new(),
+            scope_prefix,
+        };
+        let positive = |answers: Vec<Record>| Lookup {
+            rcode: ResponseCode::NoError,
+            authoritative: true,
+            answers,
+            authority: Vec::new(),
+            additional: Vec::new(),
+            scope_prefix: 0,
+        };
+        if qtype == RecordType::ANY {
+            return positive(vec![Record::from_rdata(
+                node.name.clone(),
+                zone.ttl,
+                RData::HINFO(HINFO::new("RFC8482".to_owned(), String::new())),
+            )]);
+        }
+        if node.apex {
+            match qtype {
+                RecordType::SOA => return positive(vec![zone.soa.clone()]),
+                RecordType::NS => return positive(zone.ns.clone()),
+                _ => {}
+            }
+        }
+        match node.owner {
+            Owner::Empty => nodata(0),
+            Owner::Ingress(i) => {
+                let Some((rendered, scope)) = self.rendered(i, client) else {
+                    return nodata(0);
+                };
+                match qtype {
+                    RecordType::A => Lookup::from_encoded(rendered.a.pick(), scope),
+                    RecordType::AAAA => Lookup::from_encoded(rendered.aaaa.pick(), scope),
+                    _ => {
+                        // A CNAME answers every type (RFC 1034 §3.6.2).
+                        let picked = rendered.a.pick();
+                        let is_cname = picked
+                            .answers
+                            .first()
+                            .is_some_and(|r| r.record_type() == RecordType::CNAME);
+                        if is_cname {
+                            let mut lookup = Lookup::from_encoded(picked, scope);
+                            lookup.additional.clear();
+                            lookup
+                        } else {
+                            nodata(scope)
+                        }
+                    }
+                }
+            }
+            Owner::Srv(i, k) => {
+                if qtype != RecordType::SRV {
+                    return nodata(0);
+                }
+                match self.rendered(i, client) {
+                    Some((rendered, scope)) => match rendered.srv.get(k) {
+                        Some(prepared) => Lookup::from_encoded(prepared.pick(), scope),
+                        None => nodata(0),
+                    },
+                    None => nodata(0),
+                }
+            }
+            Owner::Target(i, t) => {
+                let Some(target) = self.ingresses.get(i).and_then(|e| e.targets.get(t)) else {
+                    return nodata(0);
+                };
+                match qtype {
+                    RecordType::A => Lookup::from_encoded(target.a.pick(), 0),
+                    RecordType::AAAA => Lookup::from_encoded(target.aaaa.pick(), 0),
+                    _ => nodata(0),
+                }
+            }
+        }
+    }
+
+    /// Whether `key` is in a served zone (including names that do not exist).
+    pub(crate) fn in_zone(&self, key: &[u8]) -> bool {
+        self.zones.iter().any(|z| key_in_zone(key, &z.key))
+    }
+
+    /// Whether `key` is the apex of a served zone.
+    pub(crate) fn is_apex(&self, key: &[u8]) -> bool {
+        self.zones.iter().any(|z| z.key == key)
+    }
+
+    /// The routing decision for `dns_name` and a client at `client` (`None`: the default
+    /// location), with where the client was located: what "why did client X get
+    /// cluster Y" shows.
+    pub fn explain(&self, dns_name: &str, client: Option<IpAddr>) -> Option<(Located, Decision)> {
+        let entry = self
+            .ingresses
+            .get(*self.by_dns_name.get(&normalize_text(dns_name))?)?;
+        let located = match client {
+            Some(ip) => self.locator.locate(ip),
+            None => self
+                .buckets
+                .iter()
+                .find(|l| l.bucket == Bucket::DEFAULT)?
+                .clone(),
+        };
+        let decision = decide(&entry.routed, client, &located);
+        Some((located, decision))
+    }
+
+    /// The records served for `dns_name`, as `FederatedIngress.status.dns.records`
+    /// shows them: per distinct answer, which clients get it (`scope`: the regions of
+    /// the location buckets for location-dependent strategies, empty for everyone) and,
+    /// for answers picked per query by weight, the share (`weight 75%`). SRV records
+    /// and their target names' addresses are included. Empty when the name is not
+    /// served.
+    pub fn records_for_status(&self, dns_name: &str) -> Vec<DnsRecordStatus> {
+        let Some(entry) = self
+            .by_dns_name
+            .get(&normalize_text(dns_name))
+            .and_then(|&i| self.ingresses.get(i))
+        else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        // Which regions get each rendering.
+        let mut scopes: Vec<BTreeSet<String>> = vec![BTreeSet::new(); entry.rendered.len()];
+        if entry.location_dependent {
+            for (b, &slot) in entry.per_bucket.iter().enumerate() {
+                if let (Some(located), Some(set)) = (self.buckets.get(b), scopes.get_mut(slot)) {
+                    let region = if located.location.region.is_empty() {
+                        "default".to_owned()
+                    } else {
+                        located.location.region.clone()
+                    };
+                    set.insert(region);
+                }
+            }
+        }
+        for (rendered, regions) in entry.rendered.iter().zip(&scopes) {
+            let scope = regions.iter().cloned().collect::<Vec<_>>().join(", ");
+            let mut push = |prepared: &Prepared| {
+                for (encoded, share) in prepared.variants() {
+                    if let Some(status) = status_record(&encoded.answers, &scope, share) {
+                        out.push(status);
+                    }
+                }
+            };
+            push(&rendered.a);
+            // A CNAME answers AAAA as well: do not list it twice.
+            let a_is_cname = rendered
+                .a
+                .pick_first()
+                .answers
+                .first()
+                .is_some_and(|r| r.record_type() == RecordType::CNAME);
+            if !a_is_cname {
+                push(&rendered.aaaa);
+            }
+            for prepared in &rendered.srv {
+                push(prepared);
+            }
+        }
+        for target in &entry.targets {
+            for prepared in [&target.a, &target.aaaa] {
+                if let Some(status) = status_record(&prepared.pick_first().answers, "", None) {
+                    out.push(status);
+                }
+            }
+        }
+        out
+    }
+
+    /// Every record of the zone with apex `key` for a zone transfer, between two SOAs.
+    /// Location-dependent names give the default location's answer; round-robin sets
+    /// their first rotation; weighted address answers the union of all clusters
+    /// (weighted CNAMEs the heaviest).
+    pub(crate) fn transfer(&self, key: &[u8]) -> Option<Vec<Record>> {
+        let zone_index = self.zones.iter().position(|z| z.key == key)?;
+        let zone = self.zones.get(zone_index)?;
+        let mut records = vec![zone.soa.clone()];
+        records.extend(zone.ns.iter().cloned());
+        let mut nodes: Vec<&Node> = self
+            .names
+            .values()
+            .filter(|n| n.zone == zone_index)
+            .collect();
+        nodes.sort_by(|a, b| a.name.cmp(&b.name));
+        for node in nodes {
+            match node.owner {
+                Owner::Empty => {}
+                Owner::Ingress(i) => {
+                    if let Some((rendered, _)) = self.rendered(i, None) {
+                        let a = transfer_view(&rendered.a);
+                        let cname = a
+                            .first()
+                            .is_some_and(|r| r.record_type() == RecordType::CNAME);
+                        records.extend(a);
+                        if !cname {
+                            records.extend(transfer_view(&rendered.aaaa));
+                        }
+                    }
+                }
+                Owner::Srv(i, k) => {
+                    if let Some((rendered, _)) = self.rendered(i, None)
+                        && let Some(prepared) = rendered.srv.get(k)
+                    {
+                        records.extend(transfer_view(prepared));
+                    }
+                }
+                Owner::Target(i, t) => {
+                    if let Some(target) = self.ingresses.get(i).and_then(|e| e.targets.get(t)) {
+                        records.extend(target.a.pick_first().answers.iter().cloned());
+                        records.extend(target.aaaa.pick_first().answers.iter().cloned());
+                    }
+                }
+            }
+        }
+        records.push(zone.soa.clone());
+        Some(records)
+    }
+
+    /// The zone record (for the AXFR answer's question checks).
+    pub(crate) fn zone_origin(&self, key: &[u8]) -> Option<&Name> {
+        self.zones.iter().find(|z| z.key == key).map(|z| &z.origin)
+    }
+}
+
+impl Prepared {
+    /// The first response, without advancing anything.
+    fn pick_first(&self) -> &Encoded {
+        match self {
+            Prepared::Fixed(encoded) => encoded,
+            Prepared::Rotate { options, .. } | Prepared::Weighted { options, .. } => &options[0],
+        }
+    }
+}
+
+/// The static view of a prepared answer for zone transfers.
+fn transfer_view(prepared: &Prepared) -> Vec<Record> {
+    match prepared {
+        Prepared::Fixed(encoded) => encoded.answers.clone(),
+        Prepared::Rotate { options, .. } => options
+            .first()
+            .map(|e| e.answers.clone())
+            .unwrap_or_default(),
+        Prepared::Weighted {
+            options,
+            cumulative,
+        } => {
+            let cname = options
+                .first()
+                .and_then(|e| e.answers.first())
+                .is_some_and(|r| r.record_type() == RecordType::CNAME);
+            if cname {
+                let mut best = (0, f64::MIN);
+                let mut previous = 0.0;
+                for (i, &c) in cumulative.iter().enumerate() {
+                    if c - previous > best.1 {
+                        best = (i, c - previous);
+                    }
+                    previous = c;
+                }
+                options
+                    .get(best.0)
+                    .map(|e| e.answers.clone())
+                    .unwrap_or_default()
+            } else {
+                let mut seen = BTreeSet::new();
+                options
+                    .iter()
+                    .flat_map(|e| e.answers.iter())
+                    .filter(|r| seen.insert(r.data.to_string()))
+                    .cloned()
+                    .collect()
+            }
+        }
+    }
+}
+
+/// One status record from an answer's records (`None` for NODATA).
+fn status_record(answers: &[Record], scope: &str, share: Option<f64>) -> Option<DnsRecordStatus> {
+    let first = answers.first()?;
+    let type_ = match first.record_type() {
+        RecordType::A => ApiRecordType::A,
+        RecordType::AAAA => ApiRecordType::Aaaa,
+        RecordType::CNAME => ApiRecordType::Cname,
+        RecordType::SRV => ApiRecordType::Srv,
+        _ => return None,
+    };
+    let mut values: Vec<String> = answers
+        .iter()
+        .map(|r| match &r.data {
+            RData::CNAME(CNAME(target)) => display(target),
+            RData::SRV(srv) => format!(
+                "{} {} {} {}",
+                srv.priority,
+                srv.weight,
+                srv.port,
+                display(&srv.target)
+            ),
+            other => other.to_string(),
+        })
+        .collect();
+    values.sort();
+    let scope = match share {
+        Some(share) => {
+            let percent = format!("weight {:.0}%", share * 100.0);
+            if scope.is_empty() {
+                percent
+            } else {
+                format!("{scope}, {percent}")
+            }
+        }
+        None => scope.to_owned(),
+    };
+    Some(DnsRecordStatus {
+        name: display(&first.name),
+        type_,
+        values,
+        scope,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use fedingress_api::ingress::{Strategy, Traffic};
+
+    use super::*;
+    use crate::Location;
+    use crate::location::test_mmdb::{CityNetwork, city_db, ip, net};
+    use crate::routing::FailoverState;
+
+    fn location(region: &str, latitude: f64, longitude: f64) -> Location {
+        Location {
+            region: region.to_owned(),
+            latitude,
+            longitude,
+        }
+    }
+
+    fn cluster(name: &str, at: Location, ips: &[IpAddr]) -> ClusterView {
+        ClusterView {
+            name: name.to_owned(),
+            location: at,
+            healthy: true,
+            cordoned: false,
+            ips: ips.to_vec(),
+            hostnames: Vec::new(),
+            load: 0.0,
+            capacity: None,
+        }
+    }
+
+    fn routed(type_: StrategyType, clusters: Vec<ClusterView>) -> RoutedIngress {
+        RoutedIngress {
+            ingress: "default/x".to_owned(),
+            dns_name: "x.test".to_owned(),
+            traffic: Traffic {
+                strategy: Strategy {
+                    type_,
+                    ..Strategy::default()
+                },
+                ..Traffic::default()
+            },
+            clusters,
+            srv: Vec::new(),
+            failover: FailoverState::default(),
+        }
+    }
+
+    fn zones() -> Vec<ZoneConfig> {
+        vec![ZoneConfig {
+            name: "test".to_owned(),
+            nameservers: vec!["ns.test".to_owned()],
+            soa: SoaConfig::default(),
+            ttl: 3600,
+        }]
+    }
+
+    fn a_values(lookup: &Lookup) -> Vec<String> {
+        lookup.answers.iter().map(|r| r.data.to_string()).collect()
+    }
+
+    #[test]
+    fn mmdb_points_are_decided_on_first_query_and_cached() {
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(
+            file.path(),
+            city_db(&[CityNetwork {
+                network: net("2001:218::/32"),
+                latitude: Some(35.685),
+                longitude: Some(139.7514),
+                country: Some("JP"),
+                subdivision: None,
+            }]),
+        )
+        .unwrap();
+        let locator =
+            Locator::new(Vec::new(), location("eu", 50.0, 4.0), Some(file.path())).unwrap();
+        let ingress = routed(
+            StrategyType::Geo,
+            vec![
+                cluster("eu", location("eu", 50.0, 4.0), &[ip("192.0.2.1")]),
+                cluster("jp", location("jp", 35.0, 139.0), &[ip("192.0.2.2")]),
+            ],
+        );
+        let (snapshot, problems) = Snapshot::build(&zones(), 1, &[ingress], Arc::new(locator));
+        assert!(problems.is_empty(), "{problems:?}");
+        let tokyo = snapshot.lookup("x.test", RecordType::A, Some(ip("2001:218::1")));
+        assert_eq!(a_values(&tokyo), vec!["192.0.2.2"]);
+        assert_eq!(tokyo.scope_prefix, 32);
+        let cached = snapshot.ingresses[0].lazy.lock().unwrap().len();
+        assert_eq!(cached, 1);
+        // Same point: served from the cache, which does not grow.
+        let again = snapshot.lookup("x.test", RecordType::A, Some(ip("2001:218:ffff::1")));
+        assert_eq!(a_values(&again), vec!["192.0.2.2"]);
+        assert_eq!(snapshot.ingresses[0].lazy.lock().unwrap().len(), 1);
+        // Elsewhere: the default (Europe), pre-encoded.
+        let other = snapshot.lookup("x.test", RecordType::A, Some(ip("192.0.2.200")));
+        assert_eq!(a_values(&other), vec!["192.0.2.1"]);
+        // The fast path takes the same route.
+        let key = name_key(&parse_name("x.test").unwrap());
+        let fast = snapshot
+            .with_fast_answer(&key, RecordType::A, ip("2001:218::2"), |e, scope| {
+                (e.answers[0].data.to_string(), scope)
+            })
+            .unwrap();
+        assert_eq!(fast, ("192.0.2.2".to_owned(), 32));
+    }
+
+    #[test]
+    fn answers_are_pre_encoded_with_compressed_owner_names() {
+        let ingress = routed(
+            StrategyType::RoundRobin,
+            vec![cluster("a", location("a", 0.0, 0.0), &[ip("192.0.2.1")])],
+        );
+        let (snapshot, _) = Snapshot::build(
+            &zones(),
+            1,
+            &[ingress],
+            Arc::new(Locator::new(Vec::new(), location("eu", 50.0, 4.0), None).unwrap()),
+        );
+        let key = name_key(&parse_name("x.test").unwrap());
+        let wire = snapshot
+            .with_fast_answer(&key, RecordType::A, ip("127.0.0.1"), |e, _| e.wire.to_vec())
+            .unwrap();
+        // Header, question (x.test: 8 octets + type + class), then the answer whose owner
+        // is a pointer to the question name at offset 12.
+        assert_eq!(&wire[4..12], &[0, 1, 0, 1, 0, 0, 0, 0]);
+        assert_eq!(&wire[12..20], b"\x01x\x04test\x00");
+        assert_eq!(&wire[24..26], &[0xC0, 12]);
+        assert_eq!(wire.len(), 24 + 16);
+    }
+
+    #[test]
+    fn rotations_are_capped_and_start_at_different_records() {
+        let ips: Vec<IpAddr> = (1..=40).map(|i| IpAddr::from([10, 0, 0, i])).collect();
+        let ingress = routed(
+            StrategyType::RoundRobin,
+            vec![cluster("a", location("a", 0.0, 0.0), &ips)],
+        );
+        let (snapshot, _) = Snapshot::build(
+            &zones(),
+            1,
+            &[ingress],
+            Arc::new(Locator::new(Vec::new(), location("eu", 50.0, 4.0), None).unwrap()),
+        );
+        let Prepared::Rotate { options, .. } = &snapshot.ingresses[0].rendered[0].a else {
+            panic!("not rotated");
+        };
+        assert_eq!(options.len(), MAX_ROTATIONS);
+        let mut firsts: Vec<String> = options
+            .iter()
+            .map(|e| e.answers[0].data.to_string())
+            .collect();
+        firsts.sort();
+        firsts.dedup();
+        assert_eq!(firsts.len(), MAX_ROTATIONS);
+        assert!(options.iter().all(|e| e.answers.len() == 40));
+    }
+
+    #[test]
+    fn key_helpers() {
+        let key = name_key(&parse_name("A.b.Test.").unwrap());
+        assert_eq!(key, b"\x01a\x01b\x04test\x00");
+        assert_eq!(wire_to_text(&key), "a.b.test.");
+        assert!(key_in_zone(&key, b"\x04test\x00"));
+        assert!(!key_in_zone(&key, b"\x03est\x00"));
+        assert_eq!(parent_key(&key), Some(&b"\x01b\x04test\x00"[..]));
+        assert!(parse_name("a..b").is_err());
+        assert!(parse_name(&"a".repeat(64)).is_err());
+    }
+}
