@@ -1,28 +1,66 @@
 //! The agent's admin HTTP endpoint: `GET /healthz` (the process is alive: always
-//! 200 `ok`) and `GET /readyz` (200 once a plan, persisted or from the hub, is applied;
-//! 503 before). [`router`] is used by `main` and by tests alike.
+//! 200 `ok`), `GET /readyz` (200 once a plan, persisted or from the hub, is applied; 503
+//! before, and again while the data plane drains on shutdown) and `GET /metrics` (the
+//! data plane's counters and the applied plan version, Prometheus text format 0.0.4).
+//! [`router`] and [`router_with_driver`] are used by `main` and by tests alike.
 //!
 //! What does not belong here: anything that changes the agent (the admin endpoint is
-//! read-only), metrics of the data plane (they travel to the hub in reports).
+//! read-only).
+
+use std::fmt::Write as _;
+use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
 use axum::routing::get;
 use tokio::sync::watch;
 
+use crate::driver::Driver;
 use crate::hub::Applied;
+
+#[derive(Clone)]
+struct Admin {
+    applied: watch::Receiver<Option<Applied>>,
+    driver: Option<Arc<dyn Driver>>,
+}
 
 /// The admin routes; readiness follows `applied` ([`crate::hub::Agent::applied`]).
 pub fn router(applied: watch::Receiver<Option<Applied>>) -> Router {
+    app(Admin {
+        applied,
+        driver: None,
+    })
+}
+
+/// The admin routes with the driver's drain state and metrics.
+pub fn router_with_driver(
+    applied: watch::Receiver<Option<Applied>>,
+    driver: Arc<dyn Driver>,
+) -> Router {
+    app(Admin {
+        applied,
+        driver: Some(driver),
+    })
+}
+
+fn app(admin: Admin) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
-        .with_state(applied)
+        .route("/metrics", get(metrics))
+        .with_state(admin)
 }
 
-async fn readyz(State(applied): State<watch::Receiver<Option<Applied>>>) -> (StatusCode, String) {
-    match applied.borrow().as_ref() {
+async fn readyz(State(admin): State<Admin>) -> (StatusCode, String) {
+    if admin.driver.as_ref().is_some_and(|d| d.is_draining()) {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "draining: the agent is shutting down\n".to_owned(),
+        );
+    }
+    match admin.applied.borrow().as_ref() {
         Some(applied) => (
             StatusCode::OK,
             format!("ok: plan version {}\n", applied.version),
@@ -34,6 +72,34 @@ async fn readyz(State(applied): State<watch::Receiver<Option<Applied>>>) -> (Sta
     }
 }
 
+async fn metrics(State(admin): State<Admin>) -> impl IntoResponse {
+    let mut text = String::new();
+    let (version, errors) = admin
+        .applied
+        .borrow()
+        .as_ref()
+        .map_or((0, 0), |a| (a.version, a.rule_errors.len()));
+    let _ = writeln!(
+        text,
+        "# HELP fedingress_agent_plan_version Version of the applied plan (0: none yet).\n\
+         # TYPE fedingress_agent_plan_version gauge\n\
+         fedingress_agent_plan_version {version}\n\
+         # HELP fedingress_agent_rule_errors Rules of the applied plan that are not served.\n\
+         # TYPE fedingress_agent_rule_errors gauge\n\
+         fedingress_agent_rule_errors {errors}"
+    );
+    if let Some(driver) = &admin.driver {
+        text.push_str(&driver.metrics());
+    }
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -41,18 +107,23 @@ mod tests {
     use axum::http::Request;
     use tower::ServiceExt;
 
-    async fn status(app: &Router, path: &str) -> StatusCode {
+    async fn get_text(app: &Router, path: &str) -> (StatusCode, String) {
         let request = Request::get(path).body(Body::empty()).unwrap();
-        app.clone().oneshot(request).await.unwrap().status()
+        let response = app.clone().oneshot(request).await.unwrap();
+        let status = response.status();
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        (status, String::from_utf8_lossy(&bytes).into_owned())
     }
 
     #[tokio::test]
     async fn ready_once_a_plan_is_applied() {
         let (tx, rx) = watch::channel(None);
         let app = router(rx);
-        assert_eq!(status(&app, "/healthz").await, StatusCode::OK);
+        assert_eq!(get_text(&app, "/healthz").await.0, StatusCode::OK);
         assert_eq!(
-            status(&app, "/readyz").await,
+            get_text(&app, "/readyz").await.0,
             StatusCode::SERVICE_UNAVAILABLE
         );
         tx.send_replace(Some(Applied {
@@ -60,7 +131,10 @@ mod tests {
             digest: String::new(),
             rule_errors: Vec::new(),
         }));
-        assert_eq!(status(&app, "/readyz").await, StatusCode::OK);
-        assert_eq!(status(&app, "/nope").await, StatusCode::NOT_FOUND);
+        assert_eq!(get_text(&app, "/readyz").await.0, StatusCode::OK);
+        assert_eq!(get_text(&app, "/nope").await.0, StatusCode::NOT_FOUND);
+        let (status, text) = get_text(&app, "/metrics").await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(text.contains("fedingress_agent_plan_version 3\n"), "{text}");
     }
 }

@@ -9,6 +9,7 @@
 //! driver: standalone
 //! listen: [{bind: 127.0.0.11, advertise: 203.0.113.7}, {bind: "::1"}]
 //! services: {echo: ["127.0.0.1:9001", "[::1]:9001", "10.0.0.5"]}
+//! tlsSecrets: {shop-tls: {certFile: shop.crt, keyFile: shop.key}}
 //! stateDir: state
 //! ```
 //!
@@ -24,6 +25,10 @@
 //! - `listen[].advertise` is what the hub publishes in DNS: an IP address or a DNS name
 //!   (e.g. a cloud load balancer in front of the agent); it defaults to `bind`, which
 //!   then must not be the unspecified address.
+//! - `tlsSecrets` maps the `secretName` of a FederatedIngress's `spec.tls` entries to PEM
+//!   files (a certificate chain, leaf first, and its private key), like a cluster's
+//!   `kubernetes.io/tls` Secrets. [`Config::load`] reads and checks every pair (the key
+//!   must match the certificate); the running agent reloads a pair when its files change.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -64,6 +69,13 @@ pub struct Config {
     /// How long a proxied TCP connection may take to connect to an endpoint.
     #[serde(default = "default_connect_timeout_ms")]
     pub connect_timeout_ms: u64,
+    /// Certificates for HTTPS and terminated TLS rules: `spec.tls[].secretName` → files.
+    #[serde(default)]
+    pub tls_secrets: BTreeMap<String, TlsSecretFiles>,
+    /// How long connections of a removed listener (and of every listener on SIGTERM) may
+    /// take to finish before they are closed; 0 closes them at once.
+    #[serde(default = "default_drain_timeout_ms")]
+    pub drain_timeout_ms: u64,
     /// Directory of the agent's state (the last applied plan, so the agent fails static).
     pub state_dir: PathBuf,
     /// Listen address of the admin endpoint (`/healthz`); port 0 picks one.
@@ -225,6 +237,10 @@ pub struct HealthCheckConfig {
     /// starts with `expect`. Without it those endpoints get the TCP connect check.
     #[serde(default)]
     pub udp: Option<UdpProbe>,
+    /// The HTTP probe of endpoints behind HTTP and HTTPS rules (always on; these are its
+    /// settings).
+    #[serde(default)]
+    pub http: HttpProbe,
 }
 
 impl HealthCheckConfig {
@@ -245,7 +261,178 @@ impl Default for HealthCheckConfig {
             healthy_threshold: default_threshold(),
             unhealthy_threshold: default_threshold(),
             udp: None,
+            http: HttpProbe::default(),
         }
+    }
+}
+
+/// The HTTP health probe: `GET path` over HTTP/1.1 to the endpoint, passing when the
+/// status is in `expectStatus`.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct HttpProbe {
+    /// Request path (with an optional query); default `/`.
+    #[serde(default = "default_probe_path")]
+    pub path: String,
+    /// Accepted status: a code (`200`) or an inclusive range (`"200-399"`, the default).
+    #[serde(default)]
+    pub expect_status: StatusRange,
+    /// `Host` header of the probe; default the endpoint's `ip:port`.
+    #[serde(default)]
+    pub host: Option<String>,
+}
+
+impl Default for HttpProbe {
+    fn default() -> Self {
+        HttpProbe {
+            path: default_probe_path(),
+            expect_status: StatusRange::default(),
+            host: None,
+        }
+    }
+}
+
+/// An inclusive range of HTTP status codes, written `200` or `"200-399"`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "StatusSpec")]
+pub struct StatusRange {
+    pub min: u16,
+    pub max: u16,
+}
+
+impl StatusRange {
+    pub fn contains(&self, status: u16) -> bool {
+        (self.min..=self.max).contains(&status)
+    }
+}
+
+impl Default for StatusRange {
+    fn default() -> Self {
+        StatusRange { min: 200, max: 399 }
+    }
+}
+
+impl fmt::Display for StatusRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.min == self.max {
+            write!(f, "{}", self.min)
+        } else {
+            write!(f, "{}-{}", self.min, self.max)
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum StatusSpec {
+    Code(u16),
+    Text(String),
+}
+
+/// A status range that does not parse.
+#[derive(Debug, thiserror::Error)]
+#[error("expectStatus {0:?} must be a status code 100-599 or a range like \"200-399\"")]
+pub struct InvalidStatusRange(String);
+
+impl TryFrom<StatusSpec> for StatusRange {
+    type Error = InvalidStatusRange;
+
+    fn try_from(spec: StatusSpec) -> Result<Self, Self::Error> {
+        let text = match spec {
+            StatusSpec::Code(code) => code.to_string(),
+            StatusSpec::Text(text) => text,
+        };
+        let invalid = || InvalidStatusRange(text.clone());
+        let code = |t: &str| {
+            t.trim()
+                .parse::<u16>()
+                .ok()
+                .filter(|c| (100..=599).contains(c))
+        };
+        let (min, max) = match text.split_once('-') {
+            Some((a, b)) => (code(a).ok_or_else(invalid)?, code(b).ok_or_else(invalid)?),
+            None => {
+                let c = code(&text).ok_or_else(invalid)?;
+                (c, c)
+            }
+        };
+        if min > max {
+            return Err(invalid());
+        }
+        Ok(StatusRange { min, max })
+    }
+}
+
+/// The files of one TLS secret.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct TlsSecretFiles {
+    /// PEM certificate chain, leaf first.
+    pub cert_file: PathBuf,
+    /// PEM private key (PKCS#8, PKCS#1 or SEC1) of the leaf certificate.
+    pub key_file: PathBuf,
+}
+
+/// A parsed certificate chain and its key, checked to belong together.
+#[derive(Debug)]
+pub struct TlsMaterial {
+    pub certified: std::sync::Arc<rustls::sign::CertifiedKey>,
+}
+
+/// Why a TLS secret's files cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsFileError {
+    #[error("reading {}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: rustls_pki_types::pem::Error,
+    },
+    #[error("{} holds no PEM certificate", path.display())]
+    NoCertificate { path: PathBuf },
+    #[error("{}: the key does not fit the certificate or is of an unsupported type", path.display())]
+    Key {
+        path: PathBuf,
+        #[source]
+        source: rustls::Error,
+    },
+}
+
+impl TlsSecretFiles {
+    /// Reads both files and checks that the key is usable and matches the leaf.
+    ///
+    /// # Errors
+    /// Unreadable files, no certificate, no key, or a key that does not fit.
+    pub fn load(&self) -> Result<TlsMaterial, TlsFileError> {
+        use rustls_pki_types::pem::PemObject;
+        use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+        let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&self.cert_file)
+            .and_then(Iterator::collect)
+            .map_err(|source| TlsFileError::Read {
+                path: self.cert_file.clone(),
+                source,
+            })?;
+        if certs.is_empty() {
+            return Err(TlsFileError::NoCertificate {
+                path: self.cert_file.clone(),
+            });
+        }
+        let key =
+            PrivateKeyDer::from_pem_file(&self.key_file).map_err(|source| TlsFileError::Read {
+                path: self.key_file.clone(),
+                source,
+            })?;
+        let provider = rustls::crypto::aws_lc_rs::default_provider();
+        let certified =
+            rustls::sign::CertifiedKey::from_der(certs, key, &provider).map_err(|source| {
+                TlsFileError::Key {
+                    path: self.key_file.clone(),
+                    source,
+                }
+            })?;
+        Ok(TlsMaterial {
+            certified: std::sync::Arc::new(certified),
+        })
     }
 }
 
@@ -276,6 +463,12 @@ fn default_connect_timeout_ms() -> u64 {
 }
 fn default_report_interval_ms() -> u64 {
     5000
+}
+fn default_drain_timeout_ms() -> u64 {
+    15_000
+}
+fn default_probe_path() -> String {
+    "/".to_owned()
 }
 fn default_admin() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 0))
@@ -309,6 +502,12 @@ pub enum ConfigError {
     },
     #[error("driver {0} is not built yet")]
     DriverNotBuilt(Driver),
+    #[error("tlsSecrets.{secret}")]
+    TlsSecret {
+        secret: String,
+        #[source]
+        source: TlsFileError,
+    },
 }
 
 impl Config {
@@ -331,7 +530,17 @@ impl Config {
         if let Some(ca) = &mut config.hub.ca_file {
             *ca = base.join(&*ca);
         }
+        for files in config.tls_secrets.values_mut() {
+            files.cert_file = base.join(&files.cert_file);
+            files.key_file = base.join(&files.key_file);
+        }
         config.read_token()?;
+        for (secret, files) in &config.tls_secrets {
+            files.load().map_err(|source| ConfigError::TlsSecret {
+                secret: secret.clone(),
+                source,
+            })?;
+        }
         if let Some(ca) = &config.hub.ca_file {
             std::fs::read(ca).map_err(|source| ConfigError::ReadFile {
                 field: "hub.caFile",
@@ -407,6 +616,10 @@ impl Config {
 
     pub fn report_interval(&self) -> Duration {
         Duration::from_millis(self.report_interval_ms)
+    }
+
+    pub fn drain_timeout(&self) -> Duration {
+        Duration::from_millis(self.drain_timeout_ms)
     }
 
     /// The addresses reported to the hub, one per listen address, without duplicates.
@@ -497,6 +710,36 @@ impl Config {
         {
             problems.push("healthCheck.udp.send: must not be empty".to_owned());
         }
+        if !hc.http.path.starts_with('/') {
+            problems.push("healthCheck.http.path: must start with /".to_owned());
+        }
+        if hc
+            .http
+            .path
+            .contains(|c: char| c.is_ascii_whitespace() || c.is_ascii_control())
+        {
+            problems.push(
+                "healthCheck.http.path: must not contain spaces or control characters".to_owned(),
+            );
+        }
+        if let Some(host) = &hc.http.host
+            && (host.is_empty()
+                || host.contains(|c: char| c.is_ascii_whitespace() || c.is_ascii_control()))
+        {
+            problems
+                .push("healthCheck.http.host: must be a non-empty host without spaces".to_owned());
+        }
+        for (name, files) in &self.tls_secrets {
+            for message in names::dns1123_subdomain(name) {
+                problems.push(format!("tlsSecrets.{name}: {message}"));
+            }
+            if files.cert_file.as_os_str().is_empty() {
+                problems.push(format!("tlsSecrets.{name}.certFile: required"));
+            }
+            if files.key_file.as_os_str().is_empty() {
+                problems.push(format!("tlsSecrets.{name}.keyFile: required"));
+            }
+        }
         for (field, value) in [
             ("udpIdleTimeoutMs", self.udp_idle_timeout_ms),
             ("connectTimeoutMs", self.connect_timeout_ms),
@@ -565,6 +808,16 @@ stateDir: state
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/config/agent-standalone.yaml")
     }
 
+    /// A self-signed certificate and its key for `name` (PEM).
+    fn pair(name: &str) -> (String, String) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec![name.to_owned()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+
     #[test]
     fn example_config_parses() {
         let text = std::fs::read_to_string(example_path()).unwrap();
@@ -573,6 +826,9 @@ stateDir: state
         assert!(!config.listen.is_empty());
         assert!(config.services.contains_key("echo"));
         assert!(config.health_check.udp.is_some());
+        assert!(config.tls_secrets.contains_key("shop-tls"));
+        assert_eq!(config.health_check.http.path, "/healthz");
+        assert_eq!(config.drain_timeout(), Duration::from_secs(15));
     }
 
     #[test]
@@ -589,7 +845,19 @@ stateDir: state
         let err = Config::load(&config_path).unwrap_err();
         assert!(err.to_string().contains("tokenFile"), "{err}");
         std::fs::write(dir.path().join(&parsed.token_file), "secret\n").unwrap();
+        // The TLS secret's files are read and checked too, relative to the config.
+        let err = Config::load(&config_path).unwrap_err();
+        assert!(err.to_string().contains("tlsSecrets.shop-tls"), "{err}");
+        let files = &parsed.tls_secrets["shop-tls"];
+        let (cert, key) = pair("shop.example.com");
+        std::fs::create_dir_all(dir.path().join(files.cert_file.parent().unwrap())).unwrap();
+        std::fs::write(dir.path().join(&files.cert_file), cert).unwrap();
+        std::fs::write(dir.path().join(&files.key_file), key).unwrap();
         let config = Config::load(&config_path).unwrap();
+        assert_eq!(
+            config.tls_secrets["shop-tls"].cert_file,
+            dir.path().join(&files.cert_file)
+        );
         assert_eq!(config.token_file, dir.path().join(&parsed.token_file));
         assert_eq!(config.read_token().unwrap(), "secret");
         assert_eq!(
@@ -606,6 +874,14 @@ stateDir: state
         assert_eq!(config.udp_idle_timeout(), Duration::from_secs(30));
         assert_eq!(config.report_interval(), Duration::from_secs(5));
         assert_eq!(config.admin, default_admin());
+        assert_eq!(config.drain_timeout(), Duration::from_secs(15));
+        assert_eq!(config.health_check.http, HttpProbe::default());
+        assert_eq!(config.health_check.http.path, "/");
+        assert_eq!(
+            config.health_check.http.expect_status,
+            StatusRange { min: 200, max: 399 }
+        );
+        assert!(config.tls_secrets.is_empty());
         assert_eq!(
             config.advertised_addresses(),
             vec![Address::ip("127.0.0.11".parse().unwrap())]
@@ -747,6 +1023,66 @@ stateDir: state
         ] {
             assert!(check_hub_address(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn http_probe_status_is_a_code_or_a_range() {
+        let with = |http: &str| {
+            Config::from_yaml(&format!("{MINIMAL}healthCheck: {{http: {http}}}\n"))
+                .map(|c| c.health_check.http)
+        };
+        let probe = with("{path: /healthz, expectStatus: 204}").unwrap();
+        assert_eq!(probe.expect_status, StatusRange { min: 204, max: 204 });
+        assert_eq!(probe.expect_status.to_string(), "204");
+        let probe = with("{expectStatus: '200-299', host: shop.example.com}").unwrap();
+        assert!(probe.expect_status.contains(250));
+        assert!(!probe.expect_status.contains(300));
+        assert_eq!(probe.host.as_deref(), Some("shop.example.com"));
+        for bad in ["99", "'300-200'", "'2xx'", "600"] {
+            let err = with(&format!("{{expectStatus: {bad}}}")).unwrap_err();
+            assert!(matches!(err, ConfigError::Parse(_)), "{bad}: {err:?}");
+        }
+        let Err(ConfigError::Invalid { problems }) = with("{path: healthz}") else {
+            panic!("a path without / is refused");
+        };
+        assert!(
+            problems[0].contains("healthCheck.http.path"),
+            "{problems:?}"
+        );
+    }
+
+    #[test]
+    fn tls_secrets_must_be_readable_matching_pairs() {
+        let dir = tempfile::tempdir().unwrap();
+        let config_path = dir.path().join("agent.yaml");
+        std::fs::write(dir.path().join("token"), "t0k3n").unwrap();
+        std::fs::write(
+            &config_path,
+            format!(
+                "{MINIMAL}tlsSecrets: {{shop-tls: {{certFile: shop.crt, keyFile: shop.key}}}}\n"
+            ),
+        )
+        .unwrap();
+        let err = Config::load(&config_path).unwrap_err();
+        assert!(matches!(err, ConfigError::TlsSecret { .. }), "{err:?}");
+        let (cert, key) = pair("shop.example.com");
+        let (_, other_key) = pair("other.example.com");
+        std::fs::write(dir.path().join("shop.crt"), &cert).unwrap();
+        std::fs::write(dir.path().join("shop.key"), other_key).unwrap();
+        let err = Config::load(&config_path).unwrap_err();
+        let chain = format!("{err}: {}", std::error::Error::source(&err).unwrap());
+        assert!(chain.contains("does not fit"), "{chain}");
+        std::fs::write(dir.path().join("shop.key"), "no key here").unwrap();
+        assert!(Config::load(&config_path).is_err());
+        std::fs::write(dir.path().join("shop.key"), key).unwrap();
+        let config = Config::load(&config_path).unwrap();
+        config.tls_secrets["shop-tls"].load().unwrap();
+        let Err(ConfigError::Invalid { problems }) = Config::from_yaml(&format!(
+            "{MINIMAL}tlsSecrets: {{Shop_TLS: {{certFile: a, keyFile: ''}}}}\n"
+        )) else {
+            panic!("expected Invalid");
+        };
+        assert_eq!(problems.len(), 2, "{problems:?}");
     }
 
     #[test]

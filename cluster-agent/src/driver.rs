@@ -37,9 +37,19 @@ pub trait Driver: Send + Sync {
 
     /// Stops serving: closes listeners and drains connections.
     async fn shutdown(&self);
+
+    /// The data plane's metrics in the Prometheus text format (empty when it has none).
+    fn metrics(&self) -> String {
+        String::new()
+    }
+
+    /// Whether the driver is shutting down (readiness turns false).
+    fn is_draining(&self) -> bool {
+        false
+    }
 }
 
-/// The built-in data plane: TCP and UDP proxies on the configured addresses.
+/// The built-in data plane: HTTP, HTTPS, TLS, TCP and UDP on the configured addresses.
 #[async_trait]
 impl Driver for crate::standalone::Standalone {
     fn name(&self) -> &'static str {
@@ -47,7 +57,9 @@ impl Driver for crate::standalone::Standalone {
     }
 
     fn capabilities(&self) -> Vec<String> {
-        vec!["TCP".to_owned(), "UDP".to_owned()]
+        ["HTTP", "HTTPS", "TLS", "TCP", "UDP"]
+            .map(str::to_owned)
+            .to_vec()
     }
 
     async fn apply(&self, plan: &ClusterPlan) -> Vec<RuleError> {
@@ -64,5 +76,13 @@ impl Driver for crate::standalone::Standalone {
 
     async fn shutdown(&self) {
         crate::standalone::Standalone::shutdown(self).await;
+    }
+
+    fn metrics(&self) -> String {
+        crate::standalone::Standalone::metrics(self)
+    }
+
+    fn is_draining(&self) -> bool {
+        crate::standalone::Standalone::is_draining(self)
     }
 }

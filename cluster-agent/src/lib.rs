@@ -6,11 +6,12 @@
 //! Entry types:
 //! - [`Config`] ([`config`]): the strict YAML config file, loaded and fully checked
 //!   before anything binds ([`Config::load`]).
-//! - [`Standalone`] ([`standalone`]): the built-in data plane — TCP and UDP proxies on
-//!   the configured addresses with active health checks, passive ejection and load
-//!   counters. `apply(plan)` → rule errors, `report(plan)` → an
+//! - [`Standalone`] ([`standalone`]): the built-in data plane — HTTP host/path routing,
+//!   HTTPS and TLS termination, TLS passthrough, TCP and UDP proxies on the configured
+//!   addresses with active health checks, passive ejection, load counters and graceful
+//!   drain. `apply(plan)` → rule errors, `report(plan)` → an
 //!   [`AgentReport`](fedingress_api::plan::AgentReport), `subscribe()` → a change
-//!   signal.
+//!   signal, `metrics()` → Prometheus text.
 //!
 //! What does not belong here: the hub's wire types (they stop at `fedingress-proto`),
 //! placement or routing decisions (the hub makes them; the agent only serves what it is

@@ -590,7 +590,7 @@ async fn a_changed_plan_keeps_unaffected_listeners_and_closes_removed_ones() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn http_rules_and_missing_services_are_rule_errors() {
+async fn missing_services_are_rule_errors_and_the_rest_is_served() {
     let ip = test_ip(7);
     let port = test_port(7, 0);
     let echo = Echo::start(IpAddr::from([127, 0, 0, 1])).await;
@@ -601,8 +601,9 @@ async fn http_rules_and_missing_services_are_rule_errors() {
     }));
     let mut http = IngressRule::new(Protocol::Http);
     http.host = Some("shop.example.com".into());
+    http.port = Some(i32::from(test_port(7, 1)));
     http.paths = vec![HttpPath {
-        backend: Backend::new("echo", 8080),
+        backend: Backend::new("web-gone", 8080),
         ..HttpPath::default()
     }];
     let plan = ClusterPlan::from(vec![share(
@@ -622,7 +623,10 @@ async fn http_rules_and_missing_services_are_rule_errors() {
     assert_eq!(
         messages,
         vec![
-            (0, "HTTP rules are not served by the standalone driver yet"),
+            (
+                0,
+                "paths[0] (/ Prefix): backend service \"web-gone\" is not among the agent's configured services"
+            ),
             (
                 2,
                 "backend service \"nowhere\" is not among the agent's configured services"

@@ -11,7 +11,9 @@
 #![allow(clippy::unwrap_used)]
 
 pub mod echo;
+pub mod fedctl;
 pub mod federation;
+pub mod web;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

@@ -1,5 +1,7 @@
 //! Load counters of one bound listener: active connections (TCP connections, UDP
-//! sessions) and new ones per second over a sliding window of [`WINDOW`].
+//! sessions) and new ones per second over a sliding window of [`WINDOW`]; for HTTP
+//! listeners also requests per second and totals by status class. The same type counts
+//! the connections attributed to one ingress on a shared HTTP or TLS listener.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -13,7 +15,11 @@ const BUCKETS: usize = 20; // WINDOW / BUCKET
 #[derive(Debug)]
 pub(crate) struct LoadCounters {
     active: AtomicU64,
-    rate: Mutex<RateWindow>,
+    rate: RateWindow,
+    connections_total: AtomicU64,
+    requests: RateWindow,
+    /// Responses by status class: index 0 for 1xx ... 4 for 5xx.
+    responses: [AtomicU64; 5],
 }
 
 /// Holds one active connection or session; dropping it ends it.
@@ -28,19 +34,21 @@ impl Drop for Active {
 
 impl LoadCounters {
     pub fn new() -> Arc<Self> {
+        let now = Instant::now();
         Arc::new(LoadCounters {
             active: AtomicU64::new(0),
-            rate: Mutex::new(RateWindow::new(Instant::now())),
+            rate: RateWindow::new(now),
+            connections_total: AtomicU64::new(0),
+            requests: RateWindow::new(now),
+            responses: Default::default(),
         })
     }
 
     /// Counts a new connection or session, active until the guard drops.
     pub fn opened(self: &Arc<Self>) -> Active {
         self.active.fetch_add(1, Ordering::Relaxed);
-        self.rate
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .count(Instant::now());
+        self.connections_total.fetch_add(1, Ordering::Relaxed);
+        self.rate.count(Instant::now());
         Active(Arc::clone(self))
     }
 
@@ -48,30 +56,61 @@ impl LoadCounters {
         self.active.load(Ordering::Relaxed)
     }
 
+    /// Connections or sessions opened since the listener started.
+    pub fn connections_total(&self) -> u64 {
+        self.connections_total.load(Ordering::Relaxed)
+    }
+
+    /// Counts one HTTP response (proxied or answered by the agent) with `status`.
+    pub fn responded(&self, status: u16) {
+        let class = usize::from(status / 100).clamp(1, 5) - 1;
+        self.responses[class].fetch_add(1, Ordering::Relaxed);
+        self.requests.count(Instant::now());
+    }
+
+    /// HTTP responses per second over the last [`WINDOW`].
+    pub fn requests_per_second(&self, now: Instant) -> f64 {
+        self.requests.per_second(now)
+    }
+
+    /// HTTP responses since the listener started, by class (`1xx` ... `5xx`).
+    pub fn responses(&self) -> [(&'static str, u64); 5] {
+        let n = |i: usize| self.responses[i].load(Ordering::Relaxed);
+        [
+            ("1xx", n(0)),
+            ("2xx", n(1)),
+            ("3xx", n(2)),
+            ("4xx", n(3)),
+            ("5xx", n(4)),
+        ]
+    }
+
     /// New connections per second over the last [`WINDOW`] (or the listener's life, if
     /// shorter, but at least one second).
     pub fn per_second(&self, now: Instant) -> f64 {
-        self.rate
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .per_second(now)
+        self.rate.per_second(now)
     }
 }
 
+/// Events per bucket over the last [`BUCKETS`] buckets. Counting is one atomic add (the
+/// proxies count every request); moving the window to a new bucket takes a lock, at most
+/// once per bucket.
 #[derive(Debug)]
 struct RateWindow {
     start: Instant,
-    buckets: [u64; BUCKETS],
+    buckets: [AtomicU64; BUCKETS],
     /// Absolute index (since `start`) of the newest bucket in `buckets`.
-    newest: u64,
+    newest: AtomicU64,
+    advancing: Mutex<()>,
 }
 
 impl RateWindow {
     fn new(start: Instant) -> Self {
         RateWindow {
             start,
-            buckets: [0; BUCKETS],
-            newest: 0,
+            buckets: Default::default(),
+            newest: AtomicU64::new(0),
+            advancing: Mutex::new(()),
         }
     }
 
@@ -86,27 +125,34 @@ impl RateWindow {
     }
 
     /// Moves the window to `now`, clearing buckets that fell out of it.
-    fn advance(&mut self, now: Instant) -> u64 {
+    fn advance(&self, now: Instant) -> u64 {
         let index = self.index(now);
-        if index > self.newest {
-            let stale = (index - self.newest).min(BUCKETS as u64);
-            for i in 1..=stale {
-                self.buckets[Self::slot(self.newest + i)] = 0;
-            }
-            self.newest = index;
+        if index <= self.newest.load(Ordering::Acquire) {
+            return index;
         }
-        self.newest
+        let _advancing = self
+            .advancing
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let newest = self.newest.load(Ordering::Acquire);
+        if index > newest {
+            let stale = (index - newest).min(BUCKETS as u64);
+            for i in 1..=stale {
+                self.buckets[Self::slot(newest + i)].store(0, Ordering::Relaxed);
+            }
+            self.newest.store(index, Ordering::Release);
+        }
+        index
     }
 
-    fn count(&mut self, now: Instant) {
+    fn count(&self, now: Instant) {
         let index = self.advance(now);
-        let slot = Self::slot(index);
-        self.buckets[slot] = self.buckets[slot].saturating_add(1);
+        self.buckets[Self::slot(index)].fetch_add(1, Ordering::Relaxed);
     }
 
-    fn per_second(&mut self, now: Instant) -> f64 {
+    fn per_second(&self, now: Instant) -> f64 {
         self.advance(now);
-        let total: u64 = self.buckets.iter().sum();
+        let total: u64 = self.buckets.iter().map(|b| b.load(Ordering::Relaxed)).sum();
         let span = now
             .saturating_duration_since(self.start)
             .clamp(Duration::from_secs(1), WINDOW);
@@ -121,7 +167,7 @@ mod tests {
     #[test]
     fn rate_slides_and_active_follows_guards() {
         let start = Instant::now();
-        let mut window = RateWindow::new(start);
+        let window = RateWindow::new(start);
         for _ in 0..10 {
             window.count(start);
         }
@@ -144,5 +190,15 @@ mod tests {
         drop(b);
         assert_eq!(load.active(), 0);
         assert!(load.per_second(Instant::now()) > 0.0);
+        assert_eq!(load.connections_total(), 2);
+        load.responded(200);
+        load.responded(204);
+        load.responded(503);
+        load.responded(0);
+        let responses = load.responses();
+        assert_eq!(responses[0], ("1xx", 1));
+        assert_eq!(responses[1], ("2xx", 2));
+        assert_eq!(responses[4], ("5xx", 1));
+        assert!(load.requests_per_second(Instant::now()) >= 4.0 / 5.0);
     }
 }

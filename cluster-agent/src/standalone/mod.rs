@@ -1,32 +1,43 @@
-//! The standalone driver's L4 data plane: the agent itself serves its cluster's share on
-//! the configured listen addresses, proxying TCP and UDP rules to service endpoints from
-//! the config, with active health checks, passive ejection and load counters.
+//! The standalone driver's data plane: the agent itself serves its cluster's share on
+//! the configured listen addresses — HTTP host/path routing, HTTPS and TLS termination
+//! with rustls, TLS passthrough by SNI, TCP and UDP proxies — to service endpoints from
+//! the config, with active health checks, passive ejection, load counters and graceful
+//! drain.
 //!
 //! Entry type: [`Standalone`]. [`Standalone::apply`] reconciles the running listeners
 //! with a [`ClusterPlan`]; [`Standalone::report`] says how it is going;
-//! [`Standalone::subscribe`] signals every change worth a report.
+//! [`Standalone::subscribe`] signals every change worth a report;
+//! [`Standalone::metrics`] renders the counters for `/metrics`.
 //!
-//! Modules: `desired` (plan → listeners, pure), `endpoint` (health state machine and
-//! round-robin pool), `health` (active checks), `tcp` and `udp` (the proxies), `load`
-//! (counters).
-//!
-//! Not served yet: HTTP, HTTPS and TLS rules (each gets a [`RuleError`] saying so).
+//! Modules: `desired` (plan → listeners, pure), `routes` (routing tables, pure),
+//! `endpoint` (health state machine and round-robin pool), `health` (active checks),
+//! `tcp`, `udp`, `http` and `tls` (the proxies), `upstream` (pooled HTTP/1.1
+//! connections to endpoints), `clienthello` (SNI without decrypting), `certs` (TLS
+//! secrets and their reload), `drain` (graceful drain), `load` (counters).
 
+mod certs;
+mod clienthello;
 mod desired;
+mod drain;
 mod endpoint;
 mod health;
+mod http;
 mod load;
+mod routes;
 mod tcp;
+mod tls;
 mod udp;
+mod upstream;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use arc_swap::ArcSwap;
 use fedingress_api::cluster::Address;
-use fedingress_api::ingress::Protocol;
 use fedingress_api::plan::{
     AgentReport, BackendHealth, ClusterPlan, IngressKey, IngressReport, ListenerLoad, RuleError,
 };
@@ -34,12 +45,18 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::config::{Config, ServiceEndpoint};
-use desired::{BackendKey, DesiredShare, ListenerKey};
-use endpoint::{Endpoint, Pool, Thresholds};
+use certs::CertStore;
+use desired::{BackendKey, DesiredListener, DesiredShare, Kind, ListenerKey, PathSpec, SniSpec};
+use drain::Tracker;
+use endpoint::{Endpoint, Health, Pool, Thresholds};
 use health::CheckSettings;
 use load::LoadCounters;
+use routes::{CertSource, HostRoutes, HttpTable, PathRoute, SniRoute, Target, TlsTable};
 
-/// Where a listener sends its traffic; swapped atomically on apply.
+/// How often the TLS secret files are checked for changes.
+const CERT_POLL: Duration = Duration::from_secs(1);
+
+/// Where a TCP or UDP listener sends its traffic; swapped atomically on apply.
 #[derive(Debug)]
 pub(crate) struct Route {
     pub ingress: IngressKey,
@@ -50,28 +67,53 @@ pub(crate) struct Route {
 /// A listener bound on one address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct ListenerId {
-    protocol: Protocol,
+    kind: Kind,
     port: u16,
     bind: IpAddr,
 }
 
 impl ListenerId {
     fn key(&self) -> ListenerKey {
-        (self.protocol, self.port)
+        (self.kind, self.port)
     }
 
     fn label(&self) -> String {
-        format!(
-            "{} {}",
-            self.protocol,
-            SocketAddr::new(self.bind, self.port)
-        )
+        format!("{} {}", self.kind, SocketAddr::new(self.bind, self.port))
+    }
+}
+
+/// The routes of one listener, as built on apply.
+enum Seed {
+    L4(Arc<Route>),
+    Http(Arc<HttpTable>),
+    Tls(Arc<TlsTable>),
+}
+
+/// Where a running listener takes its routes from.
+enum Routing {
+    L4(watch::Sender<Arc<Route>>),
+    Http(Arc<ArcSwap<HttpTable>>),
+    Tls(Arc<ArcSwap<TlsTable>>),
+}
+
+impl Routing {
+    fn update(&self, seed: Seed) {
+        match (self, seed) {
+            (Routing::L4(routes), Seed::L4(route)) => {
+                routes.send_replace(route);
+            }
+            (Routing::Http(table), Seed::Http(new)) => table.store(new),
+            (Routing::Tls(table), Seed::Tls(new)) => table.store(new),
+            // The listener id includes its kind, so seeds always fit.
+            _ => tracing::error!("routes of another listener kind; not applied"),
+        }
     }
 }
 
 struct Running {
-    routes: watch::Sender<Arc<Route>>,
+    routing: Routing,
     load: Arc<LoadCounters>,
+    tracker: Arc<Tracker>,
     stop: oneshot::Sender<()>,
     task: JoinHandle<()>,
 }
@@ -81,12 +123,23 @@ struct Checked {
     task: JoinHandle<()>,
 }
 
+/// A removed listener whose connections are finishing.
+struct Draining {
+    label: String,
+    tracker: Arc<Tracker>,
+    task: JoinHandle<()>,
+}
+
 #[derive(Default)]
 struct State {
     listeners: BTreeMap<ListenerId, Running>,
     endpoints: BTreeMap<(String, SocketAddr), Checked>,
     pools: BTreeMap<BackendKey, Arc<Pool>>,
     shares: BTreeMap<IngressKey, DesiredShare>,
+    /// Connections attributed to one ingress on one shared L7 listener (all addresses).
+    share_loads: BTreeMap<(ListenerKey, IngressKey), Arc<LoadCounters>>,
+    draining: Vec<Draining>,
+    cert_watch: Option<JoinHandle<()>>,
 }
 
 impl Drop for State {
@@ -94,15 +147,27 @@ impl Drop for State {
         for checked in self.endpoints.values() {
             checked.task.abort();
         }
+        if let Some(task) = &self.cert_watch {
+            task.abort();
+        }
         // Listeners stop on their own: their stop senders are dropped with them.
     }
 }
 
-/// The standalone driver: TCP and UDP proxies on every configured bind address.
+/// What reconciling leaves for after the removed listeners are closed.
+struct Pending {
+    start: Vec<(ListenerId, Seed)>,
+    /// Who uses each listener, for bind errors.
+    users: BTreeMap<ListenerKey, Vec<(IngressKey, u32)>>,
+    shares: BTreeMap<IngressKey, DesiredShare>,
+}
+
+/// The standalone driver: every rule kind on every configured bind address.
 ///
 /// Create it with [`Standalone::new`] (binds nothing), then call [`Standalone::apply`]
 /// inside a tokio runtime. Dropping it closes its listeners and stops its checks;
-/// [`Standalone::shutdown`] does the same and waits until the sockets are closed.
+/// [`Standalone::shutdown`] closes the listeners, drains their connections (bounded by
+/// `drainTimeoutMs`) and waits until they are done.
 pub struct Standalone {
     binds: Vec<IpAddr>,
     addresses: Vec<Address>,
@@ -111,14 +176,18 @@ pub struct Standalone {
     thresholds: Thresholds,
     connect_timeout: Duration,
     udp_idle_timeout: Duration,
+    drain_timeout: Duration,
+    certs: Arc<CertStore>,
     changes: Arc<watch::Sender<u64>>,
+    draining: AtomicBool,
     /// Serialises apply and shutdown, which await between their steps.
     applying: tokio::sync::Mutex<()>,
     state: Mutex<State>,
 }
 
 impl Standalone {
-    /// A driver for `config`'s listen addresses, services and health check settings.
+    /// A driver for `config`'s listen addresses, services, TLS secrets (loaded now) and
+    /// health check settings.
     pub fn new(config: &Config) -> Self {
         let (changes, _) = watch::channel(0);
         Standalone {
@@ -132,7 +201,10 @@ impl Standalone {
             },
             connect_timeout: config.connect_timeout(),
             udp_idle_timeout: config.udp_idle_timeout(),
+            drain_timeout: config.drain_timeout(),
+            certs: Arc::new(CertStore::new(&config.tls_secrets)),
             changes: Arc::new(changes),
+            draining: AtomicBool::new(false),
             applying: tokio::sync::Mutex::new(()),
             state: Mutex::new(State::default()),
         }
@@ -144,48 +216,67 @@ impl Standalone {
         self.changes.subscribe()
     }
 
-    /// Makes the running listeners match `plan` and returns every rule that is not
-    /// served, with the reason.
+    /// Whether [`Standalone::shutdown`] has begun (readiness turns false).
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
+    }
+
+    /// Makes the running listeners match `plan` and returns every rule (or path) that is
+    /// not served, with the reason.
     ///
     /// # Guarantees
-    /// - TCP and UDP rules become listeners `(protocol, port)` on every bind address;
-    ///   a TCP and a UDP listener on one address and port coexist.
-    /// - A listener whose protocol, port and bind address are unchanged keeps running,
-    ///   connections and sessions untouched; only its backend is swapped, atomically.
-    /// - Removed listeners are closed before this returns (established TCP connections
-    ///   may finish; UDP sessions end with their listener).
+    /// - Every rule becomes a listener on every bind address: HTTP rules an HTTP
+    ///   listener per port (shared by every ingress with HTTP rules there), HTTPS and TLS
+    ///   rules a TLS listener per port, TCP and UDP rules one listener each. A TCP and a
+    ///   UDP listener on one address and port coexist.
+    /// - A listener whose kind, port and bind address are unchanged keeps running,
+    ///   connections and requests in flight untouched; only its routes are swapped,
+    ///   atomically. In-flight requests finish on the route they started on.
+    /// - Removed listeners stop accepting and release their port before this returns;
+    ///   their connections drain in the background (HTTP connections finish the request
+    ///   in flight, raw streams keep flowing) for at most `drainTimeoutMs`.
     /// - Health state of endpoints that stay in use is kept.
     ///
     /// # Errors
-    /// As [`RuleError`]s, in share key order: HTTP, HTTPS and TLS rules (not served
-    /// yet), a backend service missing from the config, a `(protocol, port)` an earlier
-    /// share or rule already has, and bind failures (per address; the rule is still
-    /// served on the addresses that bound, and a later apply retries the others).
+    /// As [`RuleError`]s, in share key order: a backend service or TLS secret missing
+    /// from the config, a port, path or SNI name an earlier share or rule already has,
+    /// and bind failures (per address; the rule is still served on the addresses that
+    /// bound, and a later apply retries the others).
     pub async fn apply(&self, plan: &ClusterPlan) -> Vec<RuleError> {
         let _applying = self.applying.lock().await;
-        let (errors, closing) = self.reconcile(plan);
-        for task in closing {
+        self.draining.store(false, Ordering::Relaxed);
+        let (pending, closing) = self.reconcile(plan);
+        // The ports of removed listeners are free once their accept loops are gone.
+        let mut removed = Vec::new();
+        for (label, tracker, task) in closing {
             let _ = task.await;
+            removed.push((label, tracker));
         }
+        let errors = self.start_pending(pending, removed);
         self.changes.send_modify(|n| *n = n.wrapping_add(1));
         errors
     }
 
-    fn reconcile(&self, plan: &ClusterPlan) -> (Vec<RuleError>, Vec<JoinHandle<()>>) {
-        let mut desired = desired::compute(plan, &self.services);
+    #[allow(clippy::type_complexity)]
+    fn reconcile(
+        &self,
+        plan: &ClusterPlan,
+    ) -> (Pending, Vec<(String, Arc<Tracker>, JoinHandle<()>)>) {
+        let certs = Arc::clone(&self.certs);
+        let desired = desired::compute(plan, &self.services, &|s| certs.contains(s));
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if state.cert_watch.is_none() && !self.certs.is_empty() {
+            state.cert_watch = Some(tokio::spawn(watch_certs(Arc::clone(&self.certs))));
+        }
 
         // Endpoints: keep (with their health) those still in use, check new ones.
-        let mut wanted: BTreeMap<(String, SocketAddr), (bool, bool)> = BTreeMap::new();
-        for ((protocol, _), listener) in &desired.listeners {
-            for addr in &listener.endpoints {
-                let flags = wanted
-                    .entry((listener.backend.0.clone(), *addr))
-                    .or_default();
-                match protocol {
-                    Protocol::Udp => flags.1 = true,
-                    _ => flags.0 = true,
-                }
+        let mut wanted: BTreeMap<(String, SocketAddr), desired::Probes> = BTreeMap::new();
+        for ((service, _), backend) in &desired.backends {
+            for addr in &backend.endpoints {
+                let probes = wanted.entry((service.clone(), *addr)).or_default();
+                probes.tcp |= backend.probes.tcp;
+                probes.udp |= backend.probes.udp;
+                probes.http |= backend.probes.http;
             }
         }
         state.endpoints.retain(|key, checked| {
@@ -195,54 +286,119 @@ impl Standalone {
             }
             keep
         });
-        for ((service, addr), (tcp, udp)) in wanted {
-            let key = (service, addr);
+        for (key, probes) in wanted {
+            let set = |endpoint: &Endpoint| {
+                endpoint.behind_tcp.store(probes.tcp, Ordering::Relaxed);
+                endpoint.behind_udp.store(probes.udp, Ordering::Relaxed);
+                endpoint.behind_http.store(probes.http, Ordering::Relaxed);
+            };
             if let Some(checked) = state.endpoints.get(&key) {
-                checked.endpoint.behind_tcp.store(tcp, Ordering::Relaxed);
-                checked.endpoint.behind_udp.store(udp, Ordering::Relaxed);
+                set(&checked.endpoint);
                 continue;
             }
             let endpoint = Arc::new(Endpoint::new(
                 key.0.clone(),
-                addr,
+                key.1,
                 self.thresholds,
                 Arc::clone(&self.changes),
             ));
             // Set before the first probe runs.
-            endpoint.behind_tcp.store(tcp, Ordering::Relaxed);
-            endpoint.behind_udp.store(udp, Ordering::Relaxed);
+            set(&endpoint);
             let task = health::spawn(Arc::clone(&endpoint), Arc::clone(&self.checks));
             state.endpoints.insert(key, Checked { endpoint, task });
         }
 
         // Pools, one per backend {service, port}.
-        let mut pools: BTreeMap<BackendKey, Arc<Pool>> = BTreeMap::new();
-        for listener in desired.listeners.values() {
-            pools.entry(listener.backend.clone()).or_insert_with(|| {
-                let endpoints = listener
+        let pools: BTreeMap<BackendKey, Arc<Pool>> = desired
+            .backends
+            .iter()
+            .map(|(key, backend)| {
+                let endpoints = backend
                     .endpoints
                     .iter()
                     .filter_map(|addr| {
                         state
                             .endpoints
-                            .get(&(listener.backend.0.clone(), *addr))
+                            .get(&(key.0.clone(), *addr))
                             .map(|c| Arc::clone(&c.endpoint))
                     })
                     .collect();
-                Arc::new(Pool::new(endpoints))
-            });
-        }
+                (key.clone(), Arc::new(Pool::new(endpoints)))
+            })
+            .collect();
+        let empty = Arc::new(Pool::new(Vec::new()));
+        let pool_of = |key: &BackendKey| Arc::clone(pools.get(key).unwrap_or(&empty));
 
-        // Listeners: close the ones no longer wanted, re-route the kept, bind the new.
-        let wanted: BTreeSet<ListenerId> = desired
-            .listeners
-            .keys()
-            .flat_map(|(protocol, port)| {
-                self.binds.iter().map(|bind| ListenerId {
-                    protocol: *protocol,
-                    port: *port,
-                    bind: *bind,
+        // Share loads of L7 listeners: keep the counters of pairs still in use.
+        let mut share_loads = std::mem::take(&mut state.share_loads);
+        let mut kept_loads = BTreeMap::new();
+        let mut share_load = |listener: ListenerKey, ingress: &IngressKey| {
+            let key = (listener, ingress.clone());
+            let load = share_loads
+                .remove(&key)
+                .or_else(|| kept_loads.get(&key).cloned())
+                .unwrap_or_else(LoadCounters::new);
+            kept_loads.insert(key, Arc::clone(&load));
+            load
+        };
+
+        // Routes per listener key.
+        let mut seeds: BTreeMap<ListenerKey, (Seed, Vec<(IngressKey, u32)>)> = BTreeMap::new();
+        for (&key, listener) in &desired.listeners {
+            let target = |spec: &desired::RouteSpec, load: Arc<LoadCounters>| {
+                Arc::new(Target {
+                    ingress: spec.ingress.clone(),
+                    rule: spec.rule,
+                    service: spec.backend.0.clone(),
+                    pool: pool_of(&spec.backend),
+                    load,
                 })
+            };
+            let (seed, users) = match listener {
+                DesiredListener::L4(spec) => (
+                    Seed::L4(Arc::new(Route {
+                        ingress: spec.ingress.clone(),
+                        rule: spec.rule,
+                        pool: pool_of(&spec.backend),
+                    })),
+                    vec![(spec.ingress.clone(), spec.rule)],
+                ),
+                DesiredListener::Http(paths) => {
+                    let table =
+                        http_table(paths, |spec| target(spec, share_load(key, &spec.ingress)));
+                    (Seed::Http(Arc::new(table)), users_of(paths, &[]))
+                }
+                DesiredListener::Tls { sni, https } => {
+                    let mut table = TlsTable {
+                        https: Arc::new(http_table(https, |spec| {
+                            target(spec, share_load(key, &spec.ingress))
+                        })),
+                        ..TlsTable::default()
+                    };
+                    for spec in sni {
+                        let route = SniRoute {
+                            target: target(&spec.route, share_load(key, &spec.route.ingress)),
+                            certs: spec.tls.as_ref().map(|tls| CertSource {
+                                ingress: spec.route.ingress.clone(),
+                                tls: Arc::clone(tls),
+                            }),
+                        };
+                        table.sni.insert(Some(&spec.host), route);
+                    }
+                    (Seed::Tls(Arc::new(table)), users_of(https, sni))
+                }
+            };
+            seeds.insert(key, (seed, users));
+        }
+        state.share_loads = kept_loads;
+
+        // Listeners: close the ones no longer wanted, re-route the kept, queue the new.
+        let wanted: BTreeSet<ListenerId> = seeds
+            .keys()
+            .flat_map(|&(kind, port)| {
+                self.binds
+                    .iter()
+                    .map(move |&bind| ListenerId { kind, port, bind })
             })
             .collect();
         let mut closing = Vec::new();
@@ -256,59 +412,108 @@ impl Standalone {
             if let Some(running) = state.listeners.remove(&id) {
                 tracing::info!(listener = %id.label(), "closing listener");
                 let _ = running.stop.send(());
-                closing.push(running.task);
+                closing.push((id.label(), running.tracker, running.task));
             }
         }
+        let mut start = Vec::new();
+        let mut users = BTreeMap::new();
+        let mut seeds_by_key: BTreeMap<ListenerKey, Seed> = BTreeMap::new();
+        for (key, (seed, who)) in seeds {
+            users.insert(key, who);
+            seeds_by_key.insert(key, seed);
+        }
         for id in wanted {
-            let Some(listener) = desired.listeners.get(&id.key()) else {
+            let Some(seed) = seeds_by_key.get(&id.key()) else {
                 continue;
             };
-            let Some(pool) = pools.get(&listener.backend) else {
-                continue;
+            let seed = match seed {
+                Seed::L4(route) => Seed::L4(Arc::clone(route)),
+                Seed::Http(table) => Seed::Http(Arc::clone(table)),
+                Seed::Tls(table) => Seed::Tls(Arc::clone(table)),
             };
-            let route = Arc::new(Route {
-                ingress: listener.ingress.clone(),
-                rule: listener.rule,
-                pool: Arc::clone(pool),
-            });
-            if let Some(running) = state.listeners.get(&id) {
-                running.routes.send_replace(route);
-                continue;
+            match state.listeners.get(&id) {
+                Some(running) => running.routing.update(seed),
+                None => start.push((id, seed)),
             }
-            match self.start(id, route) {
+        }
+        state.pools = pools;
+        (
+            Pending {
+                start,
+                users,
+                shares: desired.shares,
+            },
+            closing,
+        )
+    }
+
+    /// Binds the new listeners, starts draining the removed ones, records the shares;
+    /// returns every rule error.
+    fn start_pending(
+        &self,
+        pending: Pending,
+        removed: Vec<(String, Arc<Tracker>)>,
+    ) -> Vec<RuleError> {
+        let Pending {
+            start,
+            users,
+            mut shares,
+        } = pending;
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        for (label, tracker) in removed {
+            let limit = self.drain_timeout;
+            let draining = Arc::clone(&tracker);
+            let log_label = label.clone();
+            let task = tokio::spawn(async move {
+                let closed = draining.drain(limit).await;
+                if closed > 0 {
+                    tracing::info!(listener = %log_label, closed, "drain time is up; closed the remaining connections");
+                }
+            });
+            state.draining.push(Draining {
+                label,
+                tracker,
+                task,
+            });
+        }
+        state.draining.retain(|d| !d.task.is_finished());
+
+        for (id, seed) in start {
+            match self.start(id, seed) {
                 Ok(running) => {
-                    tracing::info!(ingress = %listener.ingress, listener = %id.label(), "listening");
+                    tracing::info!(listener = %id.label(), "listening");
                     state.listeners.insert(id, running);
                 }
                 Err(error) => {
-                    tracing::warn!(
-                        ingress = %listener.ingress,
-                        listener = %id.label(),
-                        %error,
-                        "binding listener failed"
-                    );
-                    let ingress = listener.ingress.clone();
-                    let rule = listener.rule;
-                    if let Some(share) = desired.shares.get_mut(&ingress) {
-                        share.errors.push(RuleError {
-                            ingress,
-                            rule,
-                            message: format!("binding {}: {error}", id.label()),
-                        });
+                    tracing::warn!(listener = %id.label(), %error, "binding listener failed");
+                    for (ingress, rule) in users.get(&id.key()).into_iter().flatten() {
+                        if let Some(share) = shares.get_mut(ingress) {
+                            let message = format!("binding {}: {error}", id.label());
+                            if !share
+                                .errors
+                                .iter()
+                                .any(|e| e.rule == *rule && e.message == message)
+                            {
+                                share.errors.push(RuleError {
+                                    ingress: ingress.clone(),
+                                    rule: *rule,
+                                    message,
+                                });
+                            }
+                        }
                     }
                 }
             }
         }
 
-        let errors = desired
-            .shares
+        let errors = shares
             .values_mut()
             .flat_map(|share| {
                 share.errors.sort_by_key(|e| e.rule);
                 share.errors.clone()
             })
             .collect();
-        for share in desired.shares.values() {
+        for share in shares.values() {
             for error in &share.errors {
                 tracing::warn!(
                     ingress = %error.ingress,
@@ -318,43 +523,94 @@ impl Standalone {
                 );
             }
         }
-        state.pools = pools;
-        state.shares = desired.shares;
-        (errors, closing)
+        state.shares = shares;
+        errors
     }
 
-    fn start(&self, id: ListenerId, route: Arc<Route>) -> std::io::Result<Running> {
+    fn start(&self, id: ListenerId, seed: Seed) -> std::io::Result<Running> {
         let addr = SocketAddr::new(id.bind, id.port);
-        let (routes, routes_rx) = watch::channel(route);
+        let label = id.label();
         let load = LoadCounters::new();
+        let tracker = Tracker::new();
         let (stop, stop_rx) = oneshot::channel();
-        let task = match id.protocol {
-            Protocol::Udp => {
+        let (routing, task) = match seed {
+            Seed::L4(route) if id.kind == Kind::Udp => {
                 let socket = udp::bind(addr)?;
-                tokio::spawn(udp::serve(
+                let (routes, routes_rx) = watch::channel(route);
+                let task = tokio::spawn(udp::serve(
                     socket,
-                    id.label(),
+                    label,
                     routes_rx,
                     Arc::clone(&load),
                     self.udp_idle_timeout,
                     stop_rx,
-                ))
+                ));
+                (Routing::L4(routes), task)
             }
-            _ => {
+            Seed::L4(route) => {
                 let listener = tcp::bind(addr)?;
-                tokio::spawn(tcp::serve(
+                let (routes, routes_rx) = watch::channel(route);
+                let handler = tcp::l4_handler(routes_rx, self.connect_timeout, label.clone());
+                let task = tokio::spawn(tcp::accept_loop(
                     listener,
-                    id.label(),
-                    routes_rx,
+                    label,
                     Arc::clone(&load),
-                    self.connect_timeout,
+                    Arc::clone(&tracker),
+                    handler,
                     stop_rx,
-                ))
+                ));
+                (Routing::L4(routes), task)
+            }
+            Seed::Http(table) => {
+                let listener = tcp::bind(addr)?;
+                let table = Arc::new(ArcSwap::new(table));
+                let shared = Arc::new(http::HttpListener {
+                    label: label.clone().into(),
+                    tables: http::Tables::Plain(Arc::clone(&table)),
+                    connect_timeout: self.connect_timeout,
+                    load: Arc::clone(&load),
+                });
+                let task = tokio::spawn(tcp::accept_loop(
+                    listener,
+                    label,
+                    Arc::clone(&load),
+                    Arc::clone(&tracker),
+                    http::handler(shared),
+                    stop_rx,
+                ));
+                (Routing::Http(table), task)
+            }
+            Seed::Tls(table) => {
+                let listener = tcp::bind(addr)?;
+                let table = Arc::new(ArcSwap::new(table));
+                let shared: Arc<str> = label.clone().into();
+                let tls_listener = Arc::new(tls::TlsListener {
+                    label: Arc::clone(&shared),
+                    table: Arc::clone(&table),
+                    certs: Arc::clone(&self.certs),
+                    http: Arc::new(http::HttpListener {
+                        label: shared,
+                        tables: http::Tables::Tls(Arc::clone(&table)),
+                        connect_timeout: self.connect_timeout,
+                        load: Arc::clone(&load),
+                    }),
+                    connect_timeout: self.connect_timeout,
+                });
+                let task = tokio::spawn(tcp::accept_loop(
+                    listener,
+                    label,
+                    Arc::clone(&load),
+                    Arc::clone(&tracker),
+                    tls::handler(tls_listener),
+                    stop_rx,
+                ));
+                (Routing::Tls(table), task)
             }
         };
         Ok(Running {
-            routes,
+            routing,
             load,
+            tracker,
             stop,
             task,
         })
@@ -362,21 +618,29 @@ impl Standalone {
 
     /// How the shares of `plan` are served, from the state of the last apply: per share
     /// the generation applied (0 if the share was not part of it), the advertised
-    /// addresses, ready/total endpoints per backend, load per bound listener (summed over
-    /// bind addresses) and the rule errors; plus the cluster's addresses and active
-    /// connections. `requests_per_second` stays 0 until HTTP is served.
+    /// addresses, ready/total endpoints per backend, load per listener and the rule
+    /// errors; plus the cluster's addresses, HTTP requests per second and active
+    /// connections.
+    ///
+    /// Listener load per share: for TCP and UDP listeners (one share each) the
+    /// listener's connections (sessions), summed over bind addresses; for the shared
+    /// HTTP and TLS listeners the connections attributed to that share (a connection
+    /// counts for the ingress of its first routed request, or of its SNI route), so
+    /// summing over shares counts each connection once.
     pub fn report(&self, plan: &ClusterPlan) -> AgentReport {
         let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let now = Instant::now();
-        let mut loads: BTreeMap<ListenerKey, ListenerLoad> = BTreeMap::new();
+        let mut by_key: BTreeMap<ListenerKey, (u64, f64)> = BTreeMap::new();
+        let mut requests_per_second = 0.0;
+        let mut active_connections = 0;
         for (id, running) in &state.listeners {
-            let load = loads.entry(id.key()).or_insert_with(|| ListenerLoad {
-                protocol: id.protocol.as_str().to_owned(),
-                port: id.port,
-                ..ListenerLoad::default()
-            });
-            load.active_connections += running.load.active();
-            load.connections_per_second += running.load.per_second(now);
+            let entry = by_key.entry(id.key()).or_default();
+            entry.0 += running.load.active();
+            entry.1 += running.load.per_second(now);
+            active_connections += running.load.active();
+            if matches!(id.kind, Kind::Http | Kind::Tls) {
+                requests_per_second += running.load.requests_per_second(now);
+            }
         }
         let ingresses = plan
             .ingresses
@@ -409,7 +673,22 @@ impl Standalone {
                     listeners: share
                         .listeners
                         .iter()
-                        .filter_map(|listener| loads.get(listener).cloned())
+                        .filter_map(|(protocol, listener)| {
+                            let (active, per_second) = match listener.0 {
+                                Kind::Tcp | Kind::Udp => *by_key.get(listener)?,
+                                Kind::Http | Kind::Tls => {
+                                    by_key.get(listener)?;
+                                    let load = state.share_loads.get(&(*listener, key.clone()))?;
+                                    (load.active(), load.per_second(now))
+                                }
+                            };
+                            Some(ListenerLoad {
+                                protocol: protocol.as_str().to_owned(),
+                                port: listener.1,
+                                connections_per_second: per_second,
+                                active_connections: active,
+                            })
+                        })
                         .collect(),
                     rule_errors: share.errors.clone(),
                 },
@@ -418,35 +697,262 @@ impl Standalone {
         AgentReport {
             ingresses,
             addresses: self.addresses.clone(),
-            requests_per_second: 0.0,
-            active_connections: loads.values().map(|l| l.active_connections).sum(),
+            requests_per_second,
+            active_connections,
         }
     }
 
-    /// Closes every listener (established TCP connections may finish) and stops the
-    /// health checks; returns when the sockets are closed. A later apply starts over.
+    /// The data plane's counters in the Prometheus text format (version 0.0.4).
+    pub fn metrics(&self) -> String {
+        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
+        let mut out = String::new();
+        let mut family = |name: &str, kind: &str, help: &str, rows: Vec<(String, String)>| {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} {kind}");
+            for (labels, value) in rows {
+                if labels.is_empty() {
+                    let _ = writeln!(out, "{name} {value}");
+                } else {
+                    let _ = writeln!(out, "{name}{{{labels}}} {value}");
+                }
+            }
+        };
+        let listener_labels = |id: &ListenerId| {
+            format!(
+                "kind=\"{}\",address=\"{}\"",
+                id.kind,
+                SocketAddr::new(id.bind, id.port)
+            )
+        };
+        let per_listener = |f: &dyn Fn(&Running) -> String| {
+            state
+                .listeners
+                .iter()
+                .map(|(id, running)| (listener_labels(id), f(running)))
+                .collect::<Vec<_>>()
+        };
+        family(
+            "fedingress_agent_listener_active_connections",
+            "gauge",
+            "Open connections (TCP, HTTP, TLS) or sessions (UDP) of a bound listener.",
+            per_listener(&|r| r.load.active().to_string()),
+        );
+        family(
+            "fedingress_agent_listener_connections_total",
+            "counter",
+            "Connections or sessions a bound listener accepted since it started.",
+            per_listener(&|r| r.load.connections_total().to_string()),
+        );
+        family(
+            "fedingress_agent_listener_connections_per_second",
+            "gauge",
+            "New connections or sessions per second over the last 5 s.",
+            per_listener(&|r| format!("{:.3}", r.load.per_second(now))),
+        );
+        let l7: Vec<(&ListenerId, &Running)> = state
+            .listeners
+            .iter()
+            .filter(|(id, _)| matches!(id.kind, Kind::Http | Kind::Tls))
+            .collect();
+        family(
+            "fedingress_agent_http_requests_per_second",
+            "gauge",
+            "HTTP requests answered per second over the last 5 s, per HTTP(S) listener.",
+            l7.iter()
+                .map(|(id, r)| {
+                    (
+                        listener_labels(id),
+                        format!("{:.3}", r.load.requests_per_second(now)),
+                    )
+                })
+                .collect(),
+        );
+        family(
+            "fedingress_agent_http_responses_total",
+            "counter",
+            "HTTP responses (proxied or the agent's own) by status class.",
+            l7.iter()
+                .flat_map(|(id, r)| {
+                    r.load.responses().into_iter().map(move |(class, n)| {
+                        (
+                            format!("{},code=\"{class}\"", listener_labels(id)),
+                            n.to_string(),
+                        )
+                    })
+                })
+                .collect(),
+        );
+        family(
+            "fedingress_agent_endpoint_healthy",
+            "gauge",
+            "1 when a backend endpoint passes its health checks, 0 when unhealthy or not checked yet.",
+            state
+                .endpoints
+                .iter()
+                .map(|((service, addr), checked)| {
+                    let healthy = checked.endpoint.health() == Health::Healthy;
+                    (
+                        format!("service=\"{}\",endpoint=\"{addr}\"", escape(service)),
+                        u8::from(healthy).to_string(),
+                    )
+                })
+                .collect(),
+        );
+        family(
+            "fedingress_agent_draining_connections",
+            "gauge",
+            "Connections of removed listeners that are still finishing.",
+            vec![(
+                String::new(),
+                state
+                    .draining
+                    .iter()
+                    .map(|d| d.tracker.open())
+                    .sum::<usize>()
+                    .to_string(),
+            )],
+        );
+        family(
+            "fedingress_agent_upstream_idle_connections",
+            "gauge",
+            "Idle pooled HTTP/1.1 connections to endpoints.",
+            vec![(
+                String::new(),
+                state
+                    .endpoints
+                    .values()
+                    .map(|c| c.endpoint.idle.len())
+                    .sum::<usize>()
+                    .to_string(),
+            )],
+        );
+        family(
+            "fedingress_agent_tls_secret_loaded",
+            "gauge",
+            "1 when a configured TLS secret's certificate and key are loaded.",
+            self.certs
+                .loaded()
+                .into_iter()
+                .map(|(name, loaded)| {
+                    (
+                        format!("secret=\"{}\"", escape(&name)),
+                        u8::from(loaded).to_string(),
+                    )
+                })
+                .collect(),
+        );
+        for d in &state.draining {
+            tracing::trace!(listener = %d.label, open = d.tracker.open(), "draining");
+        }
+        out
+    }
+
+    /// Closes every listener, drains their connections (for at most `drainTimeoutMs`;
+    /// HTTP connections finish the request in flight) and stops the health checks;
+    /// returns when every connection is done. A later apply starts over.
     pub async fn shutdown(&self) {
         let _applying = self.applying.lock().await;
-        let closing: Vec<JoinHandle<()>> = {
+        self.draining.store(true, Ordering::Relaxed);
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
+        let (closing, earlier) = {
             let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
             let listeners = std::mem::take(&mut state.listeners);
+            let earlier = std::mem::take(&mut state.draining);
+            let closing: Vec<(String, Arc<Tracker>, JoinHandle<()>)> = listeners
+                .into_iter()
+                .map(|(id, running)| {
+                    tracing::info!(listener = %id.label(), "closing listener");
+                    let _ = running.stop.send(());
+                    (id.label(), running.tracker, running.task)
+                })
+                .collect();
+            (closing, earlier)
+        };
+        let mut trackers = Vec::new();
+        for (label, tracker, task) in closing {
+            let _ = task.await;
+            trackers.push((label, tracker));
+        }
+        let limit = self.drain_timeout;
+        let drains = trackers.iter().map(|(label, tracker)| async move {
+            let closed = tracker.drain(limit).await;
+            if closed > 0 {
+                tracing::info!(listener = %label, closed, "drain time is up; closed the remaining connections");
+            }
+        });
+        futures_util::future::join_all(drains).await;
+        for draining in earlier {
+            let _ = draining.task.await;
+        }
+        {
+            let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
             for checked in std::mem::take(&mut state.endpoints).into_values() {
                 checked.task.abort();
             }
             state.pools.clear();
             state.shares.clear();
-            listeners
-                .into_iter()
-                .map(|(id, running)| {
-                    tracing::info!(listener = %id.label(), "closing listener");
-                    let _ = running.stop.send(());
-                    running.task
-                })
-                .collect()
-        };
-        for task in closing {
-            let _ = task.await;
+            state.share_loads.clear();
         }
         self.changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+}
+
+/// The HTTP table of `paths`, with targets made by `target`.
+fn http_table(
+    paths: &[PathSpec],
+    mut target: impl FnMut(&desired::RouteSpec) -> Arc<Target>,
+) -> HttpTable {
+    let mut table = HttpTable::default();
+    for spec in paths {
+        let routes = table.entry(spec.host.as_deref(), HostRoutes::default);
+        routes.add(PathRoute::new(
+            &spec.path,
+            spec.path_type,
+            target(&spec.route),
+        ));
+        if let Some(tls) = &spec.tls {
+            routes.add_certs(&CertSource {
+                ingress: spec.route.ingress.clone(),
+                tls: Arc::clone(tls),
+            });
+        }
+    }
+    table
+}
+
+fn users_of(paths: &[PathSpec], sni: &[SniSpec]) -> Vec<(IngressKey, u32)> {
+    let mut users: Vec<(IngressKey, u32)> = Vec::new();
+    for route in paths
+        .iter()
+        .map(|p| &p.route)
+        .chain(sni.iter().map(|s| &s.route))
+    {
+        let user = (route.ingress.clone(), route.rule);
+        if !users.contains(&user) {
+            users.push(user);
+        }
+    }
+    users
+}
+
+/// Prometheus label value escaping.
+fn escape(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// Reloads changed TLS secrets every [`CERT_POLL`].
+async fn watch_certs(certs: Arc<CertStore>) {
+    let mut ticks = tokio::time::interval(CERT_POLL);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticks.tick().await;
+    loop {
+        ticks.tick().await;
+        let store = Arc::clone(&certs);
+        // File system calls off the runtime's worker threads.
+        let _ = tokio::task::spawn_blocking(move || store.reload_changed()).await;
     }
 }

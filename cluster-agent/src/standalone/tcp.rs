@@ -1,9 +1,12 @@
-//! The TCP proxy of one bound listener: accept, pick an endpoint, connect, copy both ways.
+//! TCP plumbing shared by every stream listener (TCP, HTTP, TLS): binding, the accept
+//! loop, connecting to a pool's endpoints with passive ejection, and splicing two
+//! streams; plus the TCP proxy of TCP rules: accept, pick an endpoint, connect, copy
+//! both ways.
 //!
 //! A failed connect counts against the endpoint (passive ejection) and the next
 //! candidate is tried; with none left the client connection is closed. Connections run
 //! in their own tasks, so closing the listener stops accepting but lets established
-//! connections finish.
+//! connections finish, within the drain time (see [`super::drain`]).
 
 use std::io;
 use std::net::SocketAddr;
@@ -11,11 +14,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use socket2::{Domain, Protocol as SockProtocol, Socket, Type};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{oneshot, watch};
 use tokio::time::timeout;
 
 use super::Route;
+use super::drain::{Phase, Tracked, Tracker, reached};
+use super::endpoint::{Endpoint, Pool};
 use super::load::{Active, LoadCounters};
 
 const BACKLOG: i32 = 1024;
@@ -38,13 +44,27 @@ pub(crate) fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
     TcpListener::from_std(socket.into())
 }
 
-/// Serves `listener` until `stop` fires (or its sender is dropped).
-pub(crate) async fn serve(
+/// One accepted connection with its guards: it counts as active for the listener's
+/// load and open for its drain tracker until these drop.
+pub(crate) struct Accepted {
+    pub stream: TcpStream,
+    pub peer: SocketAddr,
+    pub active: Active,
+    pub tracked: Tracked,
+    pub phase: watch::Receiver<Phase>,
+}
+
+/// What a listener does with each accepted connection (it spawns a task).
+pub(crate) type Handler = Arc<dyn Fn(Accepted) + Send + Sync>;
+
+/// Accepts on `listener` until `stop` fires (or its sender is dropped), handing every
+/// connection to `handler`; the socket is closed when this returns.
+pub(crate) async fn accept_loop(
     listener: TcpListener,
     label: String,
-    routes: watch::Receiver<Arc<Route>>,
     load: Arc<LoadCounters>,
-    connect_timeout: Duration,
+    tracker: Arc<Tracker>,
+    handler: Handler,
     mut stop: oneshot::Receiver<()>,
 ) {
     loop {
@@ -54,11 +74,15 @@ pub(crate) async fn serve(
             accepted = listener.accept() => accepted,
         };
         match accepted {
-            Ok((client, peer)) => {
-                let route = Arc::clone(&routes.borrow());
-                let active = load.opened();
-                let label = label.clone();
-                tokio::spawn(proxy(client, peer, route, active, connect_timeout, label));
+            Ok((stream, peer)) => {
+                let _ = stream.set_nodelay(true);
+                handler(Accepted {
+                    stream,
+                    peer,
+                    active: load.opened(),
+                    tracked: tracker.track(),
+                    phase: tracker.phase(),
+                });
             }
             Err(error) => {
                 // Out of file descriptors and the like: back off instead of spinning.
@@ -70,52 +94,101 @@ pub(crate) async fn serve(
     tracing::debug!(listener = %label, "listener closed");
 }
 
-async fn proxy(
-    mut client: TcpStream,
-    peer: SocketAddr,
-    route: Arc<Route>,
-    _active: Active,
+/// The handler of a TCP rule's listener: proxies each connection to the current route.
+pub(crate) fn l4_handler(
+    routes: watch::Receiver<Arc<Route>>,
     connect_timeout: Duration,
     label: String,
-) {
-    let _ = client.set_nodelay(true);
-    for endpoint in route.pool.candidates() {
+) -> Handler {
+    let label: Arc<str> = label.into();
+    Arc::new(move |accepted: Accepted| {
+        let route = Arc::clone(&routes.borrow());
+        tokio::spawn(proxy(accepted, route, connect_timeout, Arc::clone(&label)));
+    })
+}
+
+async fn proxy(accepted: Accepted, route: Arc<Route>, connect_timeout: Duration, label: Arc<str>) {
+    let Accepted {
+        mut stream,
+        peer,
+        active: _active,
+        tracked: _tracked,
+        mut phase,
+    } = accepted;
+    let Some((mut upstream, endpoint)) = connect(
+        &route.pool,
+        connect_timeout,
+        &route.ingress.to_string(),
+        &label,
+    )
+    .await
+    else {
+        tracing::debug!(
+            ingress = %route.ingress,
+            rule = route.rule,
+            listener = %label,
+            client = %peer,
+            "no healthy endpoint; closing the client connection"
+        );
+        return;
+    };
+    if let Err(error) = splice(&mut stream, &mut upstream, &mut phase).await {
+        tracing::debug!(
+            ingress = %route.ingress,
+            listener = %label,
+            endpoint = %endpoint.addr,
+            client = %peer,
+            %error,
+            "TCP connection ended with an error"
+        );
+    }
+}
+
+/// Connects to the first candidate of `pool` that takes the connection; failed connects
+/// count against their endpoint, a success for it.
+pub(crate) async fn connect(
+    pool: &Pool,
+    connect_timeout: Duration,
+    ingress: &str,
+    label: &str,
+) -> Option<(TcpStream, Arc<Endpoint>)> {
+    for endpoint in pool.candidates() {
         let connected = timeout(connect_timeout, TcpStream::connect(endpoint.addr))
             .await
             .unwrap_or_else(|_| Err(io::Error::new(io::ErrorKind::TimedOut, "connect timed out")));
-        let mut upstream = match connected {
-            Ok(upstream) => upstream,
+        match connected {
+            Ok(upstream) => {
+                endpoint.record(true, "proxy");
+                let _ = upstream.set_nodelay(true);
+                return Some((upstream, endpoint));
+            }
             Err(error) => {
                 tracing::debug!(
-                    ingress = %route.ingress,
-                    listener = %label,
+                    ingress,
+                    listener = label,
                     endpoint = %endpoint.addr,
                     %error,
                     "connecting to endpoint failed"
                 );
                 endpoint.record(false, "proxy");
-                continue;
             }
-        };
-        endpoint.record(true, "proxy");
-        let _ = upstream.set_nodelay(true);
-        if let Err(error) = tokio::io::copy_bidirectional(&mut client, &mut upstream).await {
-            tracing::debug!(
-                ingress = %route.ingress,
-                listener = %label,
-                endpoint = %endpoint.addr,
-                client = %peer,
-                %error,
-                "TCP connection ended with an error"
-            );
         }
-        return;
     }
-    tracing::debug!(
-        ingress = %route.ingress,
-        rule = route.rule,
-        listener = %label,
-        client = %peer,
-        "no healthy endpoint; closing the client connection"
-    );
+    None
+}
+
+/// Copies both ways until both sides are done, or the listener's drain time is up.
+pub(crate) async fn splice<A, B>(
+    a: &mut A,
+    b: &mut B,
+    phase: &mut watch::Receiver<Phase>,
+) -> io::Result<()>
+where
+    A: AsyncRead + AsyncWrite + Unpin + ?Sized,
+    B: AsyncRead + AsyncWrite + Unpin + ?Sized,
+{
+    tokio::select! {
+        copied = tokio::io::copy_bidirectional(a, b) => copied.map(|_| ()),
+        () = reached(phase, Phase::Closing) => Ok(()),
+    }
 }

@@ -63,7 +63,13 @@ impl Recorder {
             self.recent.remove(&key);
         }
         let object_name = meta.name.clone().unwrap_or_default();
-        let suffix = format!("{:x}", now.0.timestamp_nanos_opt().unwrap_or_default());
+        // Time plus a random part: several events of one object in one pass get
+        // distinct names.
+        let suffix = format!(
+            "{:x}{:04x}",
+            now.0.timestamp_nanos_opt().unwrap_or_default(),
+            rand::random::<u16>()
+        );
         let name = format!("{object_name}.{suffix}");
         let event = Event {
             api_version: "v1".into(),

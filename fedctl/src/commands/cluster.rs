@@ -1,0 +1,579 @@
+//! A member cluster's lifecycle: `join` (Cluster object, agent token, optionally a ready
+//! agent config and a wait for the agent), `cordon`/`uncordon`, and `unjoin` (drain:
+//! cordon and wait one DNS TTL; then revoke the tokens and delete the Cluster).
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use fedingress_api::{Cluster, FederatedIngress};
+use serde_json::{Value, json};
+
+use crate::cli::{Emit, JoinArgs, Output, UnjoinArgs};
+use crate::client::{Api, cluster_path, decode, ingress_path, token_path};
+use crate::commands::address_texts;
+use crate::progress::{Step, Stream};
+use crate::render::print_value;
+use crate::{Ctx, UsageError};
+
+/// How often waits poll the server.
+const POLL: Duration = Duration::from_millis(250);
+
+pub async fn join(ctx: &Ctx, args: Box<JoinArgs>) -> anyhow::Result<()> {
+    let connection = ctx.connection()?;
+    let api = Api::new(&connection)?;
+    let name = args.name.clone();
+    let mut spec = json!({
+        "region": args.region,
+        "location": {"latitude": args.location.0, "longitude": args.location.1},
+    });
+    if let Some(zone) = &args.zone {
+        spec["zone"] = json!(zone);
+    }
+    if let Some(provider) = &args.provider {
+        spec["provider"] = json!(provider.to_ascii_lowercase());
+    }
+    if args.capacity_rps.is_some() || args.capacity_connections.is_some() {
+        let mut capacity = json!({});
+        if let Some(rps) = args.capacity_rps {
+            capacity["rps"] = json!(rps);
+        }
+        if let Some(connections) = args.capacity_connections {
+            capacity["connections"] = json!(connections);
+        }
+        spec["capacity"] = capacity;
+    }
+    let labels: serde_json::Map<String, Value> = args
+        .labels
+        .iter()
+        .map(|(k, v)| (k.clone(), json!(v)))
+        .collect();
+    let body = json!({
+        "apiVersion": fedingress_api::API_VERSION,
+        "kind": "Cluster",
+        "metadata": {"name": name, "labels": labels},
+        "spec": spec,
+    });
+    // Check what the agent config needs before writing anything at the hub.
+    let emit_plan = match args.emit {
+        Some(Emit::Standalone) => Some(EmitPlan::new(&args, &connection)?),
+        None => None,
+    };
+    let created = api
+        .post(&cluster_path(None), &body)
+        .await
+        .map_err(|e| {
+            if e.is_already_exists() {
+                anyhow::anyhow!(
+                    "cluster {name:?} already exists: `fedctl token create {name}` issues another token, `fedctl unjoin {name}` removes it"
+                )
+            } else {
+                e.into()
+            }
+        })?;
+    let token = api
+        .post_empty(&token_path(&name, None))
+        .await
+        .with_context(|| {
+            format!("cluster {name} was created but its token was not issued (retry with `fedctl token create {name}`)")
+        })?;
+    let secret = token["token"]
+        .as_str()
+        .context("the server's token answer has no token")?
+        .to_string();
+    let token_id = token["metadata"]["name"].as_str().unwrap_or("").to_string();
+    match &emit_plan {
+        Some(plan) => {
+            let config = plan.write(&name, &secret)?;
+            let mut out = std::io::stdout().lock();
+            out.write_all(config.as_bytes())?;
+            out.flush()?;
+            eprintln!(
+                "cluster/{name} created; agent token {token_id} written to {}",
+                plan.token_file.display()
+            );
+        }
+        None => match ctx.global.output {
+            Output::Table => {
+                println!("cluster/{name} created");
+                println!(
+                    "agent token {token_id} (shown only now; the agent reads it from its tokenFile):"
+                );
+                println!("{secret}");
+            }
+            output => print_value(output, &json!({"cluster": created, "token": token}))?,
+        },
+    }
+    if args.wait {
+        wait_connected(&api, &name, args.timeout).await?;
+    }
+    Ok(())
+}
+
+/// Waits until the cluster's agent is connected, with a spinner on stderr.
+async fn wait_connected(api: &Api, name: &str, timeout: Duration) -> anyhow::Result<()> {
+    let step = Step::start(
+        Stream::Stderr,
+        format!("waiting for the agent of {name} to connect"),
+        true,
+    );
+    loop {
+        let value = api.get(&cluster_path(Some(name)), &[]).await?;
+        let cluster: Cluster = decode(&value, "cluster")?;
+        if let Some(status) = cluster.status.as_ref().filter(|s| s.connected) {
+            let addresses = address_texts(&status.addresses);
+            step.done(&format!(
+                "connected: agent {} ({}), serving on {}",
+                status.agent_version.as_deref().unwrap_or("?"),
+                status.driver.map(|d| d.as_str()).unwrap_or("?"),
+                if addresses.is_empty() {
+                    "no address yet".to_string()
+                } else {
+                    addresses.join(", ")
+                }
+            ));
+            return Ok(());
+        }
+        if step.elapsed() >= timeout {
+            step.fail("timed out");
+            bail!(
+                "timed out after {}s waiting for the agent of {name} to connect (the Cluster and its token exist; check the agent's log)",
+                timeout.as_secs()
+            );
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// What `--emit standalone` writes: the token file, maybe the hub CA, and the config.
+struct EmitPlan {
+    token_file: PathBuf,
+    hub_address: String,
+    hub_address_note: Option<&'static str>,
+    /// The CA file the config names, and PEM to write there first (when the
+    /// kubeconfig had the CA inline).
+    ca: Option<(PathBuf, Option<Vec<u8>>)>,
+    listens: Vec<(std::net::IpAddr, Option<String>)>,
+    services: Vec<(String, Vec<String>)>,
+}
+
+impl EmitPlan {
+    fn new(args: &JoinArgs, connection: &crate::kubeconfig::Connection) -> anyhow::Result<Self> {
+        let token_file = absolute(
+            &args
+                .token_file
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(format!("{}.token", args.name))),
+        )?;
+        let (hub_address, hub_address_note) = match (&args.hub_address, &connection.agent_gateway) {
+            (Some(address), _) => (address.clone(), None),
+            (None, Some(address)) => (address.clone(), None),
+            (None, None) => (
+                default_gateway(&connection.server).ok_or_else(|| {
+                    UsageError(format!(
+                        "cannot derive the agent gateway from server {:?}: pass --hub-address",
+                        connection.server
+                    ))
+                })?,
+                Some("assumed: the API server's host, port 6444 (set it with --hub-address)"),
+            ),
+        };
+        let ca = if !hub_address.starts_with("https://") {
+            None
+        } else if let Some(path) = &args.hub_ca {
+            Some((absolute(path)?, None))
+        } else if let Some(path) = &connection.ca_file {
+            Some((absolute(path)?, None))
+        } else {
+            connection.ca_pem.as_ref().map(|pem| {
+                let dir = token_file
+                    .parent()
+                    .map(Path::to_path_buf)
+                    .unwrap_or_default();
+                (
+                    dir.join(format!("{}-hub-ca.pem", args.name)),
+                    Some(pem.clone()),
+                )
+            })
+        };
+        Ok(Self {
+            token_file,
+            hub_address,
+            hub_address_note,
+            ca,
+            listens: args.listens.clone(),
+            services: args.services.clone(),
+        })
+    }
+
+    /// Writes the token (mode 0600) and CA files; returns the config's text.
+    fn write(&self, cluster: &str, token: &str) -> anyhow::Result<String> {
+        write_private(&self.token_file, format!("{token}\n").as_bytes())
+            .with_context(|| format!("writing the token to {}", self.token_file.display()))?;
+        if let Some((path, Some(pem))) = &self.ca {
+            std::fs::write(path, pem)
+                .with_context(|| format!("writing the hub CA to {}", path.display()))?;
+        }
+        Ok(standalone_config(
+            cluster,
+            &self.hub_address,
+            self.hub_address_note,
+            self.ca.as_ref().map(|(p, _)| p.as_path()),
+            &self.token_file,
+            &self.listens,
+            &self.services,
+        ))
+    }
+}
+
+/// `scheme://host:6444` from the API server's URL.
+fn default_gateway(server: &str) -> Option<String> {
+    let (scheme, rest) = server.split_once("://")?;
+    let authority = rest.split('/').next()?;
+    let host = match authority.rsplit_once(':') {
+        Some((host, port)) if port.chars().all(|c| c.is_ascii_digit()) => host,
+        _ => authority,
+    };
+    if host.is_empty() {
+        return None;
+    }
+    Some(format!("{scheme}://{host}:6444"))
+}
+
+fn absolute(path: &Path) -> anyhow::Result<PathBuf> {
+    if path.is_absolute() {
+        Ok(path.to_path_buf())
+    } else {
+        Ok(std::env::current_dir()
+            .context("reading the current directory")?
+            .join(path))
+    }
+}
+
+fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    file.write_all(bytes)
+}
+
+/// A YAML string (JSON strings are YAML flow scalars).
+fn quoted(text: &str) -> String {
+    Value::String(text.to_string()).to_string()
+}
+
+/// A `cluster-agent` config for the standalone driver. Listen addresses and services
+/// not given on the command line are placeholders that the agent rejects until they are
+/// filled in.
+pub fn standalone_config(
+    cluster: &str,
+    hub_address: &str,
+    hub_address_note: Option<&str>,
+    ca_file: Option<&Path>,
+    token_file: &Path,
+    listens: &[(std::net::IpAddr, Option<String>)],
+    services: &[(String, Vec<String>)],
+) -> String {
+    let mut out = String::new();
+    out.push_str(&format!(
+        "# cluster-agent config for member cluster {cluster}, written by `fedctl join --emit standalone`.\n# Run it with: cluster-agent --config FILE (relative paths are relative to FILE's directory).\n"
+    ));
+    if listens.is_empty() || services.is_empty() {
+        out.push_str("# Lines marked REPLACE are placeholders: the agent refuses to start until they are filled in.\n");
+    }
+    out.push_str("hub:\n");
+    out.push_str(&format!("  address: {}", quoted(hub_address)));
+    match hub_address_note {
+        Some(note) => out.push_str(&format!("   # {note}\n")),
+        None => out.push('\n'),
+    }
+    if let Some(ca) = ca_file {
+        out.push_str(&format!(
+            "  caFile: {}\n",
+            quoted(&ca.display().to_string())
+        ));
+    }
+    out.push_str(&format!("cluster: {cluster}\n"));
+    out.push_str(&format!(
+        "tokenFile: {}   # the agent token, written by fedctl join (mode 0600)\n",
+        quoted(&token_file.display().to_string())
+    ));
+    out.push_str("driver: standalone\n");
+    out.push_str(
+        "listen:                              # every rule's port is bound on each address\n",
+    );
+    if listens.is_empty() {
+        out.push_str("- bind: \"REPLACE with a local IP address to serve on, e.g. 0.0.0.0\"\n  advertise: \"REPLACE with the address clients reach (IP or DNS name), or delete this line\"\n");
+    }
+    for (bind, advertise) in listens {
+        out.push_str(&format!("- bind: {}\n", quoted(&bind.to_string())));
+        if let Some(advertise) = advertise {
+            out.push_str(&format!("  advertise: {}\n", quoted(advertise)));
+        }
+    }
+    out.push_str(
+        "services:                            # backend service name -> endpoints (IP:port)\n",
+    );
+    if services.is_empty() {
+        out.push_str(
+            "  REPLACE-with-a-service-name: [\"REPLACE with endpoints such as 10.0.0.5:8080\"]\n",
+        );
+    }
+    for (name, endpoints) in services {
+        out.push_str(&format!(
+            "  {}: [{}]\n",
+            quoted(name),
+            endpoints
+                .iter()
+                .map(|e| quoted(e))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    out.push_str(&format!(
+        "healthCheck:\n  intervalMs: 1000\n  timeoutMs: 500\n  healthyThreshold: 2\n  unhealthyThreshold: 2\nstateDir: {}\nadmin: 127.0.0.1:0\nreportIntervalMs: 5000\n",
+        quoted(&format!("{cluster}-state"))
+    ));
+    out
+}
+
+pub async fn cordon(ctx: &Ctx, name: &str, cordon: bool) -> anyhow::Result<()> {
+    let api = ctx.api()?;
+    let updated = set_unschedulable(&api, name, cordon).await?;
+    match ctx.global.output {
+        Output::Table => {
+            if cordon {
+                println!(
+                    "cluster/{name} cordoned: out of every DNS answer and no new placement; its listeners keep serving"
+                );
+            } else {
+                println!("cluster/{name} uncordoned: back in routing and placement");
+            }
+        }
+        output => print_value(output, &updated)?,
+    }
+    Ok(())
+}
+
+async fn set_unschedulable(api: &Api, name: &str, value: bool) -> anyhow::Result<Value> {
+    Ok(api
+        .merge_patch(
+            &cluster_path(Some(name)),
+            &json!({"spec": {"unschedulable": value}}),
+        )
+        .await?)
+}
+
+pub async fn unjoin(ctx: &Ctx, args: UnjoinArgs) -> anyhow::Result<()> {
+    let api = ctx.api()?;
+    let name = args.name.as_str();
+    let table = ctx.global.output == Output::Table;
+    let say = |text: String| {
+        if table {
+            println!("{text}");
+        } else {
+            eprintln!("{text}");
+        }
+    };
+    let value = api.get(&cluster_path(Some(name)), &[]).await?;
+    let cluster: Cluster = decode(&value, "cluster")?;
+    let started = Instant::now();
+
+    // Which ingresses the cluster serves, and their longest TTL: how long resolvers
+    // may still hand out its addresses after it leaves the answers.
+    let ingresses = api.get(&ingress_path(None, None), &[]).await?;
+    let mut placed: Vec<(String, i32)> = Vec::new();
+    for item in ingresses["items"].as_array().into_iter().flatten() {
+        let ingress: FederatedIngress = decode(item, "ingress")?;
+        let on_cluster = ingress
+            .status
+            .as_ref()
+            .is_some_and(|s| s.clusters.iter().any(|c| c.name == name));
+        if on_cluster {
+            placed.push((
+                format!(
+                    "{}/{}",
+                    ingress.metadata.namespace.as_deref().unwrap_or("default"),
+                    ingress.metadata.name_str()
+                ),
+                ingress.spec.traffic.ttl,
+            ));
+        }
+    }
+    let ttl = placed.iter().map(|(_, ttl)| *ttl).max().unwrap_or(0).max(0) as u64;
+    let drain = args.drain.unwrap_or(Duration::from_secs(ttl));
+
+    // 1. Cordon, and wait until the hub has taken the cluster out of routing.
+    if !cluster.spec.unschedulable {
+        set_unschedulable(&api, name, true).await?;
+    }
+    say(format!(
+        "cluster/{name} cordoned: out of every DNS answer, no new placement"
+    ));
+    let step = Step::start(
+        Stream::Stderr,
+        format!("waiting for the hub to take {name} out of routing"),
+        false,
+    );
+    loop {
+        let value = api.get(&cluster_path(Some(name)), &[]).await?;
+        let cluster: Cluster = decode(&value, "cluster")?;
+        let cordoned = cluster.status.as_ref().is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.reason == "Cordoned")
+        });
+        if cordoned {
+            step.done("");
+            break;
+        }
+        if started.elapsed() >= args.timeout {
+            step.fail("timed out");
+            bail!(
+                "timed out waiting for the hub to report {name} cordoned; it stays cordoned and joined"
+            );
+        }
+        tokio::time::sleep(POLL).await;
+    }
+
+    // 2. Drain: resolvers may cache the old answers for one TTL.
+    if drain > Duration::ZERO {
+        let why = if args.drain.is_some() {
+            "--drain".to_string()
+        } else {
+            format!(
+                "one DNS TTL of {}",
+                placed
+                    .iter()
+                    .map(|(n, _)| n.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        };
+        let step = Step::start(
+            Stream::Stderr,
+            format!("draining {name}: waiting {}s ({why})", drain.as_secs()),
+            true,
+        );
+        tokio::time::sleep(drain).await;
+        step.done("");
+        say(format!("cluster/{name} drained ({}s)", drain.as_secs()));
+    } else if placed.is_empty() {
+        say(format!(
+            "cluster/{name} carries no ingress: nothing to drain"
+        ));
+    }
+
+    // 3. Revoke its tokens, then delete it (which revokes any left, too).
+    let tokens = api.get(&token_path(name, None), &[]).await?;
+    let mut revoked = Vec::new();
+    for item in tokens["items"].as_array().into_iter().flatten() {
+        if let Some(id) = item["metadata"]["name"].as_str() {
+            match api.delete(&token_path(name, Some(id))).await {
+                Ok(_) => revoked.push(id.to_string()),
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    match api.delete(&cluster_path(Some(name))).await {
+        Ok(_) => {}
+        Err(e) if e.is_not_found() => {}
+        Err(e) => return Err(e.into()),
+    }
+    loop {
+        match api.get(&cluster_path(Some(name)), &[]).await {
+            Err(e) if e.is_not_found() => break,
+            Err(e) => return Err(e.into()),
+            Ok(_) if started.elapsed() >= args.timeout + drain => {
+                bail!("cluster {name} is being deleted but is still there (finalizers?)")
+            }
+            Ok(_) => tokio::time::sleep(POLL).await,
+        }
+    }
+    match ctx.global.output {
+        Output::Table => println!(
+            "cluster/{name} deleted ({} agent token{} revoked)",
+            revoked.len(),
+            if revoked.len() == 1 { "" } else { "s" }
+        ),
+        output => print_value(
+            output,
+            &json!({
+                "cluster": name,
+                "deleted": true,
+                "drainedSeconds": drain.as_secs(),
+                "ingresses": placed.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+                "revokedTokens": revoked,
+            }),
+        )?,
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gateway_defaults_to_port_6444_of_the_api_host() {
+        assert_eq!(
+            default_gateway("https://hub.example.com:6443").as_deref(),
+            Some("https://hub.example.com:6444")
+        );
+        assert_eq!(
+            default_gateway("http://127.0.0.1").as_deref(),
+            Some("http://127.0.0.1:6444")
+        );
+        assert_eq!(
+            default_gateway("https://[::1]:6443/").as_deref(),
+            Some("https://[::1]:6444")
+        );
+        assert_eq!(default_gateway("nonsense"), None);
+    }
+
+    #[test]
+    fn emitted_config_marks_placeholders() {
+        let text = standalone_config(
+            "eu-west",
+            "https://hub:6444",
+            None,
+            Some(Path::new("/etc/fed/ca.pem")),
+            Path::new("/etc/fed/eu-west.token"),
+            &[],
+            &[],
+        );
+        assert!(text.contains("caFile: \"/etc/fed/ca.pem\""), "{text}");
+        assert!(
+            text.contains("tokenFile: \"/etc/fed/eu-west.token\""),
+            "{text}"
+        );
+        assert!(text.contains("- bind: \"REPLACE"), "{text}");
+        assert!(text.contains("REPLACE-with-a-service-name"), "{text}");
+        let filled = standalone_config(
+            "eu-west",
+            "http://hub:6444",
+            None,
+            None,
+            Path::new("/t"),
+            &[(
+                "127.0.0.11"
+                    .parse()
+                    .unwrap_or(std::net::IpAddr::from([0, 0, 0, 0])),
+                Some("lb.example.com".into()),
+            )],
+            &[("echo".into(), vec!["127.0.0.1:9000".into()])],
+        );
+        assert!(!filled.contains("REPLACE"), "{filled}");
+        assert!(filled.contains("- bind: \"127.0.0.11\"\n  advertise: \"lb.example.com\"\n"));
+        assert!(filled.contains("  \"echo\": [\"127.0.0.1:9000\"]\n"));
+        let parsed: yaml_serde::Value = yaml_serde::from_str(&filled).unwrap_or_default();
+        assert_eq!(parsed["cluster"].as_str(), Some("eu-west"));
+        assert_eq!(parsed["stateDir"].as_str(), Some("eu-west-state"));
+    }
+}

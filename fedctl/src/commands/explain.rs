@@ -1,0 +1,159 @@
+//! `fedctl explain INGRESS --client IP`: the routing decision the embedded DNS server
+//! makes for that client, from the snapshot it serves (the FederatedIngress `explain`
+//! subresource): where the client is, the strategy, the answer, and why each cluster is
+//! in it or not.
+
+use std::fmt::Write as _;
+
+use serde_json::Value;
+
+use crate::Ctx;
+use crate::cli::{ExplainArgs, Output};
+use crate::client::ingress_path;
+use crate::render::{Table, print_value};
+
+pub async fn run(ctx: &Ctx, args: ExplainArgs) -> anyhow::Result<()> {
+    let api = ctx.api()?;
+    let namespace = ctx.namespace();
+    let path = format!(
+        "{}/explain",
+        ingress_path(Some(&namespace), Some(&args.ingress))
+    );
+    let client = args.client.to_string();
+    let value = api.get(&path, &[("client", &client)]).await?;
+    match ctx.global.output {
+        Output::Table => print!("{}", explain_text(&value)),
+        output => print_value(output, &value)?,
+    }
+    Ok(())
+}
+
+fn number(value: &Value) -> Option<f64> {
+    value.as_f64()
+}
+
+/// Where the client was placed, in words.
+fn location_text(located: &Value) -> String {
+    let place = &located["location"];
+    let region = place["region"].as_str().unwrap_or("?");
+    let coordinates = match (number(&place["latitude"]), number(&place["longitude"])) {
+        (Some(lat), Some(lon)) => format!(" ({lat:.2}, {lon:.2})"),
+        _ => String::new(),
+    };
+    let source = &located["source"];
+    let how = match source["type"].as_str() {
+        Some("Table") => format!(
+            "location table entry {}",
+            source["cidr"].as_str().unwrap_or("?")
+        ),
+        Some("Mmdb") => format!(
+            "MaxMind database network {}",
+            source["network"].as_str().unwrap_or("?")
+        ),
+        Some("Default") => "no table entry: the default location".into(),
+        Some(other) => other.to_string(),
+        None => "?".into(),
+    };
+    format!("{region}{coordinates}, from the {how}")
+}
+
+/// The explanation for people.
+pub fn explain_text(value: &Value) -> String {
+    let mut out = String::new();
+    let line = |out: &mut String, name: &str, text: String| {
+        let _ = writeln!(out, "{:<10}{text}", format!("{name}:"));
+    };
+    line(
+        &mut out,
+        "Ingress",
+        format!(
+            "{} ({})",
+            value["ingress"].as_str().unwrap_or("?"),
+            value["dnsName"].as_str().unwrap_or("?")
+        ),
+    );
+    line(
+        &mut out,
+        "Client",
+        format!(
+            "{} in {}",
+            value["client"].as_str().unwrap_or("(default location)"),
+            location_text(&value["location"])
+        ),
+    );
+    line(
+        &mut out,
+        "Strategy",
+        value["strategy"].as_str().unwrap_or("?").to_string(),
+    );
+    let clusters: Vec<&str> = value["answer"]["clusters"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    let records: Vec<&str> = value["answer"]["records"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    line(
+        &mut out,
+        "Answer",
+        if clusters.is_empty() {
+            "no cluster (NODATA)".into()
+        } else if records.is_empty() {
+            clusters.join(", ")
+        } else {
+            format!("{} → {}", clusters.join(", "), records.join(", "))
+        },
+    );
+    line(
+        &mut out,
+        "Why",
+        value["summary"].as_str().unwrap_or("").to_string(),
+    );
+    let reasons: Vec<&Value> = value["reasons"].as_array().into_iter().flatten().collect();
+    let has = |key: &str| reasons.iter().any(|r| !r[key].is_null());
+    let mut headers = vec!["CLUSTER", "ANSWERED"];
+    let extra: Vec<(&str, &str)> = [
+        ("distanceKm", "DISTANCE"),
+        ("rttMs", "RTT"),
+        ("weight", "WEIGHT"),
+        ("load", "LOAD"),
+    ]
+    .into_iter()
+    .filter(|(key, _)| has(key))
+    .collect();
+    headers.extend(extra.iter().map(|(_, header)| *header));
+    headers.push("DETAIL");
+    let mut table = Table::new(&headers);
+    for reason in &reasons {
+        let mut row = vec![
+            reason["cluster"].as_str().unwrap_or("?").to_string(),
+            if reason["included"].as_bool().unwrap_or(false) {
+                "yes".into()
+            } else {
+                "no".into()
+            },
+        ];
+        for (key, _) in &extra {
+            let cell = match (*key, number(&reason[*key])) {
+                (_, None) => "-".to_string(),
+                ("distanceKm", Some(km)) => format!("{km:.0} km"),
+                ("rttMs", Some(ms)) => format!("{ms:.0} ms"),
+                ("weight", Some(w)) => format!("{:.0}%", w * 100.0),
+                (_, Some(v)) => format!("{v:.1}"),
+            };
+            row.push(cell);
+        }
+        row.push(reason["detail"].as_str().unwrap_or("").to_string());
+        table.row(row);
+    }
+    if !table.is_empty() {
+        out.push('\n');
+        out.push_str(&table.render());
+    }
+    out
+}

@@ -1,0 +1,843 @@
+//! Views of the federation: `get clusters|ingresses`, `describe cluster|ingress NAME`
+//! and `status`. Fetching is separate from rendering: the `*_table`/`describe_*`
+//! functions are pure (objects and `now` in, text out) and pinned by golden tests.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use chrono::{DateTime, Utc};
+use fedingress_api::event::Event;
+use fedingress_api::ingress::{IngressRule, Protocol};
+use fedingress_api::{Cluster, Condition, FederatedIngress};
+use serde_json::{Value, json};
+
+use crate::Ctx;
+use crate::cli::{DescribeArgs, GetArgs, Kind, Output};
+use crate::client::{Api, cluster_path, decode, events_path, ingress_path, token_path};
+use crate::commands::{address_texts, cluster_state, labels_text};
+use crate::render::{Table, age, list_or_none, print_value, rate};
+
+pub async fn get(ctx: &Ctx, args: GetArgs) -> anyhow::Result<()> {
+    let api = ctx.api()?;
+    let mut query: Vec<(&str, &str)> = Vec::new();
+    if let Some(selector) = &args.selector {
+        query.push(("labelSelector", selector));
+    }
+    let now = Utc::now();
+    match args.kind {
+        Kind::Clusters => {
+            let value = api.get(&cluster_path(args.name.as_deref()), &query).await?;
+            let clusters: Vec<Cluster> = items(&value, args.name.is_some())?;
+            match ctx.global.output {
+                Output::Table => print!("{}", clusters_table(&clusters, now)),
+                output => print_value(output, &value)?,
+            }
+        }
+        Kind::Ingresses => {
+            let namespace = ctx.namespace();
+            let path = if args.all_namespaces && args.name.is_none() {
+                ingress_path(None, None)
+            } else {
+                ingress_path(Some(&namespace), args.name.as_deref())
+            };
+            let value = api.get(&path, &query).await?;
+            let ingresses: Vec<FederatedIngress> = items(&value, args.name.is_some())?;
+            match ctx.global.output {
+                Output::Table => {
+                    print!("{}", ingresses_table(&ingresses, args.all_namespaces, now))
+                }
+                output => print_value(output, &value)?,
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One object or a list's items, decoded.
+fn items<T: serde::de::DeserializeOwned>(value: &Value, single: bool) -> anyhow::Result<Vec<T>> {
+    if single {
+        return Ok(vec![decode(value, "object")?]);
+    }
+    Ok(value["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|item| decode(item, "list item"))
+        .collect::<Result<_, _>>()?)
+}
+
+fn created(meta: &fedingress_api::ObjectMeta) -> Option<DateTime<Utc>> {
+    meta.creation_timestamp.map(|t| t.0)
+}
+
+fn load_cells(cluster: &Cluster) -> (String, String) {
+    match cluster.status.as_ref().and_then(|s| s.load) {
+        Some(load) if cluster.is_connected() => {
+            (rate(load.rps), load.active_connections.to_string())
+        }
+        _ => ("-".into(), "-".into()),
+    }
+}
+
+/// `get clusters`: NAME, REGION, PROVIDER, STATUS, AGENT, ADDRESSES, RPS, CONNS, AGE.
+pub fn clusters_table(clusters: &[Cluster], now: DateTime<Utc>) -> String {
+    if clusters.is_empty() {
+        return "No clusters.\n".into();
+    }
+    let mut table = Table::new(&[
+        "NAME",
+        "REGION",
+        "PROVIDER",
+        "STATUS",
+        "AGENT",
+        "ADDRESSES",
+        "RPS",
+        "CONNS",
+        "AGE",
+    ]);
+    for cluster in clusters {
+        let status = cluster.status.clone().unwrap_or_default();
+        let agent = match (&status.agent_version, status.driver) {
+            (Some(version), Some(driver)) if status.connected => format!("{version}/{driver}"),
+            _ => "-".into(),
+        };
+        let (rps, conns) = load_cells(cluster);
+        table.row(vec![
+            cluster.name().to_string(),
+            cluster.spec.region.clone(),
+            cluster.spec.provider.to_string(),
+            cluster_state(cluster).to_string(),
+            agent,
+            list_or_none(&address_texts(&status.addresses)),
+            rps,
+            conns,
+            age(created(&cluster.metadata), now),
+        ]);
+    }
+    table.render()
+}
+
+/// `(healthy, placed)` clusters of an ingress.
+fn readiness(ingress: &FederatedIngress) -> (usize, usize) {
+    let clusters = ingress
+        .status
+        .as_ref()
+        .map(|s| s.clusters.as_slice())
+        .unwrap_or_default();
+    let healthy = clusters
+        .iter()
+        .filter(|c| c.healthy && c.phase.as_str() == "Applied")
+        .count();
+    (healthy, clusters.len())
+}
+
+fn placed_names(ingress: &FederatedIngress) -> Vec<String> {
+    ingress
+        .status
+        .as_ref()
+        .map(|s| s.clusters.iter().map(|c| c.name.clone()).collect())
+        .unwrap_or_default()
+}
+
+fn condition<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
+    conditions.iter().find(|c| c.type_ == type_)
+}
+
+/// `get ingresses`: [NAMESPACE,] NAME, DNS NAME, PORTS, STRATEGY, CLUSTERS, READY, AGE.
+pub fn ingresses_table(
+    ingresses: &[FederatedIngress],
+    with_namespace: bool,
+    now: DateTime<Utc>,
+) -> String {
+    if ingresses.is_empty() {
+        return "No ingresses.\n".into();
+    }
+    let mut headers = vec![
+        "NAME", "DNS NAME", "PORTS", "STRATEGY", "CLUSTERS", "READY", "AGE",
+    ];
+    if with_namespace {
+        headers.insert(0, "NAMESPACE");
+    }
+    let mut table = Table::new(&headers);
+    for ingress in ingresses {
+        let (healthy, placed) = readiness(ingress);
+        let mut row = vec![
+            ingress.metadata.name_str().to_string(),
+            ingress
+                .spec
+                .effective_dns_name()
+                .unwrap_or_else(|| "<none>".into()),
+            list_or_none(&ingress.listener_summary()),
+            ingress.spec.traffic.strategy.type_.to_string(),
+            list_or_none(&placed_names(ingress)),
+            format!("{healthy}/{placed}"),
+            age(created(&ingress.metadata), now),
+        ];
+        if with_namespace {
+            row.insert(0, ingress.metadata.namespace_str().to_string());
+        }
+        table.row(row);
+    }
+    table.render()
+}
+
+pub async fn describe(ctx: &Ctx, args: DescribeArgs) -> anyhow::Result<()> {
+    let api = ctx.api()?;
+    let now = Utc::now();
+    match args.kind {
+        Kind::Clusters => {
+            let (cluster, value) = api
+                .get_as::<Cluster>(&cluster_path(Some(&args.name)), &[])
+                .await?;
+            let ingresses = all_ingresses(&api).await?;
+            let tokens = api.get(&token_path(&args.name, None), &[]).await?;
+            match ctx.global.output {
+                Output::Table => print!("{}", describe_cluster(&cluster, &ingresses, &tokens, now)),
+                output => print_value(
+                    output,
+                    &json!({
+                        "cluster": value,
+                        "ingresses": ingresses_on(&ingresses, &args.name),
+                        "tokens": tokens["items"],
+                    }),
+                )?,
+            }
+        }
+        Kind::Ingresses => {
+            let namespace = ctx.namespace();
+            let (ingress, value) = api
+                .get_as::<FederatedIngress>(&ingress_path(Some(&namespace), Some(&args.name)), &[])
+                .await?;
+            let clusters: Vec<Cluster> = items(&api.get(&cluster_path(None), &[]).await?, false)?;
+            let selector = format!(
+                "involvedObject.kind=FederatedIngress,involvedObject.name={}",
+                args.name
+            );
+            let events_value = api
+                .get(&events_path(&namespace), &[("fieldSelector", &selector)])
+                .await?;
+            let events: Vec<Event> = items(&events_value, false)?;
+            match ctx.global.output {
+                Output::Table => print!("{}", describe_ingress(&ingress, &clusters, &events, now)),
+                output => print_value(
+                    output,
+                    &json!({"ingress": value, "events": events_value["items"]}),
+                )?,
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn all_ingresses(api: &Api) -> anyhow::Result<Vec<FederatedIngress>> {
+    items(&api.get(&ingress_path(None, None), &[]).await?, false)
+}
+
+fn ingresses_on(ingresses: &[FederatedIngress], cluster: &str) -> Vec<Value> {
+    ingresses
+        .iter()
+        .filter_map(|i| {
+            let entry = i
+                .status
+                .as_ref()?
+                .clusters
+                .iter()
+                .find(|c| c.name == cluster)?;
+            Some(json!({
+                "ingress": format!("{}/{}", i.metadata.namespace_str(), i.metadata.name_str()),
+                "phase": entry.phase,
+                "healthy": entry.healthy,
+                "message": entry.message,
+            }))
+        })
+        .collect()
+}
+
+fn field(out: &mut String, name: &str, value: impl std::fmt::Display) {
+    let _ = writeln!(out, "{:<14}{value}", format!("{name}:"));
+}
+
+/// A table indented under a section title.
+fn section(out: &mut String, title: &str, table: &Table, empty: &str) {
+    let _ = writeln!(out, "{title}:");
+    if table.is_empty() {
+        let _ = writeln!(out, "  {empty}");
+        return;
+    }
+    for line in table.render().lines() {
+        let _ = writeln!(out, "  {line}");
+    }
+}
+
+fn conditions_table(conditions: &[Condition], now: DateTime<Utc>) -> Table {
+    let mut table = Table::new(&["TYPE", "STATUS", "REASON", "SINCE", "MESSAGE"]);
+    for c in conditions {
+        table.row(vec![
+            c.type_.clone(),
+            c.status.to_string(),
+            c.reason.clone(),
+            c.last_transition_time
+                .map(|t| age(Some(t.0), now))
+                .unwrap_or_else(|| "-".into()),
+            c.message.clone(),
+        ]);
+    }
+    table
+}
+
+/// `describe cluster NAME`.
+pub fn describe_cluster(
+    cluster: &Cluster,
+    ingresses: &[FederatedIngress],
+    tokens: &Value,
+    now: DateTime<Utc>,
+) -> String {
+    let mut out = String::new();
+    let spec = &cluster.spec;
+    let status = cluster.status.clone().unwrap_or_default();
+    field(&mut out, "Name", cluster.name());
+    field(&mut out, "Labels", labels_text(&cluster.metadata.labels));
+    field(
+        &mut out,
+        "Region",
+        match &spec.zone {
+            Some(zone) => format!("{} (zone {zone})", spec.region),
+            None => spec.region.clone(),
+        },
+    );
+    if let Some(location) = spec.location {
+        field(
+            &mut out,
+            "Location",
+            format!("{}, {}", location.latitude, location.longitude),
+        );
+    }
+    field(&mut out, "Provider", spec.provider);
+    if let Some(capacity) = spec.capacity {
+        let mut parts = Vec::new();
+        if let Some(rps) = capacity.rps {
+            parts.push(format!("{rps} rps"));
+        }
+        if let Some(connections) = capacity.connections {
+            parts.push(format!("{connections} connections"));
+        }
+        field(&mut out, "Capacity", parts.join(", "));
+    }
+    field(
+        &mut out,
+        "Status",
+        match cluster_state(cluster) {
+            "Cordoned" => {
+                "Cordoned (no new placement, out of every DNS answer; listeners keep serving)"
+                    .to_string()
+            }
+            "Ready" => "Ready (agent connected, in routing)".to_string(),
+            "Offline" => "Offline (agent missed its lease: out of routing)".to_string(),
+            _ => "NotConnected (no agent has connected yet)".to_string(),
+        },
+    );
+    let agent = match (&status.agent_version, status.driver) {
+        (Some(version), Some(driver)) => format!("{version}, {driver} driver"),
+        _ => "-".into(),
+    };
+    field(&mut out, "Agent", agent);
+    if let Some(heartbeat) = status.last_heartbeat_time {
+        field(
+            &mut out,
+            "Heartbeat",
+            format!("{heartbeat} ({} ago)", age(Some(heartbeat.0), now)),
+        );
+    }
+    field(
+        &mut out,
+        "Addresses",
+        list_or_none(&address_texts(&status.addresses)).replace(',', ", "),
+    );
+    if let Some(load) = status.load {
+        field(
+            &mut out,
+            "Load",
+            format!(
+                "{} rps, {} active connections, cpu {:.2}",
+                rate(load.rps),
+                load.active_connections,
+                load.cpu
+            ),
+        );
+    }
+    if let Some(at) = cluster.metadata.creation_timestamp {
+        field(
+            &mut out,
+            "Created",
+            format!("{at} ({} ago)", age(Some(at.0), now)),
+        );
+    }
+    section(
+        &mut out,
+        "Conditions",
+        &conditions_table(&status.conditions, now),
+        "<none>",
+    );
+    let mut placed = Table::new(&["INGRESS", "PHASE", "HEALTHY", "BACKENDS", "MESSAGE"]);
+    for ingress in ingresses {
+        let Some(entry) = ingress
+            .status
+            .as_ref()
+            .and_then(|s| s.clusters.iter().find(|c| c.name == cluster.name()))
+        else {
+            continue;
+        };
+        placed.row(vec![
+            format!(
+                "{}/{}",
+                ingress.metadata.namespace_str(),
+                ingress.metadata.name_str()
+            ),
+            entry.phase.to_string(),
+            yes_no(entry.healthy),
+            backends_text(&entry.backends),
+            entry.message.clone(),
+        ]);
+    }
+    section(&mut out, "Ingresses", &placed, "<none placed here>");
+    let mut token_table = Table::new(&["ID", "CREATED"]);
+    for item in tokens["items"].as_array().into_iter().flatten() {
+        token_table.row(vec![
+            item["metadata"]["name"].as_str().unwrap_or_default().into(),
+            item["metadata"]["creationTimestamp"]
+                .as_str()
+                .unwrap_or_default()
+                .into(),
+        ]);
+    }
+    section(&mut out, "Agent tokens", &token_table, "<none>");
+    out
+}
+
+fn yes_no(value: bool) -> String {
+    if value { "yes" } else { "no" }.into()
+}
+
+fn backends_text(backends: &[fedingress_api::ingress::BackendStatus]) -> String {
+    if backends.is_empty() {
+        return "-".into();
+    }
+    backends
+        .iter()
+        .map(|b| format!("{}:{} {}/{}", b.service, b.port, b.ready, b.total))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn rule_text(rule: &IngressRule) -> Vec<String> {
+    let port = rule
+        .effective_port()
+        .map(|p| p.to_string())
+        .unwrap_or_else(|| "-".into());
+    let backend = |b: &fedingress_api::ingress::Backend| format!("{}:{}", b.service, b.port);
+    let target = match rule.protocol {
+        Protocol::Http | Protocol::Https => rule
+            .paths
+            .iter()
+            .map(|p| format!("{} → {}", p.path, backend(&p.backend)))
+            .collect::<Vec<_>>()
+            .join(", "),
+        _ => rule.backend.as_ref().map(backend).unwrap_or_default(),
+    };
+    vec![
+        rule.protocol.to_string(),
+        port,
+        rule.host()
+            .map(str::to_string)
+            .or_else(|| rule.name.as_ref().map(|n| format!("name {n}")))
+            .unwrap_or_else(|| "-".into()),
+        target,
+    ]
+}
+
+fn placement_text(ingress: &FederatedIngress) -> String {
+    let placement = &ingress.spec.placement;
+    let mut parts = Vec::new();
+    if !placement.clusters.is_empty() {
+        parts.push(format!("clusters {}", placement.clusters.join(", ")));
+    }
+    if let Some(selector) = &placement.cluster_selector {
+        let mut terms: Vec<String> = selector
+            .match_labels
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        terms.extend(
+            selector
+                .match_expressions
+                .iter()
+                .map(|e| format!("{} {} ({})", e.key, e.operator, e.values.join(","))),
+        );
+        parts.push(format!("selector {}", terms.join(",")));
+    }
+    if let Some(max) = placement.max_clusters {
+        parts.push(format!("at most {max}"));
+    }
+    if parts.is_empty() {
+        "every cluster".into()
+    } else {
+        parts.join("; ")
+    }
+}
+
+/// `describe ingress NAME`.
+pub fn describe_ingress(
+    ingress: &FederatedIngress,
+    clusters: &[Cluster],
+    events: &[Event],
+    now: DateTime<Utc>,
+) -> String {
+    let mut out = String::new();
+    let spec = &ingress.spec;
+    let status = ingress.status.clone().unwrap_or_default();
+    field(&mut out, "Name", ingress.metadata.name_str());
+    field(&mut out, "Namespace", ingress.metadata.namespace_str());
+    field(
+        &mut out,
+        "DNS name",
+        match spec.effective_dns_name() {
+            Some(name) => format!("{name} (TTL {}s)", spec.traffic.ttl),
+            None => "<none>".into(),
+        },
+    );
+    let strategy = &spec.traffic.strategy;
+    let mut strategy_text = strategy.type_.to_string();
+    if let Some(weights) = &strategy.weights {
+        let _ = write!(
+            strategy_text,
+            " (weights {})",
+            weights
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    if let Some(order) = &strategy.failover_order {
+        let _ = write!(
+            strategy_text,
+            " (order {})",
+            order
+                .iter()
+                .map(|tier| tier.join("+"))
+                .collect::<Vec<_>>()
+                .join(" > ")
+        );
+    }
+    let _ = write!(
+        strategy_text,
+        "; all unhealthy: {}",
+        spec.traffic.when_all_unhealthy
+    );
+    field(&mut out, "Strategy", strategy_text);
+    field(&mut out, "Placement", placement_text(ingress));
+    if let Some(at) = ingress.metadata.creation_timestamp {
+        field(
+            &mut out,
+            "Created",
+            format!("{at} ({} ago)", age(Some(at.0), now)),
+        );
+    }
+    let mut rules = Table::new(&["PROTOCOL", "PORT", "HOST/NAME", "BACKEND"]);
+    for rule in &spec.rules {
+        rules.row(rule_text(rule));
+    }
+    section(&mut out, "Rules", &rules, "<none>");
+
+    let by_name: BTreeMap<&str, &Cluster> = clusters.iter().map(|c| (c.name(), c)).collect();
+    let mut placed = Table::new(&[
+        "CLUSTER",
+        "REGION",
+        "PHASE",
+        "HEALTHY",
+        "ADDRESSES",
+        "BACKENDS",
+        "LOAD",
+        "MESSAGE",
+    ]);
+    for entry in &status.clusters {
+        let cluster = by_name.get(entry.name.as_str());
+        let load = cluster
+            .and_then(|c| c.status.as_ref().and_then(|s| s.load))
+            .map(|l| format!("{} rps, {} conns", rate(l.rps), l.active_connections))
+            .unwrap_or_else(|| "-".into());
+        let mut message = entry.message.clone();
+        if cluster.is_some_and(|c| c.spec.unschedulable) && !message.contains("cordon") {
+            message = format!("cordoned; {message}")
+                .trim_end_matches("; ")
+                .to_string();
+        }
+        placed.row(vec![
+            entry.name.clone(),
+            cluster
+                .map(|c| c.spec.region.clone())
+                .unwrap_or_else(|| "-".into()),
+            entry.phase.to_string(),
+            yes_no(entry.healthy),
+            list_or_none(&address_texts(&entry.addresses)),
+            backends_text(&entry.backends),
+            load,
+            message,
+        ]);
+    }
+    section(&mut out, "Clusters", &placed, "<not placed on any cluster>");
+
+    let mut answers = Table::new(&["CLIENTS", "NAME", "TYPE", "ANSWER"]);
+    for record in status
+        .dns
+        .as_ref()
+        .map(|d| d.records.as_slice())
+        .unwrap_or_default()
+    {
+        answers.row(vec![
+            if record.scope.is_empty() {
+                "everyone".into()
+            } else {
+                record.scope.clone()
+            },
+            record.name.clone(),
+            record.type_.to_string(),
+            if record.values.is_empty() {
+                "(no records)".into()
+            } else {
+                record.values.join(", ")
+            },
+        ]);
+    }
+    section(
+        &mut out,
+        "DNS answers",
+        &answers,
+        "<not served: see the DNSReady condition>",
+    );
+    section(
+        &mut out,
+        "Conditions",
+        &conditions_table(&status.conditions, now),
+        "<none>",
+    );
+    let mut events: Vec<&Event> = events.iter().collect();
+    events.sort_by_key(|e| e.last_timestamp.or(e.first_timestamp));
+    let skip = events.len().saturating_sub(15);
+    let mut event_table = Table::new(&["LAST SEEN", "TYPE", "REASON", "MESSAGE"]);
+    for event in events.into_iter().skip(skip) {
+        let seen = event
+            .last_timestamp
+            .or(event.first_timestamp)
+            .map(|t| age(Some(t.0), now))
+            .unwrap_or_else(|| "-".into());
+        let count = if event.count > 1 {
+            format!(" (x{})", event.count)
+        } else {
+            String::new()
+        };
+        event_table.row(vec![
+            seen,
+            event.type_.clone(),
+            event.reason.clone(),
+            format!("{}{count}", event.message),
+        ]);
+    }
+    section(&mut out, "Events", &event_table, "<none>");
+    out
+}
+
+pub async fn status(ctx: &Ctx) -> anyhow::Result<()> {
+    let connection = ctx.connection()?;
+    let api = Api::new(&connection)?;
+    let clusters: Vec<Cluster> = items(&api.get(&cluster_path(None), &[]).await?, false)?;
+    let ingresses = all_ingresses(&api).await?;
+    match ctx.global.output {
+        Output::Table => print!(
+            "{}",
+            status_text(
+                &format!("{} (context {})", api.server(), connection.context),
+                &clusters,
+                &ingresses
+            )
+        ),
+        output => print_value(output, &status_value(api.server(), &clusters, &ingresses))?,
+    }
+    Ok(())
+}
+
+/// Each cluster's share of the federation's requests and new connections per second.
+fn shares(clusters: &[Cluster]) -> Vec<Option<f64>> {
+    let rps = |c: &Cluster| {
+        c.status
+            .as_ref()
+            .filter(|s| s.connected)
+            .and_then(|s| s.load)
+            .map(|l| l.rps)
+            .unwrap_or(0.0)
+    };
+    let total: f64 = clusters.iter().map(rps).sum();
+    clusters
+        .iter()
+        .map(|c| (total > 0.0).then(|| rps(c) / total))
+        .collect()
+}
+
+/// `(healthy, placed)` ingresses on a cluster.
+fn ingress_counts(ingresses: &[FederatedIngress], cluster: &str) -> (usize, usize) {
+    let mut healthy = 0;
+    let mut placed = 0;
+    for ingress in ingresses {
+        if let Some(entry) = ingress
+            .status
+            .as_ref()
+            .and_then(|s| s.clusters.iter().find(|c| c.name == cluster))
+        {
+            placed += 1;
+            if entry.healthy {
+                healthy += 1;
+            }
+        }
+    }
+    (healthy, placed)
+}
+
+/// `status`: the federation at a glance.
+pub fn status_text(server: &str, clusters: &[Cluster], ingresses: &[FederatedIngress]) -> String {
+    let mut out = String::new();
+    let connected = clusters.iter().filter(|c| c.is_connected()).count();
+    let cordoned = clusters.iter().filter(|c| c.spec.unschedulable).count();
+    let ready = ingresses
+        .iter()
+        .filter(|i| {
+            i.status.as_ref().is_some_and(|s| {
+                condition(&s.conditions, "Ready").is_some_and(|c| c.status.as_str() == "True")
+            })
+        })
+        .count();
+    field(&mut out, "Federation", server);
+    field(
+        &mut out,
+        "Clusters",
+        format!(
+            "{} ({connected} connected, {cordoned} cordoned)",
+            clusters.len()
+        ),
+    );
+    field(
+        &mut out,
+        "Ingresses",
+        format!("{} ({ready} ready)", ingresses.len()),
+    );
+    let shares = shares(clusters);
+    let mut table = Table::new(&[
+        "CLUSTER",
+        "REGION",
+        "STATUS",
+        "ADDRESSES",
+        "INGRESSES",
+        "RPS",
+        "CONNS",
+        "SHARE",
+    ]);
+    for (cluster, share) in clusters.iter().zip(shares) {
+        let (healthy, placed) = ingress_counts(ingresses, cluster.name());
+        let (rps, conns) = load_cells(cluster);
+        table.row(vec![
+            cluster.name().to_string(),
+            cluster.spec.region.clone(),
+            cluster_state(cluster).to_string(),
+            list_or_none(&address_texts(
+                cluster
+                    .status
+                    .as_ref()
+                    .map(|s| s.addresses.as_slice())
+                    .unwrap_or_default(),
+            )),
+            if placed == 0 {
+                "-".into()
+            } else {
+                format!("{healthy}/{placed} healthy")
+            },
+            rps,
+            conns,
+            share
+                .map(|s| format!("{:.0}%", s * 100.0))
+                .unwrap_or_else(|| "-".into()),
+        ]);
+    }
+    out.push('\n');
+    if table.is_empty() {
+        out.push_str("No clusters: add one with `fedctl join`.\n");
+    } else {
+        out.push_str(&table.render());
+    }
+    let mut table = Table::new(&[
+        "INGRESS",
+        "DNS NAME",
+        "STRATEGY",
+        "READY",
+        "NOT READY BECAUSE",
+    ]);
+    for ingress in ingresses {
+        let (healthy, placed) = readiness(ingress);
+        let why = ingress
+            .status
+            .as_ref()
+            .and_then(|s| condition(&s.conditions, "Ready"))
+            .filter(|c| c.status.as_str() != "True")
+            .map(|c| c.message.clone())
+            .unwrap_or_default();
+        table.row(vec![
+            format!(
+                "{}/{}",
+                ingress.metadata.namespace_str(),
+                ingress.metadata.name_str()
+            ),
+            ingress
+                .spec
+                .effective_dns_name()
+                .unwrap_or_else(|| "<none>".into()),
+            ingress.spec.traffic.strategy.type_.to_string(),
+            format!("{healthy}/{placed}"),
+            why,
+        ]);
+    }
+    out.push('\n');
+    if table.is_empty() {
+        out.push_str("No ingresses.\n");
+    } else {
+        out.push_str(&table.render());
+    }
+    out
+}
+
+fn status_value(server: &str, clusters: &[Cluster], ingresses: &[FederatedIngress]) -> Value {
+    let shares = shares(clusters);
+    json!({
+        "server": server,
+        "clusters": clusters.iter().zip(shares).map(|(c, share)| {
+            let (healthy, placed) = ingress_counts(ingresses, c.name());
+            json!({
+                "name": c.name(),
+                "region": c.spec.region,
+                "status": cluster_state(c),
+                "addresses": address_texts(c.status.as_ref().map(|s| s.addresses.as_slice()).unwrap_or_default()),
+                "ingresses": {"healthy": healthy, "placed": placed},
+                "load": c.status.as_ref().and_then(|s| s.load),
+                "share": share,
+            })
+        }).collect::<Vec<_>>(),
+        "ingresses": ingresses.iter().map(|i| {
+            let (healthy, placed) = readiness(i);
+            json!({
+                "name": format!("{}/{}", i.metadata.namespace_str(), i.metadata.name_str()),
+                "dnsName": i.spec.effective_dns_name(),
+                "strategy": i.spec.traffic.strategy.type_,
+                "healthyClusters": healthy,
+                "placedClusters": placed,
+                "ready": i.status.as_ref().and_then(|s| condition(&s.conditions, "Ready")).is_some_and(|c| c.status.as_str() == "True"),
+            })
+        }).collect::<Vec<_>>(),
+    })
+}

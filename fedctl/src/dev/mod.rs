@@ -1,0 +1,1112 @@
+//! `fedctl dev`: a complete local federation in one command, for trying fedingress out.
+//!
+//! `dev up` finds `federation-apiserver` and `cluster-agent` next to its own executable
+//! and starts, in a state dir (default `.fedingress/dev`, wiped at each start):
+//! - three echo backends (fedctl itself, `dev echo`) on 127.0.N.21-23;
+//! - a federation-apiserver in dev mode with the embedded store and the embedded DNS
+//!   server (127.0.N.1: API 6443, agents 6444, DNS 5353), with a location table of
+//!   three client regions (10.1/16 Europe, 10.2/16 US east, 10.3/16 India);
+//! - three clusters in those regions serving on 127.0.N.11-13: Cluster objects, agent
+//!   tokens, agent configs and standalone agents;
+//!
+//! then writes a kubeconfig, applies `deploy/examples/echo.yaml` (built in), waits until
+//! DNS steers each region to its nearest cluster, prints commands to try (each one is run
+//! by the tests exactly as printed), and keeps running until SIGINT/SIGTERM, when it
+//! stops every process it started, by PID. `dev down` stops a federation whose `dev up`
+//! is gone (or asks the running one to stop); `dev backend stop|start CLUSTER` stops or
+//! restarts one cluster's backend and waits until DNS has moved.
+
+mod echo;
+mod process;
+mod state;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use fedingress_api::{Cluster, FederatedIngress};
+use serde_json::{Value, json};
+
+use self::process::{Proc, Started};
+use self::state::State;
+use crate::Ctx;
+use crate::cli::{BackendCommand, DevCommand, DevUpArgs};
+use crate::client::{Api, cluster_path, decode, ingress_path, token_path};
+use crate::kubeconfig;
+use crate::progress::{Step, Stream};
+
+/// The FederatedIngresses `dev up` applies.
+const ECHO_YAML: &str = include_str!("../../../deploy/examples/echo.yaml");
+/// Port of the echo service (TCP and UDP) on every cluster, from `echo.yaml`.
+const ECHO_PORT: u16 = 7777;
+/// Port of the HTTP rule, from `echo.yaml`.
+const HTTP_PORT: u16 = 8080;
+const HTTP_HOST: &str = "web.fedingress.test";
+const ECHO_DNS_NAME: &str = "echo.fedingress.test";
+/// Ports of every backend: TCP+UDP echo and HTTP.
+const BACKEND_PORT: u16 = 9000;
+const BACKEND_HTTP_PORT: u16 = 9080;
+const DEFAULT_STATE_DIR: &str = ".fedingress/dev";
+
+/// A dev cluster and the client region it is nearest to.
+struct Member {
+    name: &'static str,
+    region: &'static str,
+    latitude: f64,
+    longitude: f64,
+    provider: &'static str,
+    /// Second octet of the region's client subnet in the location table (10.X/16).
+    subnet: u8,
+}
+
+const MEMBERS: [Member; 3] = [
+    Member {
+        name: "eu-west",
+        region: "europe-west1",
+        latitude: 50.45,
+        longitude: 3.82,
+        provider: "gcp",
+        subnet: 1,
+    },
+    Member {
+        name: "us-east",
+        region: "us-east1",
+        latitude: 39.04,
+        longitude: -77.49,
+        provider: "aws",
+        subnet: 2,
+    },
+    Member {
+        name: "ap-south",
+        region: "asia-south1",
+        latitude: 19.07,
+        longitude: 72.87,
+        provider: "azure",
+        subnet: 3,
+    },
+];
+
+fn member(name: &str) -> anyhow::Result<(usize, &'static Member)> {
+    MEMBERS
+        .iter()
+        .enumerate()
+        .find(|(_, m)| m.name == name)
+        .ok_or_else(|| {
+            crate::UsageError(format!(
+                "{name:?} is not a dev cluster (eu-west, us-east, ap-south)"
+            ))
+            .into()
+        })
+}
+
+fn hub_ip(block: u8) -> String {
+    format!("127.0.{block}.1")
+}
+
+fn cluster_ip(block: u8, index: usize) -> String {
+    format!("127.0.{block}.{}", 11 + index)
+}
+
+fn backend_ip(block: u8, index: usize) -> String {
+    format!("127.0.{block}.{}", 21 + index)
+}
+
+/// A client address in the member's region (for explain).
+fn region_client(m: &Member) -> String {
+    format!("10.{}.0.1", m.subnet)
+}
+
+pub async fn run(_ctx: &Ctx, command: DevCommand) -> anyhow::Result<()> {
+    match command {
+        DevCommand::Up(args) => up(args).await,
+        DevCommand::Down(arg) => down(&arg.state_dir).await,
+        DevCommand::Backend(BackendCommand::Stop(args)) => {
+            backend(&args.state.state_dir, &args.cluster, false).await
+        }
+        DevCommand::Backend(BackendCommand::Start(args)) => {
+            backend(&args.state.state_dir, &args.cluster, true).await
+        }
+        DevCommand::Echo(args) => echo::run(args).await,
+    }
+}
+
+/// How a path is shown in commands: relative to the current directory when under it.
+fn shown(path: &Path) -> String {
+    if let Ok(cwd) = std::env::current_dir()
+        && let Ok(relative) = path.strip_prefix(&cwd)
+    {
+        return relative.display().to_string();
+    }
+    path.display().to_string()
+}
+
+fn absolute(path: &Path) -> anyhow::Result<PathBuf> {
+    Ok(if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir()
+            .context("reading the current directory")?
+            .join(path)
+    })
+}
+
+/// How to run this fedctl in printed commands: `fedctl` when that is the one on PATH,
+/// else its path (relative to the current directory when under it).
+fn fedctl_command(exe: &Path) -> String {
+    let on_path = std::env::var_os("PATH").is_some_and(|paths| {
+        std::env::split_paths(&paths).any(|dir| {
+            dir.join("fedctl")
+                .canonicalize()
+                .is_ok_and(|p| exe.canonicalize().is_ok_and(|e| e == p))
+        })
+    });
+    if on_path { "fedctl".into() } else { shown(exe) }
+}
+
+/// Our own command line, so that `dev down` can tell it is still us.
+fn own_proc() -> Proc {
+    let cmdline = std::fs::read("/proc/self/cmdline").unwrap_or_default();
+    let mut argv = cmdline
+        .split(|b| *b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned());
+    Proc {
+        role: "fedctl".into(),
+        name: "dev up".into(),
+        pid: Some(std::process::id()),
+        exe: PathBuf::from(argv.next().unwrap_or_default()),
+        args: argv.collect(),
+        log: PathBuf::new(),
+    }
+}
+
+/// Processes started by `dev up`, with their `Child`s for reaping.
+struct Supervisor {
+    dir: PathBuf,
+    state: State,
+    children: HashMap<u32, Child>,
+}
+
+impl Supervisor {
+    fn add(&mut self, started: Started) -> anyhow::Result<Value> {
+        if let (Some(pid), Some(child)) = (started.proc.pid, started.child) {
+            self.children.insert(pid, child);
+        }
+        self.state.processes.push(started.proc);
+        self.state.save(&self.dir)?;
+        Ok(started.ready)
+    }
+
+    /// Stops every process (agents first, the apiserver, then the backends), including
+    /// backends restarted by `dev backend start` since; returns what was stopped.
+    fn stop_all(&mut self) -> Vec<String> {
+        if let Ok(Some(on_disk)) = State::load(&self.dir) {
+            for proc in on_disk.processes {
+                if !self.state.processes.contains(&proc) {
+                    self.state.processes.push(proc);
+                }
+            }
+        }
+        let mut stopped = Vec::new();
+        for role in ["agent", "apiserver", "backend"] {
+            for proc in self.state.processes.iter().filter(|p| p.role == role) {
+                let child = proc.pid.and_then(|pid| self.children.get_mut(&pid));
+                if process::stop(proc, child, Duration::from_secs(5)) {
+                    stopped.push(format!(
+                        "{} ({})",
+                        proc.label(),
+                        proc.pid.unwrap_or_default()
+                    ));
+                }
+            }
+        }
+        State::remove(&self.dir);
+        stopped
+    }
+
+    /// Processes (not backends: those are stopped on purpose) that died.
+    fn dead(&mut self) -> Vec<Proc> {
+        let mut dead = Vec::new();
+        for proc in &self.state.processes {
+            let Some(pid) = proc.pid else { continue };
+            if proc.role == "backend" {
+                // Stopped on purpose by `dev backend stop`: reap, do not report.
+                if let Some(child) = self.children.get_mut(&pid) {
+                    let _ = child.try_wait();
+                }
+                continue;
+            }
+            let exited = match self.children.get_mut(&pid) {
+                Some(child) => !matches!(child.try_wait(), Ok(None)),
+                None => !process::alive(proc),
+            };
+            if exited {
+                dead.push(proc.clone());
+            }
+        }
+        dead
+    }
+}
+
+/// Set by SIGINT/SIGTERM.
+#[derive(Clone, Default)]
+struct Interrupt(Arc<AtomicBool>);
+
+impl Interrupt {
+    fn check(&self) -> anyhow::Result<()> {
+        if self.0.load(Ordering::Relaxed) {
+            bail!("interrupted");
+        }
+        Ok(())
+    }
+
+    fn is_set(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+async fn start_process(
+    role: &str,
+    name: &str,
+    exe: &Path,
+    args: Vec<String>,
+    log: &Path,
+) -> anyhow::Result<Started> {
+    let (role, name, exe, log) = (
+        role.to_string(),
+        name.to_string(),
+        exe.to_path_buf(),
+        log.to_path_buf(),
+    );
+    tokio::task::spawn_blocking(move || {
+        process::start(&role, &name, &exe, args, &log, Duration::from_secs(30))
+    })
+    .await
+    .context("starting a process")?
+}
+
+async fn up(args: DevUpArgs) -> anyhow::Result<()> {
+    let shown_dir = args.state.state_dir.display().to_string();
+    let dir = absolute(&args.state.state_dir)?;
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    if let Some(state) = State::load(&dir)? {
+        if state.supervisor.as_ref().is_some_and(process::alive) {
+            bail!(
+                "a dev federation is already running from {shown_dir} (fedctl PID {}): stop it with Ctrl-C there, or `fedctl dev down{}`",
+                state.supervisor.and_then(|s| s.pid).unwrap_or_default(),
+                state_flag(&args.state.state_dir)
+            );
+        }
+        let mut leftovers = 0;
+        for proc in &state.processes {
+            if process::stop(proc, None, Duration::from_secs(5)) {
+                leftovers += 1;
+            }
+        }
+        if leftovers > 0 {
+            println!("Stopped {leftovers} processes left by an earlier `fedctl dev up`.");
+        }
+        State::remove(&dir);
+    }
+    let exe = std::env::current_exe().context("locating fedctl's own executable")?;
+    let bin_dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
+    let apiserver = bin_dir.join("federation-apiserver");
+    let agent = bin_dir.join("cluster-agent");
+    for binary in [&apiserver, &agent] {
+        if !binary.is_file() {
+            bail!(
+                "{} not found next to fedctl: build every binary first (cargo build --release --bins)",
+                binary.display()
+            );
+        }
+    }
+    for sub in ["hub-data", "clusters", "logs"] {
+        let path = dir.join(sub);
+        if path.exists() {
+            std::fs::remove_dir_all(&path)
+                .with_context(|| format!("clearing {}", path.display()))?;
+        }
+    }
+    std::fs::create_dir_all(dir.join("logs"))?;
+    std::fs::create_dir_all(dir.join("clusters"))?;
+
+    let interrupt = Interrupt::default();
+    let notify = Arc::new(tokio::sync::Notify::new());
+    {
+        let interrupt = interrupt.clone();
+        let notify = notify.clone();
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+            interrupt.0.store(true, Ordering::Relaxed);
+            notify.notify_waiters();
+            notify.notify_one();
+        });
+    }
+
+    let mut supervisor = Supervisor {
+        dir: dir.clone(),
+        state: State {
+            supervisor: Some(own_proc()),
+            block: args.block,
+            kubeconfig: dir.join("kubeconfig"),
+            ..State::default()
+        },
+        children: HashMap::new(),
+    };
+    supervisor.state.save(&dir)?;
+    println!("fedctl dev up: a local federation in {shown_dir}");
+    let started = Instant::now();
+    let result = start_all(
+        &args,
+        &dir,
+        &exe,
+        &apiserver,
+        &agent,
+        &mut supervisor,
+        &interrupt,
+    )
+    .await;
+    let http_served = match result {
+        Ok(http_served) => http_served,
+        Err(e) => {
+            let stopped = supervisor.stop_all();
+            if interrupt.is_set() {
+                println!("Interrupted: stopped {} processes.", stopped.len());
+                return Ok(());
+            }
+            return Err(e.context(format!(
+                "the dev federation did not come up (logs: {}/logs; stopped {} processes)",
+                shown_dir,
+                stopped.len()
+            )));
+        }
+    };
+    print!(
+        "{}",
+        next_steps(&NextSteps {
+            fedctl: fedctl_command(&exe),
+            state_dir: args.state.state_dir.clone(),
+            kubeconfig: format!("{}/kubeconfig", shown_dir.trim_end_matches('/')),
+            block: args.block,
+            dns: supervisor.state.dns.clone(),
+            http_served,
+            started_in: started.elapsed(),
+        })
+    );
+    use std::io::Write as _;
+    let _ = std::io::stdout().flush();
+
+    // Run until interrupted, reporting processes that die.
+    let mut reported: Vec<u32> = Vec::new();
+    while !interrupt.is_set() {
+        tokio::select! {
+            _ = notify.notified() => {}
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+        for proc in supervisor.dead() {
+            let pid = proc.pid.unwrap_or_default();
+            if !reported.contains(&pid) {
+                reported.push(pid);
+                println!(
+                    "! {} (PID {pid}) exited: {}",
+                    proc.label(),
+                    process::last_line(&proc.log, 0)
+                );
+            }
+        }
+    }
+    println!();
+    println!("Stopping the dev federation…");
+    let stopped = supervisor.stop_all();
+    println!(
+        "Stopped {} processes: {}.",
+        stopped.len(),
+        stopped.join(", ")
+    );
+    Ok(())
+}
+
+fn state_flag(dir: &Path) -> String {
+    if dir == Path::new(DEFAULT_STATE_DIR) {
+        String::new()
+    } else {
+        format!(" --state-dir {}", dir.display())
+    }
+}
+
+fn label(text: &str) -> String {
+    format!("{text:<15}")
+}
+
+/// Starts everything; returns whether the HTTP sample is served.
+async fn start_all(
+    args: &DevUpArgs,
+    dir: &Path,
+    exe: &Path,
+    apiserver: &Path,
+    agent: &Path,
+    supervisor: &mut Supervisor,
+    interrupt: &Interrupt,
+) -> anyhow::Result<bool> {
+    let block = args.block;
+    let deadline = Instant::now() + args.timeout;
+
+    // 1. Echo backends.
+    let step = Step::start(Stream::Stdout, label("echo backends"), false);
+    for (i, m) in MEMBERS.iter().enumerate() {
+        interrupt.check()?;
+        let ip = backend_ip(block, i);
+        let started = start_process(
+            "backend",
+            m.name,
+            exe,
+            vec![
+                "dev".into(),
+                "echo".into(),
+                "--name".into(),
+                m.name.into(),
+                "--listen".into(),
+                format!("{ip}:{BACKEND_PORT}"),
+                "--http".into(),
+                format!("{ip}:{BACKEND_HTTP_PORT}"),
+            ],
+            &dir.join("logs").join(format!("backend-{}.log", m.name)),
+        )
+        .await;
+        match started {
+            Ok(started) => {
+                supervisor.add(started)?;
+            }
+            Err(e) => {
+                step.fail("");
+                return Err(e);
+            }
+        }
+    }
+    step.done(&format!(
+        "{} (TCP+UDP :{BACKEND_PORT}, HTTP :{BACKEND_HTTP_PORT})",
+        MEMBERS
+            .iter()
+            .enumerate()
+            .map(|(i, m)| format!("{} {}", m.name, backend_ip(block, i)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ));
+
+    // 2. The apiserver with the embedded store and DNS server.
+    interrupt.check()?;
+    let step = Step::start(Stream::Stdout, label("apiserver"), false);
+    let config = dir.join("apiserver.yaml");
+    std::fs::write(&config, apiserver_config(args, dir))
+        .with_context(|| format!("writing {}", config.display()))?;
+    let started = match start_process(
+        "apiserver",
+        "apiserver",
+        apiserver,
+        vec!["--config".into(), config.display().to_string()],
+        &dir.join("logs").join("apiserver.log"),
+    )
+    .await
+    {
+        Ok(started) => started,
+        Err(e) => {
+            step.fail("");
+            return Err(e);
+        }
+    };
+    let ready = supervisor.add(started)?;
+    let text = |key: &str| ready[key].as_str().unwrap_or_default().to_string();
+    let (api_addr, agent_addr, dns_addr) = (text("api"), text("agent"), text("dns"));
+    let api_url = format!("http://{api_addr}");
+    let agent_url = format!("http://{agent_addr}");
+    supervisor.state.api = api_url.clone();
+    supervisor.state.agent_gateway = agent_url.clone();
+    supervisor.state.dns = dns_addr.clone();
+    supervisor.state.save(dir)?;
+    let kubeconfig_path = dir.join("kubeconfig");
+    std::fs::write(
+        &kubeconfig_path,
+        kubeconfig::render("fedingress-dev", &api_url, Some(&agent_url), "default"),
+    )
+    .with_context(|| format!("writing {}", kubeconfig_path.display()))?;
+    step.done(&format!(
+        "{api_url} (agent gateway {agent_addr}, DNS {dns_addr}, store {}/hub-data)",
+        shown(dir)
+    ));
+
+    // 3. Clusters: objects, tokens, agent configs, agents.
+    let api = Api::new(&kubeconfig::load(&[kubeconfig_path], None)?)?;
+    let step = Step::start(Stream::Stdout, label("clusters"), false);
+    for (i, m) in MEMBERS.iter().enumerate() {
+        interrupt.check()?;
+        let body = json!({
+            "apiVersion": fedingress_api::API_VERSION,
+            "kind": "Cluster",
+            "metadata": {"name": m.name, "labels": {"env": "dev", "provider": m.provider}},
+            "spec": {
+                "region": m.region,
+                "location": {"latitude": m.latitude, "longitude": m.longitude},
+                "provider": m.provider,
+                "capacity": {"rps": 1000, "connections": 10000},
+            },
+        });
+        api.post(&cluster_path(None), &body).await?;
+        let token = api.post_empty(&token_path(m.name, None)).await?;
+        let cluster_dir = dir.join("clusters").join(m.name);
+        std::fs::create_dir_all(&cluster_dir)?;
+        std::fs::write(
+            cluster_dir.join("token"),
+            format!("{}\n", token["token"].as_str().unwrap_or_default()),
+        )?;
+        std::fs::write(
+            cluster_dir.join("agent.yaml"),
+            agent_config(m, i, block, &agent_url),
+        )?;
+    }
+    step.done(
+        &MEMBERS
+            .iter()
+            .enumerate()
+            .map(|(i, m)| format!("{} ({}) {}", m.name, m.region, cluster_ip(block, i)))
+            .collect::<Vec<_>>()
+            .join(", "),
+    );
+    let step = Step::start(Stream::Stdout, label("agents"), false);
+    for m in &MEMBERS {
+        interrupt.check()?;
+        let config = dir.join("clusters").join(m.name).join("agent.yaml");
+        let started = match start_process(
+            "agent",
+            m.name,
+            agent,
+            vec!["--config".into(), config.display().to_string()],
+            &dir.join("logs").join(format!("agent-{}.log", m.name)),
+        )
+        .await
+        {
+            Ok(started) => started,
+            Err(e) => {
+                step.fail("");
+                return Err(e);
+            }
+        };
+        supervisor.add(started)?;
+    }
+    loop {
+        interrupt.check()?;
+        let clusters = api.get(&cluster_path(None), &[]).await?;
+        let connected = clusters["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|c| c["status"]["connected"] == true)
+            .count();
+        if connected == MEMBERS.len() {
+            break;
+        }
+        if Instant::now() >= deadline {
+            step.fail("");
+            bail!(
+                "only {connected} of {} agents connected in time",
+                MEMBERS.len()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    step.done(&format!("{} connected", MEMBERS.len()));
+
+    // 4. The sample service.
+    interrupt.check()?;
+    let step = Step::start(Stream::Stdout, label("sample service"), false);
+    let applied = apply(&api, ECHO_YAML).await?;
+    step.done(&format!(
+        "deploy/examples/echo.yaml: {}",
+        applied.join(", ")
+    ));
+
+    // 5. Routing: every region gets its nearest cluster.
+    let step = Step::start(Stream::Stdout, label("DNS steering"), false);
+    loop {
+        interrupt.check()?;
+        let mut pending = None;
+        for (i, m) in MEMBERS.iter().enumerate() {
+            let answer = explain_records(&api, "echo", &region_client(m)).await;
+            if answer.as_ref().ok() != Some(&vec![cluster_ip(block, i)]) {
+                pending = Some(format!(
+                    "{} clients get {}",
+                    m.region,
+                    match answer {
+                        Ok(records) => format!("{records:?}"),
+                        Err(e) => e.to_string(),
+                    }
+                ));
+                break;
+            }
+        }
+        let Some(pending) = pending else { break };
+        if Instant::now() >= deadline {
+            step.fail("");
+            bail!("DNS did not steer every region to its nearest cluster in time: {pending}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    step.done(&format!(
+        "{ECHO_DNS_NAME}: {}",
+        MEMBERS
+            .iter()
+            .map(|m| format!("{} → {}", m.region, m.name))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ));
+
+    // 6. HTTP: served once the agents' HTTP data plane is there.
+    let step = Step::start(Stream::Stdout, label("HTTP"), false);
+    let settle = Instant::now() + Duration::from_secs(10);
+    loop {
+        interrupt.check()?;
+        let value = api
+            .get(&ingress_path(Some("default"), Some("echo-http")), &[])
+            .await?;
+        let ingress: FederatedIngress = decode(&value, "echo-http")?;
+        let entries = ingress
+            .status
+            .as_ref()
+            .map(|s| s.clusters.clone())
+            .unwrap_or_default();
+        let healthy = entries.len() == MEMBERS.len()
+            && entries
+                .iter()
+                .all(|e| e.phase.as_str() == "Applied" && e.healthy);
+        if healthy {
+            step.done(&format!(
+                "echo-http: {HTTP_HOST} on port {HTTP_PORT} of every cluster"
+            ));
+            return Ok(true);
+        }
+        let failed = entries.iter().find(|e| e.phase.as_str() == "Failed");
+        if let Some(failed) = failed.filter(|_| Instant::now() >= settle) {
+            step.warn(&format!(
+                "echo-http is not served: {} reports \"{}\" (the agents' HTTP data plane is not in this build yet); TCP and UDP are unaffected",
+                failed.name, failed.message
+            ));
+            return Ok(false);
+        }
+        if Instant::now() >= deadline {
+            step.warn("echo-http is not served yet (see `fedctl describe ingress echo-http`); TCP and UDP are unaffected");
+            return Ok(false);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The A/AAAA records the DNS server serves `client` for ingress `name`.
+async fn explain_records(api: &Api, name: &str, client: &str) -> anyhow::Result<Vec<String>> {
+    let path = format!("{}/explain", ingress_path(Some("default"), Some(name)));
+    let value = api.get(&path, &[("client", client)]).await?;
+    Ok(value["answer"]["records"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(str::to_string)
+        .collect())
+}
+
+/// Creates (or updates the spec of) every document of a multi-document YAML file.
+async fn apply(api: &Api, yaml: &str) -> anyhow::Result<Vec<String>> {
+    use serde::Deserialize as _;
+    let mut applied = Vec::new();
+    for document in yaml_serde::Deserializer::from_str(yaml) {
+        let value = yaml_serde::Value::deserialize(document).context("parsing echo.yaml")?;
+        let value: Value = serde_json::to_value(value)?;
+        if value.is_null() {
+            continue;
+        }
+        let name = value["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let namespace = value["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or("default")
+            .to_string();
+        match api
+            .post(&ingress_path(Some(&namespace), None), &value)
+            .await
+        {
+            Ok(_) => {}
+            Err(e) if e.is_already_exists() => {
+                api.merge_patch(
+                    &ingress_path(Some(&namespace), Some(&name)),
+                    &json!({"spec": value["spec"]}),
+                )
+                .await?;
+            }
+            Err(e) => return Err(e.into()),
+        }
+        applied.push(format!("federatedingress/{name}"));
+    }
+    Ok(applied)
+}
+
+fn apiserver_config(args: &DevUpArgs, dir: &Path) -> String {
+    let hub = hub_ip(args.block);
+    let mut table = String::new();
+    for m in &MEMBERS {
+        table.push_str(&format!(
+            "    - {{cidr: 10.{}.0.0/16, region: {}, latitude: {}, longitude: {}}}\n",
+            m.subnet, m.region, m.latitude, m.longitude
+        ));
+    }
+    let europe = &MEMBERS[0];
+    format!(
+        "# Written by `fedctl dev up`: a local federation-apiserver in dev mode.\n\
+         listen: {hub}:{api}\n\
+         agentListen: {hub}:{agent}\n\
+         dataDir: {data}\n\
+         dev: true\n\
+         agents:\n  heartbeatIntervalMs: 1000\n  leaseMs: 3000\n\
+         dns:\n  listen: {hub}:{dns}\n  zones:\n  - name: fedingress.test\n    nameservers: [ns1.fedingress.test]\n  locations:\n    default: {{region: {region}, latitude: {lat}, longitude: {lon}}}\n    table:\n{table}",
+        api = args.api_port,
+        agent = args.agent_port,
+        dns = args.dns_port,
+        data = dir.join("hub-data").display(),
+        region = europe.region,
+        lat = europe.latitude,
+        lon = europe.longitude,
+    )
+}
+
+fn agent_config(m: &Member, index: usize, block: u8, gateway: &str) -> String {
+    let backend = backend_ip(block, index);
+    format!(
+        "# Written by `fedctl dev up`: the agent of dev cluster {name}.\n\
+         hub:\n  address: {gateway}\n\
+         cluster: {name}\n\
+         tokenFile: token\n\
+         driver: standalone\n\
+         listen:\n- bind: {bind}\n\
+         services:\n  echo: [\"{backend}:{BACKEND_PORT}\"]\n  web: [\"{backend}:{BACKEND_HTTP_PORT}\"]\n\
+         healthCheck:\n  intervalMs: 500\n  timeoutMs: 300\n  healthyThreshold: 1\n  unhealthyThreshold: 2\n  udp: {{send: ping, expect: \"{name}: ping\"}}\n\
+         udpIdleTimeoutMs: 10000\n\
+         stateDir: state\n\
+         admin: 127.0.0.1:0\n\
+         reportIntervalMs: 2000\n",
+        name = m.name,
+        bind = cluster_ip(block, index),
+    )
+}
+
+struct NextSteps {
+    fedctl: String,
+    state_dir: PathBuf,
+    kubeconfig: String,
+    block: u8,
+    dns: String,
+    http_served: bool,
+    started_in: Duration,
+}
+
+/// What to try next: every command works exactly as printed (the tests run them), and
+/// its expected output follows as a shell comment.
+fn next_steps(n: &NextSteps) -> String {
+    let (dns_host, dns_port) = n.dns.rsplit_once(':').unwrap_or((&n.dns, "53"));
+    let fed = format!("{} --kubeconfig {}", n.fedctl, n.kubeconfig);
+    let dig = |subnet: u8| {
+        format!("dig @{dns_host} -p {dns_port} +short +subnet=10.{subnet}.0.0/24 {ECHO_DNS_NAME}")
+    };
+    let state = state_flag(&n.state_dir);
+    let ip = |i: usize| cluster_ip(n.block, i);
+    let name = |i: usize| MEMBERS[i].name;
+    let mut lines: Vec<String> = vec![
+        String::new(),
+        format!(
+            "The federation is up ({:.1}s). In another terminal, from this directory, try:",
+            n.started_in.as_secs_f64()
+        ),
+        String::new(),
+        "  Look at it (kubectl and fedctl read the same kubeconfig):".into(),
+        format!("    kubectl --kubeconfig {} get fing,clusters", n.kubeconfig),
+        format!("    {fed} status"),
+        format!("    {fed} describe ingress echo"),
+        String::new(),
+        "  Ask the DNS server as a client in Europe and as one in the US east (EDNS client subnet):".into(),
+        format!("    {}    # {} ({})", dig(1), ip(0), name(0)),
+        format!("    {}    # {} ({})", dig(2), ip(1), name(1)),
+        format!("    {fed} explain echo --client 10.2.0.1"),
+        String::new(),
+        "  Talk to the echo service, TCP and UDP on one port (each reply names its cluster):".into(),
+        format!("    echo hello | nc -N {} {ECHO_PORT}    # {}: hello", ip(0), name(0)),
+        format!("    echo hello | nc -u -w1 {} {ECHO_PORT}    # {}: hello", ip(1), name(1)),
+        format!(
+            "    echo hello | nc -N $({}) {ECHO_PORT}    # {}: hello",
+            dig(3),
+            name(2)
+        ),
+    ];
+    if n.http_served {
+        lines.push(format!(
+            "    curl -s -H 'Host: {HTTP_HOST}' http://{}:{HTTP_PORT}/    # {}: GET / (host {HTTP_HOST})",
+            ip(2),
+            name(2)
+        ));
+    }
+    lines.extend([
+        String::new(),
+        format!(
+            "  Stop {}'s backend: European clients move to {} (the command waits until DNS has moved); then bring it back:",
+            name(0),
+            name(1)
+        ),
+        format!("    {} dev backend stop {}{state}", n.fedctl, name(0)),
+        format!("    {}    # {} ({})", dig(1), ip(1), name(1)),
+        format!("    {} dev backend start {}{state}", n.fedctl, name(0)),
+        format!("    {}    # {} ({})", dig(1), ip(0), name(0)),
+        String::new(),
+        format!(
+            "Logs: {}/logs. Press Ctrl-C to stop every process (or run `{} dev down{state}`).",
+            n.state_dir.display(),
+            n.fedctl
+        ),
+    ]);
+    let mut out = lines.join("\n");
+    out.push('\n');
+    out
+}
+
+/// `dev down`: asks a running `dev up` to stop, and stops whatever is left.
+async fn down(dir: &Path) -> anyhow::Result<()> {
+    let dir = absolute(dir)?;
+    let Some(state) = State::load(&dir)? else {
+        println!("No dev federation in {}: nothing to stop.", dir.display());
+        return Ok(());
+    };
+    if let Some(supervisor) = state.supervisor.as_ref().filter(|s| process::alive(s)) {
+        println!(
+            "Asking fedctl dev up (PID {}) to stop…",
+            supervisor.pid.unwrap_or_default()
+        );
+        process::signal(supervisor, rustix::process::Signal::TERM);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while process::alive(supervisor) && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let mut stopped = Vec::new();
+    for role in ["agent", "apiserver", "backend"] {
+        for proc in state.processes.iter().filter(|p| p.role == role) {
+            if process::stop(proc, None, Duration::from_secs(5)) {
+                stopped.push(format!(
+                    "{} ({})",
+                    proc.label(),
+                    proc.pid.unwrap_or_default()
+                ));
+            }
+        }
+    }
+    State::remove(&dir);
+    if stopped.is_empty() {
+        println!("The dev federation is stopped.");
+    } else {
+        println!(
+            "Stopped {} processes: {}.",
+            stopped.len(),
+            stopped.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// `dev backend stop|start CLUSTER`: then waits until DNS has moved that cluster's
+/// region away from it (stop) or back to it (start).
+async fn backend(dir: &Path, cluster: &str, start: bool) -> anyhow::Result<()> {
+    let (index, m) = member(cluster)?;
+    let abs = absolute(dir)?;
+    let Some(mut state) = State::load(&abs)? else {
+        bail!(
+            "no dev federation in {} (start one with `fedctl dev up`)",
+            dir.display()
+        );
+    };
+    let api = Api::new(&kubeconfig::load(
+        std::slice::from_ref(&state.kubeconfig),
+        None,
+    )?)?;
+    let Some(proc) = state.backend_mut(cluster).cloned() else {
+        bail!(
+            "the dev federation in {} has no backend for {cluster}",
+            dir.display()
+        );
+    };
+    let running = process::alive(&proc);
+    if start {
+        if running {
+            println!(
+                "The echo backend of {cluster} is already running (PID {}).",
+                proc.pid.unwrap_or_default()
+            );
+        } else {
+            let (exe, args, log) = (proc.exe.clone(), proc.args.clone(), proc.log.clone());
+            let started = tokio::task::spawn_blocking(move || {
+                process::start(
+                    "backend",
+                    &proc.name,
+                    &exe,
+                    args,
+                    &log,
+                    Duration::from_secs(15),
+                )
+            })
+            .await
+            .context("starting the backend")??;
+            if let Some(entry) = state.backend_mut(cluster) {
+                entry.pid = started.proc.pid;
+            }
+            state.save(&abs)?;
+            // The child lives on after this command: it is the dev federation's now.
+            drop(started.child);
+            println!(
+                "Started the echo backend of {cluster} (PID {}).",
+                started.proc.pid.unwrap_or_default()
+            );
+        }
+    } else if running {
+        process::stop(&proc, None, Duration::from_secs(5));
+        if let Some(entry) = state.backend_mut(cluster) {
+            entry.pid = None;
+        }
+        state.save(&abs)?;
+        println!("Stopped the echo backend of {cluster}.");
+    } else {
+        println!("The echo backend of {cluster} is not running.");
+    }
+
+    // Wait until the DNS answers for the cluster's own region reflect it.
+    let own = cluster_ip(state.block, index);
+    let client = region_client(m);
+    let step = Step::start(Stream::Stdout, "DNS:", false);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let records = explain_records(&api, "echo", &client)
+            .await
+            .unwrap_or_default();
+        let includes = records.contains(&own);
+        if includes == start && !records.is_empty() {
+            let clusters = names_for(&api, &records).await;
+            step.done(&format!(
+                "clients in {} get {}",
+                m.region,
+                records
+                    .iter()
+                    .zip(clusters)
+                    .map(|(r, c)| format!("{r} ({c})"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            step.fail("");
+            bail!(
+                "DNS did not change within 30s (clients in {} get {records:?})",
+                m.region
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The cluster serving each address, for messages.
+async fn names_for(api: &Api, records: &[String]) -> Vec<String> {
+    let clusters: Vec<Cluster> = match api.get(&cluster_path(None), &[]).await {
+        Ok(value) => value["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| decode(c, "cluster").ok())
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    records
+        .iter()
+        .map(|record| {
+            clusters
+                .iter()
+                .find(|c| {
+                    c.status.as_ref().is_some_and(|s| {
+                        crate::commands::address_texts(&s.addresses).contains(record)
+                    })
+                })
+                .map(|c| c.name().to_string())
+                .unwrap_or_else(|| "?".into())
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn echo_yaml_holds_the_sample_service() {
+        use serde::Deserialize as _;
+        let mut names = Vec::new();
+        for document in yaml_serde::Deserializer::from_str(ECHO_YAML) {
+            let value = yaml_serde::Value::deserialize(document).unwrap_or_default();
+            let ingress: FederatedIngress = yaml_serde::from_value(value).unwrap_or_default();
+            names.push((
+                ingress.metadata.name_str().to_string(),
+                ingress.listener_summary(),
+            ));
+        }
+        assert_eq!(
+            names,
+            vec![
+                (
+                    "echo".to_string(),
+                    vec!["7777/TCP".to_string(), "7777/UDP".to_string()]
+                ),
+                ("echo-http".to_string(), vec!["8080/HTTP".to_string()]),
+            ]
+        );
+    }
+
+    #[test]
+    fn next_steps_use_the_real_addresses() {
+        let text = next_steps(&NextSteps {
+            fedctl: "target/release/fedctl".into(),
+            state_dir: PathBuf::from(DEFAULT_STATE_DIR),
+            kubeconfig: ".fedingress/dev/kubeconfig".into(),
+            block: 0,
+            dns: "127.0.0.1:5353".into(),
+            http_served: false,
+            started_in: Duration::from_secs(3),
+        });
+        assert!(text.contains(
+            "    dig @127.0.0.1 -p 5353 +short +subnet=10.1.0.0/24 echo.fedingress.test    # 127.0.0.11 (eu-west)\n"
+        ), "{text}");
+        assert!(text.contains("    echo hello | nc -u -w1 127.0.0.12 7777    # us-east: hello\n"));
+        assert!(text.contains("    target/release/fedctl dev backend stop eu-west\n"));
+        assert!(!text.contains("curl"));
+        let text = next_steps(&NextSteps {
+            fedctl: "fedctl".into(),
+            state_dir: PathBuf::from("/tmp/x"),
+            kubeconfig: "/tmp/x/kubeconfig".into(),
+            block: 45,
+            dns: "127.0.45.1:15353".into(),
+            http_served: true,
+            started_in: Duration::from_secs(3),
+        });
+        assert!(text.contains("fedctl dev backend stop eu-west --state-dir /tmp/x\n"));
+        assert!(text.contains("http://127.0.45.13:8080/"));
+    }
+}
