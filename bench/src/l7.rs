@@ -519,6 +519,7 @@ async fn run(
     println!("--- median of {} rounds ---", args.rounds);
     for (scheme, label) in ["HTTP", "HTTPS"].iter().enumerate() {
         let mut medians = Vec::new();
+        let mut per_cores = Vec::new();
         for (t, target) in targets.iter().enumerate() {
             let runs = &results[scheme][t];
             let rps = median(
@@ -531,10 +532,19 @@ async fn run(
             let p99 = median(&mut runs.iter().map(|r| r.latency_p99_ms).collect::<Vec<_>>());
             let cpu = median(&mut runs.iter().map(|r| r.cpu).collect::<Vec<_>>());
             let errors: u64 = runs.iter().map(|r| r.errors).sum();
+            // Requests per second per core of the proxy's (or nginx's) own CPU, run by
+            // run: less sensitive to what else the machine was doing.
+            let per_core = median(
+                &mut runs
+                    .iter()
+                    .map(|r| r.requests_per_second / (r.cpu / 100.0).max(0.01))
+                    .collect::<Vec<_>>(),
+            );
             println!(
-                "{label:5} {:13} {rps:>9.0} req/s  p50 {p50:.2} ms  p99 {p99:.2} ms  cpu {cpu:.0}%  errors {errors}",
+                "{label:5} {:13} {rps:>9.0} req/s  p50 {p50:.2} ms  p99 {p99:.2} ms  cpu {cpu:.0}%  {per_core:>7.0} req/s per core  errors {errors}",
                 target.name
             );
+            per_cores.push(per_core);
             medians.push(rps);
         }
         println!(
@@ -542,6 +552,10 @@ async fn run(
             medians[2] / medians[1],
             medians[2] / medians[0],
             medians[1] / medians[0]
+        );
+        println!(
+            "{label:5} per core of proxy CPU: agent/haproxy = {:.2}",
+            per_cores[2] / per_cores[1]
         );
     }
     Ok(())

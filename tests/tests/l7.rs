@@ -1,6 +1,6 @@
 //! The L7 data plane end to end: a real hub and real standalone agents serving HTTP,
 //! HTTPS (a test CA), TLS passthrough, TCP and UDP of one FederatedIngress, checked with
-//! curl (`--resolve` for Host and SNI, HTTP/1.1 and h2), openssl, rustls and reqwest;
+//! curl (`--resolve` for Host and SNI, HTTP/1.1 and h2), rustls and reqwest;
 //! longest-prefix routing; 503 when backends are down and recovery; drain of in-flight
 //! requests through a plan change and on SIGTERM; no certificate for a wrong SNI.
 //! Each test has its own loopback block (127.0.31.x - 127.0.33.x).

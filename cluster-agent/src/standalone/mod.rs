@@ -83,6 +83,7 @@ impl ListenerId {
 }
 
 /// The routes of one listener, as built on apply.
+#[derive(Clone)]
 enum Seed {
     L4(Arc<Route>),
     Http(Arc<HttpTable>),
@@ -426,11 +427,7 @@ impl Standalone {
             let Some(seed) = seeds_by_key.get(&id.key()) else {
                 continue;
             };
-            let seed = match seed {
-                Seed::L4(route) => Seed::L4(Arc::clone(route)),
-                Seed::Http(table) => Seed::Http(Arc::clone(table)),
-                Seed::Tls(table) => Seed::Tls(Arc::clone(table)),
-            };
+            let seed = seed.clone();
             match state.listeners.get(&id) {
                 Some(running) => running.routing.update(seed),
                 None => start.push((id, seed)),
