@@ -52,15 +52,20 @@ impl Default for ApiSettings {
     }
 }
 
-/// Everything a request handler needs.
-/// The embedded DNS server, once it runs (explain reads its snapshot).
-pub type DnsHandle = Arc<std::sync::OnceLock<Option<Arc<fedingress_dns::server::DnsServer>>>>;
+/// The hub, as `/metrics` sees it.
+pub struct HubHandle {
+    pub hub: Arc<crate::hub::Hub>,
+    pub metrics: Arc<crate::metrics::HubMetrics>,
+}
 
+/// Everything a request handler needs.
 pub struct AppState {
     pub registry: Registry,
     pub auth: Authenticator,
     pub tokens: TokenStore,
-    pub dns: DnsHandle,
+    /// The embedded DNS server, when it runs (explain reads its snapshot).
+    pub dns: Option<Arc<fedingress_dns::server::DnsServer>>,
+    pub hub: Option<HubHandle>,
     pub metrics: Arc<Metrics>,
     pub settings: ApiSettings,
     openapi_document: Bytes,
@@ -73,7 +78,8 @@ impl AppState {
         registry: Registry,
         auth: Authenticator,
         tokens: TokenStore,
-        dns: DnsHandle,
+        dns: Option<Arc<fedingress_dns::server::DnsServer>>,
+        hub: Option<HubHandle>,
         settings: ApiSettings,
     ) -> Self {
         let document = openapi::group_version_document().to_string();
@@ -83,6 +89,7 @@ impl AppState {
             auth,
             tokens,
             dns,
+            hub,
             metrics: Arc::new(Metrics::default()),
             settings,
             openapi_document: Bytes::from(document),
@@ -169,7 +176,14 @@ async fn dispatch(state: &AppState, request: Request) -> Outcome {
                     return Err(("get", String::new(), forbidden_path(&user, "/metrics")));
                 }
                 let revision = state.registry.store().revision().await.unwrap_or_default();
-                let text = state.metrics.render(revision);
+                let mut text = state.metrics.render(revision);
+                if let Some(hub) = &state.hub {
+                    let connected = hub.hub.agents().values().filter(|a| a.connected).count();
+                    hub.metrics.render(&mut text, connected);
+                }
+                if let Some(dns) = &state.dns {
+                    let _ = dns; // TODO(dns metrics): dns.write_prometheus(&mut text);
+                }
                 return Ok((
                     "get",
                     String::new(),
@@ -278,7 +292,7 @@ async fn serve_explain(
         })?),
         None => None,
     };
-    let Some(Some(dns)) = state.dns.get() else {
+    let Some(dns) = &state.dns else {
         return Err(ApiError::unavailable(
             "the embedded DNS server is not enabled (dns.listen / --dns-listen)",
         ));

@@ -3,7 +3,7 @@
 //!
 //! Entry points: [`api::router`] (the whole HTTP surface, used by `main` and tests),
 //! [`config::load`] (flags + strict YAML into checked [`config::Settings`]) and
-//! [`server::run`]. Layers, top down: [`api`] (URLs, verbs, auth, negotiation) →
+//! [`server::Server`] (`bind` → addresses → `serve`, also used in-process by tests). Layers, top down: [`api`] (URLs, verbs, auth, negotiation) →
 //! [`registry`] (Kubernetes object semantics, generic over kinds) → a
 //! [`fedingress_store::Store`]. Resource types and validation live in `fedingress-api`;
 //! nothing here defines what a valid FederatedIngress is.

@@ -1,5 +1,5 @@
 //! `federation-apiserver`: parse flags and config (exit 64 when they are bad, before
-//! binding anything), then serve.
+//! binding anything), bind, print the READY line, then serve until SIGTERM/SIGINT.
 
 use std::process::ExitCode;
 
@@ -47,7 +47,12 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(server::run(settings)) {
+    let served = runtime.block_on(async {
+        let server = server::Server::bind(settings).await?;
+        server::print_ready(&server.addresses());
+        server.serve(server::shutdown_signal()).await
+    });
+    match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("federation-apiserver: {e:#}");

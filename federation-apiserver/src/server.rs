@@ -1,5 +1,8 @@
-//! Running the server: open the store, bind, serve HTTP/1.1 and h2 (plain or TLS),
-//! print the READY line, compact history periodically, stop on SIGTERM/SIGINT.
+//! Running the server: [`Server::bind`] opens the store, binds every address and runs
+//! the controller's first pass; [`Server::serve`] serves HTTP/1.1 and h2 (plain or
+//! TLS), the agent gateway and DNS, compacts history periodically and stops when told.
+//! `main` prints the READY line ([`print_ready`]) between the two and stops on
+//! [`shutdown_signal`].
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -12,136 +15,230 @@ use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 use tower::ServiceExt;
 
-use crate::api::{self, ApiSettings, AppState, Peer};
+use crate::api::{self, ApiSettings, AppState, HubHandle, Peer};
 use crate::config::Settings;
 use crate::hub::Hub;
 use crate::hub::controller::Controller;
 use crate::hub::gateway::Gateway;
+use crate::metrics::HubMetrics;
+use fedingress_dns::server::DnsServer;
 use crate::hub::tokens::TokenStore;
 use crate::registry::Registry;
 
 /// How long a client has to finish its TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Runs the API server until SIGTERM or SIGINT.
-pub async fn run(settings: Settings) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&settings.data_dir)
-        .with_context(|| format!("creating data dir {}", settings.data_dir.display()))?;
-    let store_path = settings.data_dir.join("store.redb");
-    let store: Arc<dyn Store> = Arc::new(
-        RedbStore::open(
-            &store_path,
-            RedbOptions {
-                cache_size_bytes: settings.cache_size_bytes,
-                ..RedbOptions::default()
-            },
-        )
-        .with_context(|| format!("opening store {}", store_path.display()))?,
-    );
-    let listener = TcpListener::bind(settings.listen)
-        .await
-        .with_context(|| format!("binding {}", settings.listen))?;
-    let bound = listener.local_addr().context("reading the bound address")?;
-    let agent_listener = TcpListener::bind(settings.agent_listen)
-        .await
-        .with_context(|| format!("binding the agent gateway on {}", settings.agent_listen))?;
-    let agent_bound = agent_listener
-        .local_addr()
-        .context("reading the agent gateway address")?;
-    let registry = Registry::new(store.clone());
-    let tokens = TokenStore::new(store.clone());
-    let state_dns = Arc::new(std::sync::OnceLock::new());
-    let state = Arc::new(AppState::new(
-        registry.clone(),
-        settings.auth,
-        tokens.clone(),
-        state_dns.clone(),
-        ApiSettings {
-            bookmark_interval: settings.bookmark_interval,
-            ..ApiSettings::default()
-        },
-    ));
-    let router = api::router(state);
-    tokio::spawn(compact_periodically(
-        store.clone(),
-        settings.compaction_interval,
-    ));
+/// The addresses a [`Server`] is bound to (port 0 resolved).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Addresses {
+    pub api: SocketAddr,
+    pub agent: SocketAddr,
+    pub dns: Option<SocketAddr>,
+}
 
-    // The embedded DNS server, when configured.
-    let (gslb, dns_server, dns_bound) = match settings.dns_listen {
-        Some(listen) => {
-            let bound = crate::hub::gslb::Gslb::bind(&settings.dns, listen).await?;
-            let server = bound.server.clone();
-            let allow = settings.dns.allow_transfer.clone();
-            let serving = bound.server.clone().serve(bound.udp, bound.tcp, allow);
+impl Addresses {
+    /// The `READY {json}` line tests and tools wait for.
+    pub fn ready_line(&self) -> String {
+        let mut line =
+            serde_json::json!({"api": self.api.to_string(), "agent": self.agent.to_string()});
+        if let Some(dns) = self.dns {
+            line["dns"] = serde_json::json!(dns.to_string());
+        }
+        format!("READY {line}")
+    }
+}
+
+/// A bound API server: the store is open, every socket bound, the controller has run
+/// its first pass (plans published, DNS snapshot built from persisted routing state),
+/// nothing served yet.
+pub struct Server {
+    addresses: Addresses,
+    listener: TcpListener,
+    agent_listener: TcpListener,
+    dns: Option<(Arc<DnsServer>, tokio::net::UdpSocket, TcpListener, Vec<ipnet::IpNet>)>,
+    router: axum::Router,
+    store: Arc<dyn Store>,
+    compaction_interval: Duration,
+    controller: Controller,
+    gateway: tonic::transport::server::Router,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+}
+
+impl Server {
+    /// Opens the store and binds every address of `settings`; see [`Server`].
+    pub async fn bind(settings: Settings) -> anyhow::Result<Server> {
+        std::fs::create_dir_all(&settings.data_dir)
+            .with_context(|| format!("creating data dir {}", settings.data_dir.display()))?;
+        let store_path = settings.data_dir.join("store.redb");
+        let store: Arc<dyn Store> = Arc::new(
+            RedbStore::open(
+                &store_path,
+                RedbOptions {
+                    cache_size_bytes: settings.cache_size_bytes,
+                    ..RedbOptions::default()
+                },
+            )
+            .with_context(|| format!("opening store {}", store_path.display()))?,
+        );
+        let listener = TcpListener::bind(settings.listen)
+            .await
+            .with_context(|| format!("binding {}", settings.listen))?;
+        let api = listener.local_addr().context("reading the bound address")?;
+        let agent_listener = TcpListener::bind(settings.agent_listen)
+            .await
+            .with_context(|| format!("binding the agent gateway on {}", settings.agent_listen))?;
+        let agent = agent_listener
+            .local_addr()
+            .context("reading the agent gateway address")?;
+        let (gslb, dns) = match settings.dns_listen {
+            Some(listen) => {
+                let bound = crate::hub::gslb::Gslb::bind(&settings.dns, listen).await?;
+                let allow = settings.dns.allow_transfer.clone();
+                (
+                    Some(bound.gslb),
+                    Some((bound.server, bound.udp, bound.tcp, allow)),
+                )
+            }
+            None => (None, None),
+        };
+        let addresses = Addresses {
+            api,
+            agent,
+            dns: match &dns {
+                Some((_, udp, _, _)) => Some(udp.local_addr().context("reading the DNS address")?),
+                None => None,
+            },
+        };
+
+        let registry = Registry::new(store.clone());
+        let tokens = TokenStore::new(store.clone());
+        let hub = Hub::new(settings.hub);
+        let hub_metrics = Arc::new(HubMetrics::default());
+        let controller = Controller::start(
+            registry.clone(),
+            hub.clone(),
+            tokens.clone(),
+            gslb,
+            hub_metrics.clone(),
+        )
+        .await
+        .context("starting the controller")?;
+        let state = Arc::new(AppState::new(
+            registry.clone(),
+            settings.auth,
+            tokens.clone(),
+            dns.as_ref().map(|(server, ..)| server.clone()),
+            Some(HubHandle {
+                hub: hub.clone(),
+                metrics: hub_metrics,
+            }),
+            ApiSettings {
+                bookmark_interval: settings.bookmark_interval,
+                ..ApiSettings::default()
+            },
+        ));
+        let mut gateway = tonic::transport::Server::builder()
+            .http2_keepalive_interval(Some(Duration::from_secs(10)))
+            .tcp_nodelay(true);
+        if let Some((cert, key)) = &settings.tls_pem {
+            let identity = tonic::transport::Identity::from_pem(cert, key);
+            gateway = gateway
+                .tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))
+                .context("configuring the agent gateway's TLS")?;
+        }
+        let gateway = gateway.add_service(Gateway::server(hub, tokens, registry));
+        tracing::info!(address = %api, agent_address = %agent, dns_address = ?addresses.dns, tls = settings.tls.is_some(), data_dir = %settings.data_dir.display(), "bound");
+        Ok(Server {
+            addresses,
+            listener,
+            agent_listener,
+            dns,
+            router: api::router(state),
+            store,
+            compaction_interval: settings.compaction_interval,
+            controller,
+            gateway,
+            tls: settings.tls.map(tokio_rustls::TlsAcceptor::from),
+        })
+    }
+
+    pub fn addresses(&self) -> Addresses {
+        self.addresses
+    }
+
+    /// Serves DNS, the agent gateway and the API until `shutdown` completes.
+    pub async fn serve(self, shutdown: impl std::future::Future<Output = ()>) -> anyhow::Result<()> {
+        let Server {
+            listener,
+            agent_listener,
+            dns,
+            router,
+            store,
+            compaction_interval,
+            controller,
+            gateway,
+            tls,
+            ..
+        } = self;
+        if let Some((server, udp, tcp, allow)) = dns {
+            let serving = server.serve(udp, tcp, allow);
             tokio::spawn(async move {
                 if let Err(e) = serving.await {
                     tracing::error!(error = %e, "DNS server stopped");
                 }
             });
-            (Some(bound.gslb), Some(server), Some(bound.address))
         }
-        None => (None, None, None),
-    };
-    let _ = state_dns.set(dns_server);
-
-    let hub = Hub::new(settings.hub);
-    tokio::spawn(Controller::new(registry.clone(), hub.clone(), tokens.clone(), gslb).run());
-    let mut gateway = tonic::transport::Server::builder()
-        .http2_keepalive_interval(Some(Duration::from_secs(10)))
-        .tcp_nodelay(true);
-    if let Some((cert, key)) = &settings.tls_pem {
-        let identity = tonic::transport::Identity::from_pem(cert, key);
-        gateway = gateway
-            .tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))
-            .context("configuring the agent gateway's TLS")?;
-    }
-    let gateway = gateway
-        .add_service(Gateway::server(hub, tokens, registry))
-        .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(
+        tokio::spawn(compact_periodically(store, compaction_interval));
+        tokio::spawn(controller.run());
+        let gateway = gateway.serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(
             agent_listener,
         ));
-    tokio::spawn(async move {
-        if let Err(e) = gateway.await {
-            tracing::error!(error = %e, "agent gateway stopped");
-        }
-    });
-
-    let tls = settings.tls.map(tokio_rustls::TlsAcceptor::from);
-    tracing::info!(address = %bound, agent_address = %agent_bound, tls = tls.is_some(), data_dir = %settings.data_dir.display(), "serving");
-    ready_line(bound, agent_bound, dns_bound);
-    let shutdown = shutdown_signal();
-    tokio::pin!(shutdown);
-    loop {
-        let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            () = &mut shutdown => break,
-        };
-        let _ = stream.set_nodelay(true);
-        let router = router.clone();
-        let tls = tls.clone();
         tokio::spawn(async move {
-            match tls {
-                Some(acceptor) => {
-                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                        Ok(Ok(stream)) => serve_connection(stream, peer, router).await,
-                        Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
-                        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
-                    }
-                }
-                None => serve_connection(stream, peer, router).await,
+            if let Err(e) = gateway.await {
+                tracing::error!(error = %e, "agent gateway stopped");
             }
         });
+        tracing::info!("serving");
+        tokio::pin!(shutdown);
+        loop {
+            let (stream, peer) = tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok(accepted) => accepted,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+                () = &mut shutdown => break,
+            };
+            let _ = stream.set_nodelay(true);
+            let router = router.clone();
+            let tls = tls.clone();
+            tokio::spawn(async move {
+                match tls {
+                    Some(acceptor) => {
+                        match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                            Ok(Ok(stream)) => serve_connection(stream, peer, router).await,
+                            Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+                            Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+                        }
+                    }
+                    None => serve_connection(stream, peer, router).await,
+                }
+            });
+        }
+        tracing::info!("shutting down");
+        Ok(())
     }
-    tracing::info!("shutting down");
-    Ok(())
+}
+
+/// Prints the one line tests and tools wait for.
+pub fn print_ready(addresses: &Addresses) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "{}", addresses.ready_line());
+    let _ = stdout.flush();
 }
 
 async fn serve_connection<S>(stream: S, peer: SocketAddr, router: axum::Router)
@@ -159,18 +256,6 @@ where
     {
         tracing::debug!(%peer, error = %e, "connection ended with an error");
     }
-}
-
-/// Prints the one line tests and tools wait for.
-fn ready_line(api: SocketAddr, agent: SocketAddr, dns: Option<SocketAddr>) {
-    use std::io::Write;
-    let mut line = serde_json::json!({"api": api.to_string(), "agent": agent.to_string()});
-    if let Some(dns) = dns {
-        line["dns"] = serde_json::json!(dns.to_string());
-    }
-    let mut stdout = std::io::stdout().lock();
-    let _ = writeln!(stdout, "READY {line}");
-    let _ = stdout.flush();
 }
 
 /// Every interval, discards history older than the previous tick (so watchers and
@@ -198,7 +283,8 @@ async fn compact_periodically(store: Arc<dyn Store>, interval: Duration) {
     }
 }
 
-async fn shutdown_signal() {
+/// Completes on SIGTERM or SIGINT.
+pub async fn shutdown_signal() {
     let interrupt = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {

@@ -1,17 +1,16 @@
-//! The hub's GSLB step: turns placed, health-checked FederatedIngresses into a DNS
-//! snapshot for the embedded server, keeps the failover memory (delayed failback),
-//! and says which clusters entered or left an ingress's answers (the controller
-//! records those as Events).
+//! The hub's GSLB step: turns the routed FederatedIngresses (serving clusters, routing
+//! health, failover memory: decided by the controller) into a DNS snapshot for the
+//! embedded server, and says which clusters entered or left an ingress's answers (the
+//! controller records those as Events).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use fedingress_api::ingress::StrategyType;
 use fedingress_dns::location::{LocationEntry, Locator, RttRow, RttTable};
-use fedingress_dns::routing::{self, ClientInfo, FailoverState};
+use fedingress_dns::routing::{self, ClientInfo};
 use fedingress_dns::server::DnsServer;
 use fedingress_dns::zone::{Snapshot, ZoneConfig};
 use fedingress_dns::{Location, RoutedIngress};
@@ -30,26 +29,23 @@ pub struct AnswerChange {
 /// What one GSLB step produced for the controller.
 #[derive(Default)]
 pub struct GslbStep {
-    /// Problems per ingress (`namespace/name`): DNSReady=False with these.
+    /// Problems per changed ingress (`namespace/name`): DNSReady=False with these.
     pub problems: HashMap<String, Vec<String>>,
     pub changes: Vec<AnswerChange>,
-    /// When a pending failback becomes due.
-    pub wake_in: Option<Duration>,
+    /// How long building the snapshot took (`None`: nothing was rebuilt).
+    pub build_time: Option<Duration>,
 }
 
 pub struct Gslb {
     zones: Vec<ZoneConfig>,
     locator: Arc<Locator>,
     server: Arc<DnsServer>,
-    failover: HashMap<String, FailoverState>,
     /// Per ingress: clusters in any answer, with why.
     answers: HashMap<String, BTreeMap<String, String>>,
-    last_input: Option<Vec<RoutedIngress>>,
-    last_problems: HashMap<String, Vec<String>>,
     serial: u32,
 }
 
-/// The DNS server, bound and ready to serve.
+/// The DNS server, bound (not yet serving).
 pub struct Bound {
     pub gslb: Gslb,
     pub server: Arc<DnsServer>,
@@ -107,10 +103,7 @@ impl Gslb {
                 zones,
                 locator,
                 server: server.clone(),
-                failover: HashMap::new(),
                 answers: HashMap::new(),
-                last_input: None,
-                last_problems: HashMap::new(),
                 serial: 1,
             },
             server,
@@ -120,43 +113,27 @@ impl Gslb {
         })
     }
 
-    /// One step: failover memory, snapshot (rebuilt only when its input changed),
-    /// answer changes. `routed` is in priority order (oldest ingress first).
-    pub fn step(&mut self, mut routed: Vec<RoutedIngress>, revision: i64, now_ms: u64) -> GslbStep {
-        let mut wake_ms: Option<u64> = None;
-        let mut failover = HashMap::new();
-        for ingress in &mut routed {
-            if ingress.traffic.strategy.type_ == StrategyType::Failover {
-                let previous = self
-                    .failover
-                    .get(&ingress.ingress)
-                    .cloned()
-                    .unwrap_or_default();
-                let next =
-                    routing::failover_step(&ingress.traffic, &ingress.clusters, &previous, now_ms);
-                if let Some(at) = routing::next_failover_change_ms(&ingress.traffic, &next) {
-                    wake_ms = Some(wake_ms.map_or(at, |w| w.min(at)));
-                }
-                ingress.failover = next.clone();
-                failover.insert(ingress.ingress.clone(), next);
-            }
-        }
-        self.failover = failover;
-        let wake_in = wake_ms.map(|at| Duration::from_millis(at.saturating_sub(now_ms)));
-        if self.last_input.as_ref() == Some(&routed) {
-            return GslbStep {
-                problems: self.last_problems.clone(),
-                changes: Vec::new(),
-                wake_in,
-            };
-        }
+    /// Rebuilds the snapshot from `routed` (every served ingress, in priority order:
+    /// oldest first) and says which clusters entered or left the answers of the
+    /// `changed` ingresses (`namespace/name`). `first`: no events (a start, not a change).
+    pub fn step(
+        &mut self,
+        routed: &[&RoutedIngress],
+        changed: &BTreeSet<String>,
+        revision: i64,
+        first: bool,
+    ) -> GslbStep {
+        let started = Instant::now();
         self.serial = self
             .serial
             .wrapping_add(1)
             .max(u32::try_from(revision.rem_euclid(1 << 31)).unwrap_or(0));
+        let owned: Vec<RoutedIngress> = routed.iter().map(|r| (*r).clone()).collect();
         let (snapshot, problems) =
-            Snapshot::build(&self.zones, self.serial, &routed, self.locator.clone());
+            Snapshot::build(&self.zones, self.serial, &owned, self.locator.clone());
         self.server.swap(Arc::new(snapshot));
+        let build_time = started.elapsed();
+        tracing::debug!(serial = self.serial, ingresses = routed.len(), changed = changed.len(), build_ms = build_time.as_secs_f64() * 1000.0, "DNS snapshot rebuilt");
         let mut by_ingress: HashMap<String, Vec<String>> = HashMap::new();
         for problem in problems {
             by_ingress
@@ -164,10 +141,8 @@ impl Gslb {
                 .or_default()
                 .push(problem.message.clone());
         }
-        let first = self.last_input.is_none();
         let mut changes = Vec::new();
-        let mut answers = HashMap::new();
-        for ingress in &routed {
+        for ingress in routed.iter().filter(|r| changed.contains(&r.ingress)) {
             let now_in = self.answering(ingress);
             let before = self.answers.get(&ingress.ingress);
             if !first {
@@ -193,15 +168,15 @@ impl Gslb {
                     });
                 }
             }
-            answers.insert(ingress.ingress.clone(), now_in);
+            self.answers.insert(ingress.ingress.clone(), now_in);
         }
-        self.answers = answers;
-        self.last_input = Some(routed);
-        self.last_problems = by_ingress.clone();
+        // Ingresses no longer served leave no memory.
+        let served: BTreeSet<&str> = routed.iter().map(|r| r.ingress.as_str()).collect();
+        self.answers.retain(|k, _| served.contains(k.as_str()));
         GslbStep {
             problems: by_ingress,
             changes,
-            wake_in,
+            build_time: Some(build_time),
         }
     }
 
@@ -237,7 +212,7 @@ impl Gslb {
     /// Why a cluster is in no answer (from the default location's decision).
     fn why_not(&self, ingress: &RoutedIngress, cluster: &str) -> String {
         if !ingress.clusters.iter().any(|c| c.name == cluster) {
-            return "no longer placed".into();
+            return "no longer serving this ingress".into();
         }
         let located = self.locator.locate(std::net::IpAddr::from([0, 0, 0, 0]));
         let client = ClientInfo::from_located(None, &located);

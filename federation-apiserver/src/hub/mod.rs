@@ -1,7 +1,10 @@
 //! The hub: what connects the API objects to the cluster agents.
 //!
 //! - [`controller`] places FederatedIngresses on clusters, resolves conflicts, builds
-//!   each cluster's plan and writes Cluster and FederatedIngress status;
+//!   each cluster's plan, decides DNS routing from serving state and writes Cluster and
+//!   FederatedIngress status (observe → decide → apply);
+//! - [`routing_state`] is what routing remembers per (ingress, cluster), persisted so
+//!   that DNS answers right from the first packet after a restart;
 //! - [`gateway`] is the agents' gRPC endpoint: one stream per connected cluster, plans
 //!   pushed as snapshots and deltas, acks, reports and heartbeats received;
 //! - [`tokens`] issues, lists and revokes agent tokens;
@@ -12,9 +15,10 @@ pub mod controller;
 pub mod events;
 pub mod gateway;
 pub mod gslb;
+pub mod routing_state;
 pub mod tokens;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -59,7 +63,8 @@ pub struct AgentState {
     /// The plan the agent last acknowledged (fully or with rule errors).
     pub applied: Option<Published>,
     pub rule_errors: Vec<RuleError>,
-    pub report: Option<AgentReport>,
+    /// Shared: the controller copies agent states on every pass.
+    pub report: Option<Arc<AgentReport>>,
 }
 
 struct ClusterEntry {
@@ -85,8 +90,12 @@ pub struct Hub {
     clusters: Mutex<HashMap<String, ClusterEntry>>,
     next_session: Mutex<u64>,
     /// Bumped whenever an agent connects, disconnects, acks or reports: the controller
-    /// recomputes status.
+    /// recomputes what depends on the clusters in `dirty`.
     changed: watch::Sender<u64>,
+    dirty: Mutex<BTreeSet<String>>,
+    /// When this hub started: clusters whose agents have not reconnected since are
+    /// routed from persisted state for one lease.
+    started: Instant,
 }
 
 impl Hub {
@@ -96,6 +105,8 @@ impl Hub {
             clusters: Mutex::new(HashMap::new()),
             next_session: Mutex::new(0),
             changed: watch::channel(0).0,
+            dirty: Mutex::new(BTreeSet::new()),
+            started: Instant::now(),
         })
     }
 
@@ -105,8 +116,28 @@ impl Hub {
         self.clusters.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn notify(&self) {
+    fn notify(&self, cluster: &str) {
+        self.dirty
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(cluster.to_string());
         self.changed.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// The clusters whose agents said something since the last call.
+    pub fn take_dirty(&self) -> BTreeSet<String> {
+        std::mem::take(&mut *self.dirty.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Whether a cluster whose agent has not connected since this hub started may still
+    /// be routed from persisted state (within one lease of the start).
+    pub fn restoring(&self) -> bool {
+        self.started.elapsed() <= self.settings.lease
+    }
+
+    /// How long until [`Hub::restoring`] turns false (zero once it has).
+    pub fn restoring_left(&self) -> Duration {
+        self.settings.lease.saturating_sub(self.started.elapsed())
     }
 
     pub fn subscribe_changes(&self) -> watch::Receiver<u64> {
@@ -183,7 +214,7 @@ impl Hub {
                 report: previous.and_then(|p| p.report),
             });
         }
-        self.notify();
+        self.notify(cluster);
         (session, kill_rx)
     }
 
@@ -218,18 +249,20 @@ impl Hub {
             agent.applied = Some(published);
             agent.rule_errors = rule_errors;
         }) {
-            self.notify();
+            self.notify(cluster);
         }
     }
 
     pub fn reported(&self, cluster: &str, session: u64, report: AgentReport) {
         let mut changed = false;
         self.with_session(cluster, session, |agent| {
-            changed = agent.report.as_ref() != Some(&report);
-            agent.report = Some(report);
+            changed = agent.report.as_deref() != Some(&report);
+            if changed {
+                agent.report = Some(Arc::new(report));
+            }
         });
         if changed {
-            self.notify();
+            self.notify(cluster);
         }
     }
 
@@ -242,7 +275,7 @@ impl Hub {
             agent.connected = false;
             entry.kill = None;
             drop(clusters);
-            self.notify();
+            self.notify(cluster);
         }
     }
 

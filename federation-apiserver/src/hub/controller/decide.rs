@@ -1,18 +1,16 @@
-//! The hub's reconcile loop: placement, conflicts, per-cluster plans, and status.
-//!
-//! Each pass reads every Cluster and FederatedIngress, places each ingress (sticky: the
-//! clusters in its status stay while they still qualify), finds conflicts, publishes
-//! each cluster's plan to the [`Hub`] and writes the Cluster and FederatedIngress
-//! status that changed. A pass runs after any store change, any agent event
-//! (connect, ack, report, disconnect) and at least every `tick` (leases expire
-//! without events), debounced so bursts cost one pass.
+//! The controller's *decide* step: a pure function from what was observed ([`World`])
+//! and what changed ([`Dirty`]) to placement, status, routing state and the routed
+//! ingresses the DNS snapshot is built from ([`Pass`]). No I/O, no clock: `now` is an
+//! input. Unit-tested in `tests.rs` beside this file.
 //!
 //! # Guarantees
-//! Status is written only when it differs from what is stored (transition times move
-//! only when a condition's status does); writes are batched per pass.
+//! - Only dirty ingresses (changed themselves, placed or serving on a dirty cluster, or
+//!   whose conflicts changed) are recomputed; only dirty clusters get a new status.
+//! - Routing works from serving state (see [`super::serving`]): a Pending generation, a
+//!   hub restart or a new ingress never takes a serving cluster out of the answers, and a
+//!   cluster that never served is never answered.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use fedingress_api::cluster::{CONDITION_CONNECTED, CONDITION_READY as CLUSTER_READY, ClusterLoad};
@@ -20,297 +18,286 @@ use fedingress_api::conflict::{Conflict, PlacedIngress, find_conflicts};
 use fedingress_api::ingress::{
     BackendStatus, CONDITION_DNS_READY, CONDITION_HEALTHY, CONDITION_PLACED, CONDITION_PROPAGATED,
     CONDITION_READY, ClusterIngressStatus, ClusterPhase, DnsProviderStatus, DnsStatus,
-    FederatedIngressStatus, REASON_CONFLICT,
+    FederatedIngressStatus, REASON_CONFLICT, StrategyType,
 };
 use fedingress_api::meta::{Condition, ConditionStatus, set_condition};
-use fedingress_api::plan::{IngressKey, cluster_plans};
+use fedingress_api::plan::{ClusterPlan, IngressKey, cluster_plans};
 use fedingress_api::{Cluster, ClusterStatus, FederatedIngress, Resource, Time};
+use fedingress_dns::routing::failover_step;
 use fedingress_dns::zone::Snapshot;
 use fedingress_dns::{ClusterView, Location, RoutedIngress, SrvService};
-use futures_util::StreamExt;
 
-use super::events::Recorder;
-use super::gslb::Gslb;
-use super::tokens::TokenStore;
-use super::{AgentState, Hub};
-use crate::registry::{Filter, Registry, Scope};
+use super::super::AgentState;
+use super::super::routing_state::{IngressRouting, Serving};
+use super::serving::{AgentKnowledge, serving};
 
-/// Wait after a trigger before a pass, so bursts coalesce.
-const DEBOUNCE: Duration = Duration::from_millis(20);
 /// lastHeartbeatTime is rewritten at most this often while nothing else changes.
 const HEARTBEAT_TIME_RESOLUTION: Duration = Duration::from_secs(30);
 
-pub struct Controller {
-    registry: Registry,
-    hub: Arc<Hub>,
-    tokens: TokenStore,
-    tick: Duration,
-    /// Clusters seen in the previous pass (their tokens are revoked when they go).
-    known_clusters: Vec<String>,
-    /// DNS steering, when the embedded DNS server runs.
-    gslb: Option<Gslb>,
-    recorder: Recorder,
-    /// When a pending failback needs a pass.
-    wake_in: Option<Duration>,
-    last_prune: Option<std::time::Instant>,
+/// Everything a pass decides from.
+pub struct World<'a> {
+    /// Every Cluster, by name.
+    pub clusters: &'a BTreeMap<String, Cluster>,
+    /// Every FederatedIngress, by key.
+    pub ingresses: &'a BTreeMap<IngressKey, FederatedIngress>,
+    /// What each cluster's agent said since the hub started (`connected` false past the
+    /// lease).
+    pub agents: &'a BTreeMap<String, AgentState>,
+    /// The hub started less than one lease ago: clusters whose agents have not
+    /// reconnected keep their persisted routing state and stored status.
+    pub restoring: bool,
+    /// Routing state after the previous pass (or as loaded at start).
+    pub routing: &'a BTreeMap<IngressKey, IngressRouting>,
+    /// Placement after the previous pass.
+    pub placements: &'a BTreeMap<IngressKey, Vec<String>>,
+    /// Conflicts after the previous pass, by loser.
+    pub conflicts: &'a BTreeMap<IngressKey, Vec<Conflict>>,
+    pub now: Time,
 }
 
-impl Controller {
-    pub fn new(registry: Registry, hub: Arc<Hub>, tokens: TokenStore, gslb: Option<Gslb>) -> Self {
-        let tick = (hub.settings.lease / 4).max(Duration::from_millis(100));
-        Self {
-            recorder: Recorder::new(registry.clone()),
-            registry,
-            hub,
-            tokens,
-            tick,
-            known_clusters: Vec::new(),
-            gslb,
-            wake_in: None,
-            last_prune: None,
-        }
+impl World<'_> {
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.now.0.timestamp_millis()).unwrap_or_default()
     }
 
-    /// Runs forever.
-    pub async fn run(mut self) {
-        let mut changes = self.hub.subscribe_changes();
-        loop {
-            let revision = match self.pass().await {
-                Ok(revision) => revision,
-                Err(e) => {
-                    tracing::warn!(error = %e, "reconcile pass failed");
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                    continue;
-                }
-            };
-            // Wait for the next trigger.
-            let prefix = format!("/registry/{}/", fedingress_api::GROUP);
-            let watch = self.registry.store().watch(&prefix, revision).await;
-            let mut events = match watch {
-                Ok(events) => events,
-                Err(e) => {
-                    tracing::debug!(error = %e, "controller watch failed; next pass on tick");
-                    tokio::time::sleep(self.tick).await;
-                    continue;
-                }
-            };
-            let wait = self
-                .wake_in
-                .map_or(self.tick, |w| w.min(self.tick))
-                .max(Duration::from_millis(5));
-            tokio::select! {
-                _ = events.next() => {}
-                _ = changes.changed() => {}
-                () = tokio::time::sleep(wait) => {}
-            }
-            tokio::time::sleep(DEBOUNCE).await;
-        }
+    fn knowledge(&self, cluster: &str) -> AgentKnowledge<'_> {
+        AgentKnowledge::of(self.agents.get(cluster), self.restoring)
+    }
+}
+
+/// What changed since the previous pass.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Dirty {
+    /// Recompute everything (first pass, a relist, a cluster's spec or labels changed).
+    pub all: bool,
+    /// Objects that changed (created, updated, deleted).
+    pub ingresses: BTreeSet<IngressKey>,
+    /// Clusters whose object or agent changed.
+    pub clusters: BTreeSet<String>,
+    /// An ingress's spec, generation or deletion changed, or one came or went: plans
+    /// and conflicts are recomputed.
+    pub replan: bool,
+}
+
+impl Dirty {
+    pub fn is_empty(&self) -> bool {
+        !self.all && !self.replan && self.ingresses.is_empty() && self.clusters.is_empty()
     }
 
-    /// One reconcile pass; returns the store revision it read.
-    async fn pass(&mut self) -> Result<i64, crate::status::ApiError> {
-        let all = Filter::default();
-        let clusters_page = self.registry.list::<Cluster>(None, &all, 0, None).await?;
-        let ingresses_page = self
-            .registry
-            .list::<FederatedIngress>(None, &all, 0, None)
-            .await?;
-        let revision = clusters_page
-            .resource_version
-            .max(ingresses_page.resource_version);
-        let clusters = clusters_page.items;
-        let ingresses = ingresses_page.items;
-        let agents = self.hub.agents();
-        let now = Time(chrono::Utc::now());
+    pub fn merge(&mut self, other: Dirty) {
+        self.all |= other.all;
+        self.replan |= other.replan;
+        self.ingresses.extend(other.ingresses);
+        self.clusters.extend(other.clusters);
+    }
+}
 
-        // Clusters that went away: their agents' tokens go too.
-        let names: Vec<String> = clusters.iter().map(|c| c.name().to_string()).collect();
-        for gone in self.known_clusters.iter().filter(|n| !names.contains(n)) {
-            match self.tokens.revoke_all(gone).await {
-                Ok(n) => {
-                    tracing::info!(cluster = %gone, tokens = n, "cluster deleted: tokens revoked")
-                }
-                Err(e) => {
-                    tracing::warn!(cluster = %gone, error = %e, "revoking tokens of a deleted cluster failed")
-                }
+/// One ingress's outcome of a pass.
+#[derive(Clone, Debug, PartialEq)]
+pub struct IngressOutcome {
+    /// The status without `dns` and the DNS-dependent conditions (see [`dns_status`]).
+    pub status: FederatedIngressStatus,
+    /// `None` when the ingress is gone: its routing state is deleted.
+    pub routing: Option<IngressRouting>,
+    /// What DNS serves for it; `None` when its name is not served.
+    pub routed: Option<RoutedIngress>,
+}
+
+/// What a pass decided.
+#[derive(Debug, Default)]
+pub struct Pass {
+    /// New placement of the recomputed ingresses (removed ones map to nothing).
+    pub placements: BTreeMap<IngressKey, Vec<String>>,
+    /// Every conflict, by loser, when plans were recomputed.
+    pub conflicts: Option<BTreeMap<IngressKey, Vec<Conflict>>>,
+    /// Every cluster's plan, when recomputed.
+    pub plans: Option<BTreeMap<String, ClusterPlan>>,
+    /// Recomputed ingresses; deleted ones have `routing: None`.
+    pub ingresses: BTreeMap<IngressKey, IngressOutcome>,
+    /// Cluster statuses that differ from the stored ones.
+    pub cluster_statuses: BTreeMap<String, ClusterStatus>,
+}
+
+/// The pass for `dirty` in `world`.
+pub fn decide(world: &World<'_>, dirty: &Dirty) -> Pass {
+    let mut pass = Pass::default();
+    let now_ms = world.now_ms();
+
+    // Placement of changed ingresses (and of all when clusters changed).
+    let cluster_list: Vec<Cluster> = world.clusters.values().cloned().collect();
+    let mut touched: BTreeSet<IngressKey> = if dirty.all {
+        world.ingresses.keys().cloned().collect()
+    } else {
+        dirty.ingresses.clone()
+    };
+    for cluster in &dirty.clusters {
+        touched.extend(
+            world
+                .placements
+                .iter()
+                .filter(|(_, placed)| placed.iter().any(|c| c == cluster))
+                .map(|(key, _)| key.clone()),
+        );
+        touched.extend(
+            world
+                .routing
+                .iter()
+                .filter(|(_, r)| r.clusters.contains_key(cluster))
+                .map(|(key, _)| key.clone()),
+        );
+    }
+    let mut placements = world.placements.clone();
+    let mut replan = dirty.all || dirty.replan;
+    for key in &touched {
+        let placed = world
+            .ingresses
+            .get(key)
+            .map(|ingress| place(ingress, &cluster_list))
+            .unwrap_or_default();
+        if world.ingresses.contains_key(key) {
+            if placements.get(key) != Some(&placed) {
+                replan = true;
             }
+            placements.insert(key.clone(), placed.clone());
+        } else {
+            replan |= placements.remove(key).is_some();
         }
-        self.known_clusters = names.clone();
-        self.hub.retain_clusters(&names);
+        pass.placements.insert(key.clone(), placed);
+    }
 
-        // Placement (sticky through status) and conflicts. Objects being deleted are
-        // placed nowhere: their listeners close.
-        let placed: Vec<PlacedIngress> = ingresses
+    // Conflicts and plans: global, only when something they depend on changed.
+    let mut conflicts = world.conflicts;
+    let recomputed;
+    if replan {
+        let placed: Vec<PlacedIngress> = world
+            .ingresses
             .iter()
-            .map(|ingress| {
-                let clusters = if ingress.metadata().deletion_timestamp.is_some() {
-                    Vec::new()
-                } else {
-                    let previous: Vec<String> = ingress
-                        .status
-                        .as_ref()
-                        .map(|s| s.clusters.iter().map(|c| c.name.clone()).collect())
-                        .unwrap_or_default();
-                    fedingress_api::placement::place(ingress, &clusters, &previous).clusters
-                };
-                PlacedIngress { ingress, clusters }
+            .map(|(key, ingress)| PlacedIngress {
+                ingress,
+                clusters: placements.get(key).cloned().unwrap_or_default(),
             })
             .collect();
-        let conflicts = find_conflicts(&placed);
-        let plans = cluster_plans(&placed, &conflicts);
-        let version = u64::try_from(revision).unwrap_or_default();
-        for cluster in &clusters {
-            let plan = plans.get(cluster.name()).cloned().unwrap_or_default();
-            self.hub.publish(cluster.name(), plan, version);
+        let found = find_conflicts(&placed);
+        pass.plans = Some(cluster_plans(&placed, &found));
+        let mut by_loser: BTreeMap<IngressKey, Vec<Conflict>> = BTreeMap::new();
+        for conflict in found {
+            by_loser
+                .entry(conflict.loser.clone())
+                .or_default()
+                .push(conflict);
         }
-
-        // Status: computed for every object, then DNS, then written where it changed.
-        for cluster in &clusters {
-            let agent = agents.get(cluster.name());
-            let mut status = cluster.status.clone().unwrap_or_default();
-            cluster_status(cluster, agent, &mut status, now);
-            if Some(&status) != cluster.status.as_ref() {
-                self.write_status(cluster, status).await;
+        // Ingresses whose conflicts changed are recomputed too.
+        for key in world.conflicts.keys().chain(by_loser.keys()) {
+            if world.conflicts.get(key) != by_loser.get(key) {
+                touched.insert(key.clone());
             }
         }
-        let by_name: BTreeMap<&str, &Cluster> = clusters.iter().map(|c| (c.name(), c)).collect();
-        let mut statuses = Vec::with_capacity(placed.len());
-        for placed_ingress in &placed {
-            let ingress = placed_ingress.ingress;
-            let key = placed_ingress.key();
-            let mine: Vec<&Conflict> = conflicts.iter().filter(|c| c.loser == key).collect();
-            let mut status = ingress.status.clone().unwrap_or_default();
-            ingress_status(
-                ingress,
-                &key,
-                &placed_ingress.clusters,
-                &mine,
-                &by_name,
-                &agents,
-                &mut status,
-                now,
+        recomputed = by_loser;
+        conflicts = &recomputed;
+        pass.conflicts = Some(recomputed.clone());
+    }
+
+    // Ingress status, serving state and routing of the touched ingresses.
+    let no_conflicts = Vec::new();
+    for key in &touched {
+        let Some(ingress) = world.ingresses.get(key) else {
+            pass.ingresses.insert(
+                key.clone(),
+                IngressOutcome {
+                    status: FederatedIngressStatus::default(),
+                    routing: None,
+                    routed: None,
+                },
             );
-            statuses.push(status);
-        }
-        if let Some(gslb) = &mut self.gslb {
-            let mut order: Vec<usize> = (0..placed.len()).collect();
-            order.sort_by(|&a, &b| {
-                let (a, b) = (placed[a].ingress.metadata(), placed[b].ingress.metadata());
-                (a.creation_timestamp.map(|t| t.0), &a.namespace, &a.name).cmp(&(
-                    b.creation_timestamp.map(|t| t.0),
-                    &b.namespace,
-                    &b.name,
-                ))
-            });
-            let routed: Vec<RoutedIngress> = order
-                .iter()
-                .filter_map(|&i| {
-                    routed_ingress(
-                        placed[i].ingress,
-                        &statuses[i],
-                        &conflicts,
-                        &by_name,
-                        &agents,
-                    )
-                })
-                .collect();
-            let now_ms = u64::try_from(now.0.timestamp_millis()).unwrap_or_default();
-            let step = gslb.step(routed, revision, now_ms);
-            self.wake_in = step.wake_in;
-            let snapshot = gslb.snapshot();
-            for (placed_ingress, status) in placed.iter().zip(statuses.iter_mut()) {
-                let key = placed_ingress.key().to_string();
-                let dns_name = placed_ingress
-                    .ingress
-                    .spec
-                    .effective_dns_name()
-                    .unwrap_or_default()
-                    .to_ascii_lowercase();
-                dns_status(
-                    status,
-                    &dns_name,
-                    step.problems.get(&key),
-                    &snapshot,
-                    placed_ingress.ingress.metadata().generation.unwrap_or(0),
-                    now,
-                );
-            }
-            for change in step.changes {
-                let Some(index) = placed
-                    .iter()
-                    .position(|p| p.key().to_string() == change.ingress)
-                else {
-                    continue;
-                };
-                let ingress = placed[index].ingress;
-                let dns_name = ingress.spec.effective_dns_name().unwrap_or_default();
-                let (type_, reason, verb) = if change.joined {
-                    ("Normal", "ClusterJoinedAnswers", "joined")
-                } else {
-                    ("Warning", "ClusterLeftAnswers", "left")
-                };
-                let message = format!(
-                    "cluster {} {verb} the DNS answers for {dns_name}: {}",
-                    change.cluster, change.detail
-                );
-                self.recorder
-                    .record(ingress, type_, reason, &message, now)
-                    .await;
-            }
-        }
-        for (placed_ingress, status) in placed.iter().zip(statuses) {
-            let ingress = placed_ingress.ingress;
-            if Some(&status) != ingress.status.as_ref() {
-                self.write_status(ingress, status).await;
-            }
-        }
-        if self
-            .last_prune
-            .is_none_or(|t| t.elapsed() > Duration::from_secs(60))
-        {
-            self.last_prune = Some(std::time::Instant::now());
-            self.recorder.prune(now).await;
-        }
-        Ok(revision)
+            continue;
+        };
+        let placed = placements.get(key).map(Vec::as_slice).unwrap_or_default();
+        let mine = conflicts.get(key).unwrap_or(&no_conflicts);
+        let outcome = ingress_outcome(world, key, ingress, placed, mine, now_ms);
+        pass.ingresses.insert(key.clone(), outcome);
     }
 
-    async fn write_status<R: Resource + HasStatus>(&self, object: &R, status: R::Status) {
-        let meta = object.metadata();
-        let name = meta.name.clone().unwrap_or_default();
-        let namespace = meta.namespace.clone();
-        let mut next = object.clone();
-        next.set_status(status);
-        // The status is computed from this resourceVersion: a concurrent write wins and
-        // the next pass recomputes.
-        let result = self
-            .registry
-            .update::<R>(namespace.as_deref(), &name, Scope::Status, false, |_| {
-                Ok(next.clone())
-            })
-            .await;
-        if let Err(e) = result {
-            tracing::debug!(kind = R::KIND, name, error = %e, "status write skipped");
+    // Cluster status.
+    let clusters: Box<dyn Iterator<Item = &String>> = if dirty.all {
+        Box::new(world.clusters.keys())
+    } else {
+        Box::new(dirty.clusters.iter())
+    };
+    for name in clusters {
+        let Some(cluster) = world.clusters.get(name) else {
+            continue;
+        };
+        let agent = world.agents.get(name);
+        if agent.is_none() && world.restoring {
+            // The stored status stands until the agent is back or the lease passed.
+            continue;
+        }
+        let mut status = cluster.status.clone().unwrap_or_default();
+        cluster_status(cluster, agent, &mut status, world.now);
+        if Some(&status) != cluster.status.as_ref() {
+            pass.cluster_statuses.insert(name.clone(), status);
         }
     }
+    pass
 }
 
-/// Kinds whose status the controller writes.
-pub trait HasStatus {
-    type Status;
-    fn set_status(&mut self, status: Self::Status);
-}
-
-impl HasStatus for Cluster {
-    type Status = ClusterStatus;
-    fn set_status(&mut self, status: ClusterStatus) {
-        self.status = Some(status);
+/// The clusters an ingress is placed on; objects being deleted are placed nowhere (their
+/// listeners close). Sticky through the clusters in its status.
+fn place(ingress: &FederatedIngress, clusters: &[Cluster]) -> Vec<String> {
+    if ingress.metadata().deletion_timestamp.is_some() {
+        return Vec::new();
     }
+    let previous: Vec<String> = ingress
+        .status
+        .as_ref()
+        .map(|s| s.clusters.iter().map(|c| c.name.clone()).collect())
+        .unwrap_or_default();
+    fedingress_api::placement::place(ingress, clusters, &previous).clusters
 }
 
-impl HasStatus for FederatedIngress {
-    type Status = FederatedIngressStatus;
-    fn set_status(&mut self, status: FederatedIngressStatus) {
-        self.status = Some(status);
+fn ingress_outcome(
+    world: &World<'_>,
+    key: &IngressKey,
+    ingress: &FederatedIngress,
+    placed: &[String],
+    conflicts: &[Conflict],
+    now_ms: u64,
+) -> IngressOutcome {
+    let previous = world.routing.get(key);
+    // Serving state: every placed cluster, and every cluster that still serves.
+    let mut routing = IngressRouting::default();
+    let candidates: BTreeSet<&str> = placed
+        .iter()
+        .map(String::as_str)
+        .chain(previous.iter().flat_map(|p| p.clusters.keys().map(String::as_str)))
+        .collect();
+    for cluster in candidates {
+        if !world.clusters.contains_key(cluster) {
+            continue;
+        }
+        let before = previous.and_then(|p| p.clusters.get(cluster));
+        let knowledge = world.knowledge(cluster);
+        if let Some(state) = serving(key, &ingress.spec.traffic, knowledge, before, now_ms) {
+            routing.clusters.insert(cluster.to_string(), state);
+        }
+    }
+    let mut status = ingress.status.clone().unwrap_or_default();
+    ingress_status(world, key, ingress, placed, conflicts, &routing, &mut status);
+    let mut routed = routed_ingress(world, key, ingress, conflicts, &routing, now_ms);
+    if let Some(routed) = &mut routed {
+        let previous_failover = previous.map(|p| p.failover.clone()).unwrap_or_default();
+        routing.failover = failover_step(
+            &routed.traffic,
+            &routed.clusters,
+            &previous_failover,
+            now_ms,
+        );
+        routed.failover = routing.failover.clone();
+    }
+    IngressOutcome {
+        status,
+        routing: Some(routing),
+        routed,
     }
 }
 
@@ -395,37 +382,45 @@ fn cluster_status(
     );
 }
 
-/// FederatedIngress status from placement, conflicts and the agents' acks and reports.
-#[allow(clippy::too_many_arguments)]
+/// FederatedIngress status from placement, conflicts, the agents' acks and reports and
+/// serving state. `status.dns` and DNSReady come later, from the DNS snapshot.
 fn ingress_status(
-    ingress: &FederatedIngress,
+    world: &World<'_>,
     key: &IngressKey,
+    ingress: &FederatedIngress,
     placed: &[String],
-    conflicts: &[&Conflict],
-    clusters: &BTreeMap<&str, &Cluster>,
-    agents: &BTreeMap<String, AgentState>,
+    conflicts: &[Conflict],
+    routing: &IngressRouting,
     status: &mut FederatedIngressStatus,
-    now: Time,
 ) {
+    let now = world.now;
     let generation = ingress.metadata().generation.unwrap_or(0);
+    let previous_entries = std::mem::take(&mut status.clusters);
     status.observed_generation = Some(generation);
-    let mut entries = Vec::new();
     for name in placed {
         let conflict = conflicts.iter().find(|c| c.applies_to(name));
-        let agent = agents.get(name.as_str());
-        let cordoned = clusters
-            .get(name.as_str())
-            .is_some_and(|c| c.spec.unschedulable);
-        entries.push(cluster_entry(
-            key,
-            generation,
-            name,
-            conflict.copied(),
-            agent,
-            cordoned,
-        ));
+        let knowledge = world.knowledge(name);
+        let entry = match (knowledge, previous_entries.iter().find(|e| &e.name == name)) {
+            // Restoring: what was stored stands until the agent is back.
+            (AgentKnowledge::Restoring, Some(stored)) if conflict.is_none() => stored.clone(),
+            _ => {
+                let cordoned = world
+                    .clusters
+                    .get(name.as_str())
+                    .is_some_and(|c| c.spec.unschedulable);
+                cluster_entry(
+                    key,
+                    generation,
+                    name,
+                    conflict,
+                    knowledge,
+                    routing.clusters.get(name),
+                    cordoned,
+                )
+            }
+        };
+        status.clusters.push(entry);
     }
-    status.clusters = entries;
 
     let observed = |c: Condition| c.with_observed_generation(generation);
     let placed_condition = if !conflicts.is_empty() {
@@ -533,12 +528,15 @@ fn ingress_status(
     set_condition(&mut status.conditions, observed(ready_condition), now);
 }
 
+/// One placed cluster's entry in the ingress status. `healthy` is the serving state's
+/// health: a Pending new generation keeps the previous generation's.
 fn cluster_entry(
     key: &IngressKey,
     generation: i64,
     name: &str,
     conflict: Option<&Conflict>,
-    agent: Option<&AgentState>,
+    knowledge: AgentKnowledge<'_>,
+    serving: Option<&Serving>,
     cordoned: bool,
 ) -> ClusterIngressStatus {
     let mut entry = ClusterIngressStatus {
@@ -553,17 +551,26 @@ fn cluster_entry(
         );
         return entry;
     }
-    let Some(agent) = agent else {
-        entry.phase = ClusterPhase::Offline;
-        entry.message = "the cluster's agent has not connected".into();
-        return entry;
+    if let Some(serving) = serving {
+        entry.addresses = serving.addresses.clone();
+    }
+    let agent = match knowledge {
+        AgentKnowledge::Connected(agent) | AgentKnowledge::Lost(agent) => agent,
+        AgentKnowledge::Restoring | AgentKnowledge::Unknown => {
+            entry.phase = ClusterPhase::Offline;
+            entry.message = if serving.is_some() {
+                "the cluster's agent has not connected since the hub started: out of routing (its listeners keep serving what they had)".into()
+            } else {
+                "the cluster's agent has not connected".into()
+            };
+            return entry;
+        }
     };
     let report = agent
         .report
         .as_ref()
         .and_then(|r| r.ingresses.iter().find(|i| &i.key == key));
     if let Some(report) = report {
-        entry.addresses = report.addresses.clone();
         entry.backends = report
             .backends
             .iter()
@@ -574,14 +581,17 @@ fn cluster_entry(
                 total: i32::try_from(b.total).unwrap_or(i32::MAX),
             })
             .collect();
-    } else if let Some(report) = &agent.report {
+    } else if serving.is_none()
+        && let Some(report) = &agent.report
+    {
         entry.addresses = report.addresses.clone();
     }
-    if !agent.connected {
+    if matches!(knowledge, AgentKnowledge::Lost(_)) {
         entry.phase = ClusterPhase::Offline;
         entry.message = "the cluster's agent missed its lease: out of routing (its listeners keep serving what they had)".into();
         return entry;
     }
+    entry.healthy = serving.is_some_and(|s| s.healthy == Some(true));
     let applied = agent
         .applied
         .as_ref()
@@ -589,7 +599,13 @@ fn cluster_entry(
         .is_some_and(|share| share.generation == generation);
     if !applied {
         entry.phase = ClusterPhase::Pending;
-        entry.message = "waiting for the agent to apply this generation".into();
+        entry.message = match serving {
+            Some(s) => format!(
+                "waiting for the agent to apply this generation (generation {} serves meanwhile)",
+                s.applied_generation
+            ),
+            None => "waiting for the agent to apply this generation".into(),
+        };
         return entry;
     }
     // Rule errors from the last Nack, and from reports (an agent whose plan was already
@@ -605,13 +621,12 @@ fn cluster_entry(
     errors.dedup();
     if !errors.is_empty() {
         entry.phase = ClusterPhase::Failed;
+        entry.healthy = false;
         entry.message = errors.join("; ");
         return entry;
     }
     entry.phase = ClusterPhase::Applied;
-    let reported = report.is_some_and(|r| r.applied_generation == generation);
-    entry.healthy =
-        reported && !entry.backends.is_empty() && entry.backends.iter().all(|b| b.ready > 0);
+    let reported = report.is_some();
     entry.message = if cordoned {
         "cluster cordoned: out of routing, listeners keep serving".into()
     } else if !reported {
@@ -636,23 +651,22 @@ fn cluster_entry(
 }
 
 /// What DNS needs of one ingress, or `None` when it is not served (being deleted, or its
-/// DNS name belongs to an older object).
+/// DNS name belongs to an older object). Its clusters are the serving ones; their health
+/// for routing includes the failback hold, and load is kept only where it matters
+/// (Overflow), so that load reports do not rebuild answers.
 fn routed_ingress(
+    world: &World<'_>,
+    key: &IngressKey,
     ingress: &FederatedIngress,
-    status: &FederatedIngressStatus,
     conflicts: &[Conflict],
-    clusters: &BTreeMap<&str, &Cluster>,
-    agents: &BTreeMap<String, AgentState>,
+    routing: &IngressRouting,
+    now_ms: u64,
 ) -> Option<RoutedIngress> {
     let meta = ingress.metadata();
     if meta.deletion_timestamp.is_some() {
         return None;
     }
-    let key = IngressKey::of(ingress);
-    if conflicts
-        .iter()
-        .any(|c| c.loser == key && c.cluster.is_none())
-    {
+    if conflicts.iter().any(|c| c.cluster.is_none()) {
         return None;
     }
     let dns_name = ingress
@@ -660,20 +674,19 @@ fn routed_ingress(
         .effective_dns_name()?
         .trim_end_matches('.')
         .to_ascii_lowercase();
-    let views = status
+    let overflow = ingress.spec.traffic.strategy.type_ == StrategyType::Overflow;
+    let views = routing
         .clusters
         .iter()
-        .filter(|entry| {
-            !conflicts
-                .iter()
-                .any(|c| c.loser == key && c.applies_to(&entry.name))
-        })
-        .filter_map(|entry| {
-            let cluster = clusters.get(entry.name.as_str())?;
+        .filter(|(name, _)| !conflicts.iter().any(|c| c.applies_to(name)))
+        .filter_map(|(name, serving)| {
+            let cluster = world.clusters.get(name)?;
             let location = cluster.spec.location.as_ref();
-            let load = agents
-                .get(cluster.name())
+            let load = world
+                .agents
+                .get(name)
                 .and_then(|a| a.report.as_ref())
+                .filter(|_| overflow)
                 .map(|r| {
                     let connections: f64 = r
                         .ingresses
@@ -684,16 +697,16 @@ fn routed_ingress(
                     r.requests_per_second + connections
                 });
             Some(ClusterView {
-                name: entry.name.clone(),
+                name: name.clone(),
                 location: Location {
                     region: cluster.spec.region.clone(),
                     latitude: location.map(|l| l.latitude).unwrap_or_default(),
                     longitude: location.map(|l| l.longitude).unwrap_or_default(),
                 },
-                healthy: entry.healthy,
+                healthy: serving.routable(now_ms),
                 cordoned: cluster.spec.unschedulable,
-                ips: entry.addresses.iter().filter_map(|a| a.ip).collect(),
-                hostnames: entry
+                ips: serving.addresses.iter().filter_map(|a| a.ip).collect(),
+                hostnames: serving
                     .addresses
                     .iter()
                     .filter_map(|a| a.hostname.clone())
@@ -704,6 +717,7 @@ fn routed_ingress(
                     .capacity
                     .as_ref()
                     .and_then(|c| c.rps)
+                    .filter(|_| overflow)
                     .map(|r| r as f64),
             })
         })
@@ -733,7 +747,7 @@ fn routed_ingress(
 }
 
 /// `status.dns` and the DNSReady condition; Ready then also needs DNSReady.
-fn dns_status(
+pub fn dns_status(
     status: &mut FederatedIngressStatus,
     dns_name: &str,
     problems: Option<&Vec<String>>,
@@ -805,3 +819,7 @@ fn dns_status(
         now,
     );
 }
+
+#[cfg(test)]
+#[path = "tests.rs"]
+mod tests;

@@ -1,0 +1,316 @@
+//! Serving state: whether a cluster serves an ingress now, where, and whether routing may
+//! send clients there. Pure.
+//!
+//! A cluster serves an ingress from the moment its agent acknowledges a plan holding the
+//! ingress's share until it acknowledges one without it. A new generation that is still
+//! Pending changes nothing here: the listener of the previous generation keeps serving,
+//! with the health the agent last reported for it. Health comes from the agent's latest
+//! report while it is connected, from the persisted state while the hub is restoring
+//! (restarted less than one lease ago, agent not yet back), and is false once the agent
+//! missed its lease.
+//!
+//! A cluster that turns healthy again after having been unhealthy is held out of answers
+//! for `failbackDelaySeconds` (Failover keeps its own tier memory instead, see
+//! `fedingress_dns::routing::failover_step`).
+
+use fedingress_api::ingress::{StrategyType, Traffic};
+use fedingress_api::plan::IngressKey;
+
+use super::super::AgentState;
+use super::super::routing_state::Serving;
+
+/// What the hub knows of one cluster's agent at a pass.
+#[derive(Clone, Copy, Debug)]
+pub enum AgentKnowledge<'a> {
+    /// A session is open and within its lease.
+    Connected(&'a AgentState),
+    /// The agent had a session since the hub started, and missed its lease.
+    Lost(&'a AgentState),
+    /// No session since the hub started, which was less than one lease ago: the
+    /// persisted state stands.
+    Restoring,
+    /// No session since the hub started, more than a lease ago.
+    Unknown,
+}
+
+impl<'a> AgentKnowledge<'a> {
+    pub fn of(agent: Option<&'a AgentState>, restoring: bool) -> Self {
+        match agent {
+            Some(agent) if agent.connected => AgentKnowledge::Connected(agent),
+            Some(agent) => AgentKnowledge::Lost(agent),
+            None if restoring => AgentKnowledge::Restoring,
+            None => AgentKnowledge::Unknown,
+        }
+    }
+
+    fn agent(self) -> Option<&'a AgentState> {
+        match self {
+            AgentKnowledge::Connected(agent) | AgentKnowledge::Lost(agent) => Some(agent),
+            AgentKnowledge::Restoring | AgentKnowledge::Unknown => None,
+        }
+    }
+}
+
+/// The serving state of `key` on a cluster after this pass, from what the agent said and
+/// the `previous` state; `None` when the cluster does not serve the ingress.
+///
+/// # Guarantees
+/// - A cluster whose agent never acknowledged the ingress's share is never serving.
+/// - Health is `Some(true)` only from a connected agent's report (or, while restoring,
+///   from the persisted state); it is never invented.
+pub fn serving(
+    key: &IngressKey,
+    traffic: &Traffic,
+    knowledge: AgentKnowledge<'_>,
+    previous: Option<&Serving>,
+    now_ms: u64,
+) -> Option<Serving> {
+    let agent = knowledge.agent();
+    let applied_generation = match agent.and_then(|a| a.applied.as_ref()) {
+        Some(applied) => applied.plan.ingresses.get(key).map(|s| s.generation)?,
+        None => previous.map(|p| p.applied_generation)?,
+    };
+    let report = agent
+        .and_then(|a| a.report.as_deref())
+        .and_then(|r| r.ingresses.iter().find(|i| &i.key == key));
+    let addresses = report
+        .map(|r| r.addresses.clone())
+        .filter(|a| !a.is_empty())
+        .or_else(|| previous.map(|p| p.addresses.clone()))
+        .filter(|a| !a.is_empty())
+        .or_else(|| agent.and_then(|a| a.report.as_ref()).map(|r| r.addresses.clone()))
+        .unwrap_or_default();
+    let healthy = match knowledge {
+        AgentKnowledge::Connected(agent) => match report {
+            Some(report) => {
+                let rule_errors = agent
+                    .rule_errors
+                    .iter()
+                    .chain(report.rule_errors.iter())
+                    .any(|e| &e.ingress == key);
+                Some(
+                    !rule_errors
+                        && !report.backends.is_empty()
+                        && report.backends.iter().all(|b| b.ready > 0),
+                )
+            }
+            // Connected, no report of this share yet: what was known stands.
+            None => previous.and_then(|p| p.healthy),
+        },
+        AgentKnowledge::Restoring => previous.and_then(|p| p.healthy),
+        AgentKnowledge::Lost(_) | AgentKnowledge::Unknown => Some(false),
+    };
+    let held_until_ms = match (healthy, previous) {
+        (Some(true), Some(previous)) if previous.healthy == Some(false) => {
+            let delay = failback_delay_ms(traffic);
+            (delay > 0).then(|| now_ms.saturating_add(delay))
+        }
+        (Some(true), Some(previous)) => previous.held_until_ms.filter(|&until| until > now_ms),
+        _ => None,
+    };
+    Some(Serving {
+        applied_generation,
+        addresses,
+        healthy,
+        held_until_ms,
+    })
+}
+
+/// How long a recovered cluster is held out of answers (0 for Failover, whose tiers wait
+/// instead).
+fn failback_delay_ms(traffic: &Traffic) -> u64 {
+    if traffic.strategy.type_ == StrategyType::Failover {
+        return 0;
+    }
+    u64::try_from(traffic.failback_delay_seconds)
+        .unwrap_or(0)
+        .saturating_mul(1000)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    use fedingress_api::Time;
+    use fedingress_api::cluster::Address;
+    use fedingress_api::plan::{
+        AgentReport, BackendHealth, ClusterPlan, IngressReport, IngressShare,
+    };
+
+    use super::*;
+    use crate::hub::Published;
+
+    fn key() -> IngressKey {
+        IngressKey::new("default", "echo")
+    }
+
+    fn traffic(delay: i32) -> Traffic {
+        Traffic {
+            failback_delay_seconds: delay,
+            ..Traffic::default()
+        }
+    }
+
+    fn agent(applied_generation: Option<i64>, ready: Option<u32>, connected: bool) -> AgentState {
+        let mut plan = ClusterPlan::default();
+        if let Some(generation) = applied_generation {
+            plan.ingresses.insert(
+                key(),
+                IngressShare {
+                    key: key(),
+                    uid: "uid".into(),
+                    generation,
+                    rules: Vec::new(),
+                    tls: Vec::new(),
+                    cluster_override: None,
+                },
+            );
+        }
+        let report = ready.map(|ready| {
+            Arc::new(AgentReport {
+                ingresses: vec![IngressReport {
+                    key: key(),
+                    applied_generation: applied_generation.unwrap_or(0),
+                    addresses: vec![Address::ip("127.0.0.11".parse().unwrap())],
+                    backends: vec![BackendHealth {
+                        service: "echo".into(),
+                        port: 7,
+                        ready,
+                        total: 1,
+                    }],
+                    listeners: Vec::new(),
+                    rule_errors: Vec::new(),
+                }],
+                ..AgentReport::default()
+            })
+        });
+        AgentState {
+            session: 1,
+            connected,
+            agent_version: String::new(),
+            driver: String::new(),
+            last_seen: Instant::now(),
+            last_seen_time: Time(chrono::Utc::now()),
+            applied: Some(Published {
+                version: 1,
+                digest: String::new(),
+                plan: Arc::new(plan),
+            }),
+            rule_errors: Vec::new(),
+            report,
+        }
+    }
+
+    #[test]
+    fn never_applied_is_never_serving() {
+        let a = agent(None, Some(1), true);
+        let state = serving(&key(), &traffic(0), AgentKnowledge::Connected(&a), None, 0);
+        assert_eq!(state, None);
+        assert_eq!(
+            serving(&key(), &traffic(0), AgentKnowledge::Restoring, None, 0),
+            None
+        );
+    }
+
+    #[test]
+    fn a_pending_generation_keeps_the_previous_serving_state() {
+        // The agent applied generation 1 and reported it healthy; the hub now wants 2.
+        let a = agent(Some(1), Some(1), true);
+        let state = serving(&key(), &traffic(30), AgentKnowledge::Connected(&a), None, 0).unwrap();
+        assert_eq!(state.applied_generation, 1);
+        assert_eq!(state.healthy, Some(true));
+        assert!(state.routable(0));
+    }
+
+    #[test]
+    fn a_removed_share_stops_serving() {
+        let a = agent(None, None, true);
+        let previous = Serving {
+            applied_generation: 1,
+            healthy: Some(true),
+            ..Serving::default()
+        };
+        let state = serving(
+            &key(),
+            &traffic(0),
+            AgentKnowledge::Connected(&a),
+            Some(&previous),
+            0,
+        );
+        assert_eq!(state, None);
+    }
+
+    #[test]
+    fn restoring_keeps_the_persisted_state_and_a_lost_agent_is_unhealthy() {
+        let previous = Serving {
+            applied_generation: 4,
+            addresses: vec![Address::ip("127.0.0.12".parse().unwrap())],
+            healthy: Some(true),
+            held_until_ms: None,
+        };
+        let restored = serving(
+            &key(),
+            &traffic(30),
+            AgentKnowledge::Restoring,
+            Some(&previous),
+            10,
+        )
+        .unwrap();
+        assert_eq!(restored, previous);
+        let offline = serving(
+            &key(),
+            &traffic(30),
+            AgentKnowledge::Unknown,
+            Some(&previous),
+            10,
+        )
+        .unwrap();
+        assert_eq!(offline.healthy, Some(false));
+        assert_eq!(offline.addresses, previous.addresses);
+        let lost = agent(Some(4), Some(1), false);
+        let state = serving(
+            &key(),
+            &traffic(30),
+            AgentKnowledge::Lost(&lost),
+            Some(&previous),
+            10,
+        )
+        .unwrap();
+        assert_eq!(state.healthy, Some(false));
+    }
+
+    #[test]
+    fn a_recovered_cluster_is_held_for_the_failback_delay() {
+        let down = agent(Some(1), Some(0), true);
+        let up = agent(Some(1), Some(1), true);
+        let t = traffic(30);
+        let first = serving(&key(), &t, AgentKnowledge::Connected(&up), None, 0).unwrap();
+        assert!(first.routable(0), "first health is not a recovery");
+        let failed =
+            serving(&key(), &t, AgentKnowledge::Connected(&down), Some(&first), 1_000).unwrap();
+        assert!(!failed.routable(1_000));
+        let back =
+            serving(&key(), &t, AgentKnowledge::Connected(&up), Some(&failed), 2_000).unwrap();
+        assert_eq!(back.held_until_ms, Some(32_000));
+        assert!(!back.routable(31_999));
+        let later =
+            serving(&key(), &t, AgentKnowledge::Connected(&up), Some(&back), 10_000).unwrap();
+        assert_eq!(later.held_until_ms, Some(32_000));
+        let done = serving(&key(), &t, AgentKnowledge::Connected(&up), Some(&later), 32_000).unwrap();
+        assert!(done.routable(32_000));
+        assert_eq!(done.held_until_ms, None);
+    }
+
+    #[test]
+    fn failover_is_not_held_per_cluster() {
+        let down = agent(Some(1), Some(0), true);
+        let up = agent(Some(1), Some(1), true);
+        let mut t = traffic(30);
+        t.strategy.type_ = StrategyType::Failover;
+        let failed = serving(&key(), &t, AgentKnowledge::Connected(&down), None, 0).unwrap();
+        let back = serving(&key(), &t, AgentKnowledge::Connected(&up), Some(&failed), 1).unwrap();
+        assert!(back.routable(1));
+    }
+}

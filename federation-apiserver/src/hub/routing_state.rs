@@ -1,0 +1,215 @@
+//! What routing remembers of each FederatedIngress, persisted in the store so that the
+//! DNS server answers from it from its very first packet after a restart.
+//!
+//! Per (ingress, cluster) a [`Serving`] entry says that the cluster's listener for the
+//! ingress has been applied (at some generation) and not removed since, where it serves
+//! (addresses), whether it was healthy, and until when a recovered cluster is held out
+//! of answers (`failbackDelaySeconds`). Per ingress, the Failover strategy's tier memory
+//! rides along. A cluster without an entry has never served the ingress (or stopped):
+//! it is never answered.
+//!
+//! Stored under `/fedingress/routing/<namespace>/<name>` as JSON, outside
+//! `/registry/` (no API object, no watch of the controller's own input). Written only
+//! when it changed; deleted with the ingress.
+//!
+//! What does not belong here: deciding the state (see `controller::serving`), answering
+//! DNS (see `fedingress_dns`).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use fedingress_api::cluster::Address;
+use fedingress_api::plan::IngressKey;
+use fedingress_dns::routing::FailoverState;
+use fedingress_store::{Precondition, Store, StoreError};
+use serde::{Deserialize, Serialize};
+
+/// Storage prefix of routing state.
+pub const PREFIX: &str = "/fedingress/routing/";
+
+/// One cluster's serving state for one ingress.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Serving {
+    /// Generation of the ingress the cluster's agent last applied.
+    pub applied_generation: i64,
+    /// Where the listener serves.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub addresses: Vec<Address>,
+    /// Last known health (listener up, a ready endpoint behind every backend, agent
+    /// connected); `None` until the agent first reports the share.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub healthy: Option<bool>,
+    /// A cluster that recovered stays out of answers until then (unix ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_until_ms: Option<u64>,
+}
+
+impl Serving {
+    /// Healthy and not held back by the failback delay at `now_ms`.
+    pub fn routable(&self, now_ms: u64) -> bool {
+        self.healthy == Some(true) && self.held_until_ms.is_none_or(|until| now_ms >= until)
+    }
+}
+
+/// What routing remembers of one ingress.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct IngressRouting {
+    /// By cluster name: only clusters that serve the ingress.
+    #[serde(default)]
+    pub clusters: BTreeMap<String, Serving>,
+    /// The Failover strategy's tier memory.
+    #[serde(default)]
+    pub failover: FailoverState,
+}
+
+/// Reads and writes [`IngressRouting`] in the store.
+#[derive(Clone)]
+pub struct RoutingStore {
+    store: Arc<dyn Store>,
+}
+
+/// Why routing state could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum RoutingStateError {
+    #[error("reading routing state")]
+    Read(#[source] StoreError),
+    #[error("writing routing state of {ingress}")]
+    Write {
+        ingress: String,
+        #[source]
+        source: StoreError,
+    },
+    #[error("encoding routing state of {ingress}")]
+    Encode {
+        ingress: String,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+fn key(ingress: &IngressKey) -> String {
+    format!("{PREFIX}{}/{}", ingress.namespace, ingress.name)
+}
+
+impl RoutingStore {
+    pub fn new(store: Arc<dyn Store>) -> Self {
+        Self { store }
+    }
+
+    /// Everything stored. Entries that do not decode (written by a newer version, or
+    /// damaged) are skipped with a warning: routing then starts from what agents report.
+    pub async fn load(&self) -> Result<BTreeMap<IngressKey, IngressRouting>, RoutingStateError> {
+        let mut out = BTreeMap::new();
+        let mut start_after: Option<String> = None;
+        loop {
+            let page = self
+                .store
+                .range(PREFIX, start_after.as_deref(), 1000)
+                .await
+                .map_err(RoutingStateError::Read)?;
+            for kv in &page.kvs {
+                let Some((namespace, name)) = kv
+                    .key
+                    .strip_prefix(PREFIX)
+                    .and_then(|rest| rest.split_once('/'))
+                else {
+                    continue;
+                };
+                match serde_json::from_slice::<IngressRouting>(&kv.value) {
+                    Ok(routing) => {
+                        out.insert(IngressKey::new(namespace, name), routing);
+                    }
+                    Err(error) => {
+                        tracing::warn!(key = %kv.key, error = %error, "routing state does not decode; ignored");
+                    }
+                }
+            }
+            match (page.more, page.kvs.last()) {
+                (true, Some(last)) => start_after = Some(last.key.clone()),
+                _ => break,
+            }
+        }
+        Ok(out)
+    }
+
+    /// Stores one ingress's routing state (`None`: deletes it).
+    pub async fn save(
+        &self,
+        ingress: &IngressKey,
+        routing: Option<&IngressRouting>,
+    ) -> Result<(), RoutingStateError> {
+        let key = key(ingress);
+        let write = |source| RoutingStateError::Write {
+            ingress: ingress.to_string(),
+            source,
+        };
+        match routing {
+            Some(routing) => {
+                let value =
+                    serde_json::to_vec(routing).map_err(|source| RoutingStateError::Encode {
+                        ingress: ingress.to_string(),
+                        source,
+                    })?;
+                self.store
+                    .put(&key, Bytes::from(value), Precondition::None)
+                    .await
+                    .map_err(write)?;
+            }
+            None => match self.store.delete(&key, Precondition::None).await {
+                Ok(_) | Err(StoreError::NotFound { .. }) => {}
+                Err(e) => return Err(write(e)),
+            },
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use fedingress_store::{RedbOptions, RedbStore};
+
+    #[tokio::test]
+    async fn saves_loads_and_deletes() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(
+            RedbStore::open(&dir.path().join("s.redb"), RedbOptions::default()).unwrap(),
+        );
+        let routing = RoutingStore::new(store);
+        let key = IngressKey::new("default", "echo");
+        let mut state = IngressRouting::default();
+        state.clusters.insert(
+            "eu-west".into(),
+            Serving {
+                applied_generation: 3,
+                addresses: vec![Address::ip("127.0.0.11".parse().unwrap())],
+                healthy: Some(true),
+                held_until_ms: Some(5),
+            },
+        );
+        state.failover.active_tier = 1;
+        routing.save(&key, Some(&state)).await.unwrap();
+        let loaded = routing.load().await.unwrap();
+        assert_eq!(loaded.get(&key), Some(&state));
+        routing.save(&key, None).await.unwrap();
+        routing.save(&key, None).await.unwrap();
+        assert!(routing.load().await.unwrap().is_empty());
+    }
+
+    #[test]
+    fn held_clusters_are_not_routable_until_the_delay_passed() {
+        let serving = Serving {
+            healthy: Some(true),
+            held_until_ms: Some(1000),
+            ..Serving::default()
+        };
+        assert!(!serving.routable(999));
+        assert!(serving.routable(1000));
+        let unhealthy = Serving::default();
+        assert!(!unhealthy.routable(u64::MAX));
+    }
+}
