@@ -52,7 +52,11 @@ impl Histogram {
         for (count, bound) in counts.iter().zip(BUCKETS) {
             let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"{bound}\"}} {count}");
         }
-        let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {}", self.count);
+        let _ = writeln!(
+            out,
+            "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {}",
+            self.count
+        );
         let braces = if labels.is_empty() {
             String::new()
         } else {
@@ -148,9 +152,16 @@ fn change_reason(change: &AnswerChange) -> &'static str {
         "cordoned"
     } else if detail.contains("no longer serving") {
         "removed"
-    } else if detail.contains("offline") || detail.contains("not connected") || detail.contains("lease") {
+    } else if detail.contains("offline")
+        || detail.contains("not connected")
+        || detail.contains("lease")
+    {
         "offline"
-    } else if detail.contains("unhealthy") || detail.contains("not healthy") || detail.contains("failback") || detail.contains("held") {
+    } else if detail.contains("unhealthy")
+        || detail.contains("not healthy")
+        || detail.contains("failback")
+        || detail.contains("held")
+    {
         "unhealthy"
     } else {
         "routing"
@@ -184,16 +195,22 @@ impl HubMetrics {
 
     /// The size of the last pass's dirty set.
     pub fn observe_dirty(&self, ingresses: usize, clusters: usize) {
-        self.dirty_ingresses
-            .store(i64::try_from(ingresses).unwrap_or(i64::MAX), Ordering::Relaxed);
-        self.dirty_clusters
-            .store(i64::try_from(clusters).unwrap_or(i64::MAX), Ordering::Relaxed);
+        self.dirty_ingresses.store(
+            i64::try_from(ingresses).unwrap_or(i64::MAX),
+            Ordering::Relaxed,
+        );
+        self.dirty_clusters.store(
+            i64::try_from(clusters).unwrap_or(i64::MAX),
+            Ordering::Relaxed,
+        );
     }
 
     pub fn count_answer_change(&self, change: &AnswerChange) {
         let direction = if change.joined { "joined" } else { "left" };
         if let Ok(mut changes) = self.answer_changes.lock() {
-            *changes.entry((direction, change_reason(change))).or_default() += 1;
+            *changes
+                .entry((direction, change_reason(change)))
+                .or_default() += 1;
         }
     }
 
@@ -223,8 +240,16 @@ impl HubMetrics {
             h.write(out, "fedingress_controller_pass_duration_seconds", "");
         }
         out.push_str("# HELP fedingress_controller_dirty Ingresses and clusters recomputed by the last pass.\n# TYPE fedingress_controller_dirty gauge\n");
-        let _ = writeln!(out, "fedingress_controller_dirty{{kind=\"ingress\"}} {}", self.dirty_ingresses.load(Ordering::Relaxed));
-        let _ = writeln!(out, "fedingress_controller_dirty{{kind=\"cluster\"}} {}", self.dirty_clusters.load(Ordering::Relaxed));
+        let _ = writeln!(
+            out,
+            "fedingress_controller_dirty{{kind=\"ingress\"}} {}",
+            self.dirty_ingresses.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "fedingress_controller_dirty{{kind=\"cluster\"}} {}",
+            self.dirty_clusters.load(Ordering::Relaxed)
+        );
         out.push_str("# HELP fedingress_dns_snapshot_build_seconds Time to build a DNS snapshot.\n# TYPE fedingress_dns_snapshot_build_seconds histogram\n");
         if let Ok(h) = self.snapshot_builds.lock() {
             h.write(out, "fedingress_dns_snapshot_build_seconds", "");
@@ -232,16 +257,31 @@ impl HubMetrics {
         out.push_str("# HELP fedingress_dns_answer_changes_total Clusters entering or leaving an ingress's DNS answers, by reason.\n# TYPE fedingress_dns_answer_changes_total counter\n");
         if let Ok(changes) = self.answer_changes.lock() {
             for ((direction, reason), count) in changes.iter() {
-                let _ = writeln!(out, "fedingress_dns_answer_changes_total{{direction=\"{direction}\",reason=\"{reason}\"}} {count}");
+                let _ = writeln!(
+                    out,
+                    "fedingress_dns_answer_changes_total{{direction=\"{direction}\",reason=\"{reason}\"}} {count}"
+                );
             }
         }
         out.push_str("# HELP fedingress_ingress_cluster_serving Whether the cluster serves the ingress (its listener is applied).\n# TYPE fedingress_ingress_cluster_serving gauge\n");
         out.push_str("# HELP fedingress_ingress_cluster_healthy Whether routing may send clients of the ingress to the cluster (healthy, not held by failbackDelaySeconds).\n# TYPE fedingress_ingress_cluster_healthy gauge\n");
         if let Ok(routing) = self.routing.lock() {
             for ((ingress, cluster), (serving, healthy)) in routing.iter() {
-                let labels = format!("ingress=\"{}\",cluster=\"{}\"", escape(ingress), escape(cluster));
-                let _ = writeln!(out, "fedingress_ingress_cluster_serving{{{labels}}} {}", u8::from(*serving));
-                let _ = writeln!(out, "fedingress_ingress_cluster_healthy{{{labels}}} {}", u8::from(*healthy));
+                let labels = format!(
+                    "ingress=\"{}\",cluster=\"{}\"",
+                    escape(ingress),
+                    escape(cluster)
+                );
+                let _ = writeln!(
+                    out,
+                    "fedingress_ingress_cluster_serving{{{labels}}} {}",
+                    u8::from(*serving)
+                );
+                let _ = writeln!(
+                    out,
+                    "fedingress_ingress_cluster_healthy{{{labels}}} {}",
+                    u8::from(*healthy)
+                );
             }
         }
         out.push_str("# HELP fedingress_agents_connected Cluster agents with a live session.\n# TYPE fedingress_agents_connected gauge\n");
@@ -251,7 +291,10 @@ impl HubMetrics {
 
 /// Escapes a Prometheus label value.
 fn escape(value: &str) -> String {
-    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 #[cfg(test)]

@@ -20,10 +20,10 @@ use crate::config::Settings;
 use crate::hub::Hub;
 use crate::hub::controller::Controller;
 use crate::hub::gateway::Gateway;
-use crate::metrics::HubMetrics;
-use fedingress_dns::server::DnsServer;
 use crate::hub::tokens::TokenStore;
+use crate::metrics::HubMetrics;
 use crate::registry::Registry;
+use fedingress_dns::server::DnsServer;
 
 /// How long a client has to finish its TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -55,7 +55,12 @@ pub struct Server {
     addresses: Addresses,
     listener: TcpListener,
     agent_listener: TcpListener,
-    dns: Option<(Arc<DnsServer>, tokio::net::UdpSocket, TcpListener, Vec<ipnet::IpNet>)>,
+    dns: Option<(
+        Arc<DnsServer>,
+        tokio::net::UdpSocket,
+        TcpListener,
+        Vec<ipnet::IpNet>,
+    )>,
     router: axum::Router,
     store: Arc<dyn Store>,
     compaction_interval: Duration,
@@ -167,7 +172,10 @@ impl Server {
     }
 
     /// Serves DNS, the agent gateway and the API until `shutdown` completes.
-    pub async fn serve(self, shutdown: impl std::future::Future<Output = ()>) -> anyhow::Result<()> {
+    pub async fn serve(
+        self,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) -> anyhow::Result<()> {
         let Server {
             listener,
             agent_listener,
@@ -218,9 +226,12 @@ impl Server {
             tokio::spawn(async move {
                 match tls {
                     Some(acceptor) => {
-                        match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                        match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await
+                        {
                             Ok(Ok(stream)) => serve_connection(stream, peer, router).await,
-                            Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+                            Ok(Err(e)) => {
+                                tracing::debug!(%peer, error = %e, "TLS handshake failed")
+                            }
                             Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
                         }
                     }

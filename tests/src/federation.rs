@@ -28,10 +28,40 @@ pub fn hub_config(dir: &Path, block: u8) -> PathBuf {
 
 /// The hub config plus `extra` YAML (e.g. a `dns:` section).
 pub fn hub_config_with(dir: &Path, block: u8, extra: &str) -> PathBuf {
+    hub_config_opts(dir, block, &HubOptions::with_extra(extra))
+}
+
+/// Settings of a test hub beyond its loopback block.
+#[derive(Clone, Copy, Debug)]
+pub struct HubOptions<'a> {
+    /// `agents.heartbeatIntervalMs`.
+    pub heartbeat_ms: u32,
+    /// `agents.leaseMs`.
+    pub lease_ms: u32,
+    /// Extra YAML appended to the config (e.g. a `dns:` section).
+    pub extra: &'a str,
+}
+
+impl<'a> HubOptions<'a> {
+    /// The default short lease (heartbeat 300 ms, lease 1.5 s) plus `extra`.
+    pub fn with_extra(extra: &'a str) -> Self {
+        Self {
+            heartbeat_ms: 300,
+            lease_ms: 1500,
+            extra,
+        }
+    }
+}
+
+/// Writes the hub config for `options`; returns its path.
+pub fn hub_config_opts(dir: &Path, block: u8, options: &HubOptions<'_>) -> PathBuf {
     let path = dir.join("apiserver.yaml");
     let text = format!(
-        "listen: 127.0.{block}.1:16443\nagentListen: 127.0.{block}.1:16444\ndataDir: {}\ndev: true\nagents:\n  heartbeatIntervalMs: 300\n  leaseMs: 1500\n{extra}",
-        dir.join("hub-data").display()
+        "listen: 127.0.{block}.1:16443\nagentListen: 127.0.{block}.1:16444\ndataDir: {}\ndev: true\nagents:\n  heartbeatIntervalMs: {}\n  leaseMs: {}\n{}",
+        dir.join("hub-data").display(),
+        options.heartbeat_ms,
+        options.lease_ms,
+        options.extra,
     );
     std::fs::write(&path, text).expect("writing apiserver config");
     path
@@ -43,7 +73,13 @@ pub fn start_hub(dir: &Path, block: u8) -> HubProcess {
 
 /// Starts the hub with extra config (see [`hub_config_with`]).
 pub fn start_hub_with(dir: &Path, block: u8, extra: &str) -> HubProcess {
-    let config = hub_config_with(dir, block, extra);
+    start_hub_opts(dir, block, &HubOptions::with_extra(extra))
+}
+
+/// Starts the hub with `options` (see [`hub_config_opts`]). The same `dir` and
+/// `block` give the same data dir and ports: that is how tests restart a hub.
+pub fn start_hub_opts(dir: &Path, block: u8, options: &HubOptions<'_>) -> HubProcess {
+    let config = hub_config_opts(dir, block, options);
     let mut command = Command::new(binary("federation-apiserver"));
     command.arg("--config").arg(&config);
     let process = Process::start(command, "federation-apiserver", START).expect("apiserver starts");

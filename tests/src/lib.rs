@@ -4,12 +4,14 @@
 //! Entry points: [`binary`] (build the workspace's binaries once, then locate one; Cargo
 //! sets `CARGO_BIN_EXE_*` only inside the package that owns a binary), [`Process`]
 //! (a child started on port 0 that prints a `READY {json}` line, killed by PID on drop),
-//! [`Kubectl`], [`TestPki`] and [`eventually`]. The tests themselves live in `tests/`.
-//! What does not belong here: product logic. Tests talk to the product only through its
-//! binaries and network APIs.
+//! [`Kubectl`], [`TestPki`] and [`eventually`]; [`dnsprobe`] records a steady stream of
+//! DNS queries and judges every answer against the steady state. The tests themselves
+//! live in `tests/`. What does not belong here: product logic. Tests talk to the
+//! product only through its binaries and network APIs.
 
 #![allow(clippy::unwrap_used)]
 
+pub mod dnsprobe;
 pub mod echo;
 pub mod fedctl;
 pub mod federation;
@@ -35,7 +37,16 @@ fn bin_dir() -> PathBuf {
 
 /// Builds every binary of the workspace once per test process, then returns the path
 /// of `name`.
+///
+/// With `FEDINGRESS_TEST_BIN_DIR` set, nothing is built and the binaries are taken from
+/// that directory instead (to run the tests against binaries built elsewhere, e.g. a
+/// baseline to show that a test detects a bug).
 pub fn binary(name: &str) -> PathBuf {
+    if let Some(dir) = std::env::var_os("FEDINGRESS_TEST_BIN_DIR") {
+        let path = PathBuf::from(dir).join(name);
+        assert!(path.exists(), "binary {} does not exist", path.display());
+        return path;
+    }
     static BUILT: OnceLock<()> = OnceLock::new();
     BUILT.get_or_init(|| {
         let dir = bin_dir();
@@ -110,6 +121,28 @@ impl Process {
 
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// SIGSTOP: the process freezes (its sockets stay open, nothing is served or sent)
+    /// until [`Process::resume`]. Dropping a stopped process still kills it.
+    pub fn pause(&self) {
+        self.signal("STOP");
+    }
+
+    /// SIGCONT after [`Process::pause`].
+    pub fn resume(&self) {
+        self.signal("CONT");
+    }
+
+    fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{name}"), &self.child.id().to_string()])
+            .status();
+        assert!(
+            status.as_ref().is_ok_and(|s| s.success()),
+            "kill -{name} {}: {status:?}",
+            self.name
+        );
     }
 
     /// SIGKILL, and reap.

@@ -161,7 +161,13 @@ fn geo_answers_failover_events_and_explain() {
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
     let mut g = start(dir, 21, three_regions(21));
-    apply_ingress(dir, &g.k, "geo", 7000, "    strategy: {type: Geo}\n");
+    apply_ingress(
+        dir,
+        &g.k,
+        "geo",
+        7000,
+        "    strategy: {type: Geo}\n    failbackDelaySeconds: 5\n",
+    );
     g.wait_ready("geo");
 
     // Each region's clients get their nearest cluster, with the ECS scope of the table.
@@ -229,7 +235,23 @@ fn geo_answers_failover_events_and_explain() {
         described.contains("Events:") && described.contains("c1"),
         "{described}"
     );
+    // Back: only after it has been healthy for failbackDelaySeconds (5 s).
     g.echoes[0] = Some(Echo::start(g.specs[0].backend).unwrap());
+    eventually(WAIT, "c1 healthy again in status", || {
+        let out = g.k.ok(&["get", "federatedingress", "geo", "-o", "json"]);
+        let value: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let healthy = value["status"]["clusters"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c["name"] == "c1" && c["healthy"] == true);
+        if healthy { Ok(()) } else { Err(out) }
+    });
+    assert_eq!(
+        g.dig(&["geo.fedingress.test", "A", "+subnet=10.1.2.0/24"]),
+        [us.clone()],
+        "held out of answers until the failback delay has passed"
+    );
     g.wait_answer(
         "eu back on c1",
         &["geo.fedingress.test", "A", "+subnet=10.1.2.0/24"],

@@ -668,7 +668,7 @@ async fn start_all(
             .join(", ")
     ));
 
-    // 6. HTTP: served once the agents' HTTP data plane is there.
+    // 6. HTTP: echo-http on every cluster.
     let step = Step::start(Stream::Stdout, label("HTTP"), false);
     let settle = Instant::now() + Duration::from_secs(10);
     loop {
@@ -695,7 +695,7 @@ async fn start_all(
         let failed = entries.iter().find(|e| e.phase.as_str() == "Failed");
         if let Some(failed) = failed.filter(|_| Instant::now() >= settle) {
             step.warn(&format!(
-                "echo-http is not served: {} reports \"{}\" (the agents' HTTP data plane is not in this build yet); TCP and UDP are unaffected",
+                "echo-http is not served: {} reports \"{}\"; TCP and UDP are unaffected",
                 failed.name, failed.message
             ));
             return Ok(false);

@@ -133,7 +133,13 @@ impl Gslb {
             Snapshot::build(&self.zones, self.serial, &owned, self.locator.clone());
         self.server.swap(Arc::new(snapshot));
         let build_time = started.elapsed();
-        tracing::debug!(serial = self.serial, ingresses = routed.len(), changed = changed.len(), build_ms = build_time.as_secs_f64() * 1000.0, "DNS snapshot rebuilt");
+        tracing::debug!(
+            serial = self.serial,
+            ingresses = routed.len(),
+            changed = changed.len(),
+            build_ms = build_time.as_secs_f64() * 1000.0,
+            "DNS snapshot rebuilt"
+        );
         let mut by_ingress: HashMap<String, Vec<String>> = HashMap::new();
         for problem in problems {
             by_ingress

@@ -176,9 +176,8 @@ mod tests {
     #[tokio::test]
     async fn saves_loads_and_deletes() {
         let dir = tempfile::tempdir().unwrap();
-        let store: Arc<dyn Store> = Arc::new(
-            RedbStore::open(&dir.path().join("s.redb"), RedbOptions::default()).unwrap(),
-        );
+        let store: Arc<dyn Store> =
+            Arc::new(RedbStore::open(&dir.path().join("s.redb"), RedbOptions::default()).unwrap());
         let routing = RoutingStore::new(store);
         let key = IngressKey::new("default", "echo");
         let mut state = IngressRouting::default();

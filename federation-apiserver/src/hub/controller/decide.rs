@@ -269,7 +269,11 @@ fn ingress_outcome(
     let candidates: BTreeSet<&str> = placed
         .iter()
         .map(String::as_str)
-        .chain(previous.iter().flat_map(|p| p.clusters.keys().map(String::as_str)))
+        .chain(
+            previous
+                .iter()
+                .flat_map(|p| p.clusters.keys().map(String::as_str)),
+        )
         .collect();
     for cluster in candidates {
         if !world.clusters.contains_key(cluster) {
@@ -282,7 +286,15 @@ fn ingress_outcome(
         }
     }
     let mut status = ingress.status.clone().unwrap_or_default();
-    ingress_status(world, key, ingress, placed, conflicts, &routing, &mut status);
+    ingress_status(
+        world,
+        key,
+        ingress,
+        placed,
+        conflicts,
+        &routing,
+        &mut status,
+    );
     let mut routed = routed_ingress(world, key, ingress, conflicts, &routing, now_ms);
     if let Some(routed) = &mut routed {
         let previous_failover = previous.map(|p| p.failover.clone()).unwrap_or_default();

@@ -32,7 +32,9 @@ use std::time::{Duration, Instant};
 
 use fedingress_api::conflict::Conflict;
 use fedingress_api::plan::IngressKey;
-use fedingress_api::{Cluster, ClusterStatus, FederatedIngress, FederatedIngressStatus, Resource, Time};
+use fedingress_api::{
+    Cluster, ClusterStatus, FederatedIngress, FederatedIngressStatus, Resource, Time,
+};
 use fedingress_dns::RoutedIngress;
 use fedingress_store::StoreError;
 use futures_util::{StreamExt, stream};
@@ -206,7 +208,9 @@ impl Controller {
         let observed = self.cache.apply(event);
         for gone in observed.deleted_clusters {
             match self.tokens.revoke_all(&gone).await {
-                Ok(n) => tracing::info!(cluster = %gone, tokens = n, "cluster deleted: tokens revoked"),
+                Ok(n) => {
+                    tracing::info!(cluster = %gone, tokens = n, "cluster deleted: tokens revoked")
+                }
                 Err(e) => {
                     tracing::warn!(cluster = %gone, error = %e, "revoking tokens of a deleted cluster failed")
                 }
@@ -365,7 +369,10 @@ impl Controller {
                 None if self.routing.remove(&key).is_some() => saves.push((key.clone(), None)),
                 _ => {}
             }
-            match routing.as_ref().and_then(|r| self.timer_of(&key, r, now_ms)) {
+            match routing
+                .as_ref()
+                .and_then(|r| self.timer_of(&key, r, now_ms))
+            {
                 Some(at) => self.timers.insert(key.clone(), at),
                 None => self.timers.remove(&key),
             };

@@ -78,7 +78,11 @@ pub fn serving(
         .filter(|a| !a.is_empty())
         .or_else(|| previous.map(|p| p.addresses.clone()))
         .filter(|a| !a.is_empty())
-        .or_else(|| agent.and_then(|a| a.report.as_ref()).map(|r| r.addresses.clone()))
+        .or_else(|| {
+            agent
+                .and_then(|a| a.report.as_ref())
+                .map(|r| r.addresses.clone())
+        })
         .unwrap_or_default();
     let healthy = match knowledge {
         AgentKnowledge::Connected(agent) => match report {
@@ -288,17 +292,42 @@ mod tests {
         let t = traffic(30);
         let first = serving(&key(), &t, AgentKnowledge::Connected(&up), None, 0).unwrap();
         assert!(first.routable(0), "first health is not a recovery");
-        let failed =
-            serving(&key(), &t, AgentKnowledge::Connected(&down), Some(&first), 1_000).unwrap();
+        let failed = serving(
+            &key(),
+            &t,
+            AgentKnowledge::Connected(&down),
+            Some(&first),
+            1_000,
+        )
+        .unwrap();
         assert!(!failed.routable(1_000));
-        let back =
-            serving(&key(), &t, AgentKnowledge::Connected(&up), Some(&failed), 2_000).unwrap();
+        let back = serving(
+            &key(),
+            &t,
+            AgentKnowledge::Connected(&up),
+            Some(&failed),
+            2_000,
+        )
+        .unwrap();
         assert_eq!(back.held_until_ms, Some(32_000));
         assert!(!back.routable(31_999));
-        let later =
-            serving(&key(), &t, AgentKnowledge::Connected(&up), Some(&back), 10_000).unwrap();
+        let later = serving(
+            &key(),
+            &t,
+            AgentKnowledge::Connected(&up),
+            Some(&back),
+            10_000,
+        )
+        .unwrap();
         assert_eq!(later.held_until_ms, Some(32_000));
-        let done = serving(&key(), &t, AgentKnowledge::Connected(&up), Some(&later), 32_000).unwrap();
+        let done = serving(
+            &key(),
+            &t,
+            AgentKnowledge::Connected(&up),
+            Some(&later),
+            32_000,
+        )
+        .unwrap();
         assert!(done.routable(32_000));
         assert_eq!(done.held_until_ms, None);
     }

@@ -196,8 +196,14 @@ fn both_healthy() -> BTreeMap<String, bool> {
 #[test]
 fn a_pending_generation_keeps_routing_on_the_previous_one() {
     let mut f = Fixture::new().with_ingress(ingress("echo", 1, "NoData"));
-    f.agents.insert("eu-west".into(), agent("127.0.0.11", &[("echo", 1)], 1, true));
-    f.agents.insert("us-east".into(), agent("127.0.0.12", &[("echo", 1)], 1, true));
+    f.agents.insert(
+        "eu-west".into(),
+        agent("127.0.0.11", &[("echo", 1)], 1, true),
+    );
+    f.agents.insert(
+        "us-east".into(),
+        agent("127.0.0.12", &[("echo", 1)], 1, true),
+    );
     f.step();
     // A spec edit: generation 2, not applied anywhere yet.
     f.ingresses.insert(key("echo"), {
@@ -220,24 +226,42 @@ fn a_pending_generation_keeps_routing_on_the_previous_one() {
 #[test]
 fn a_cluster_that_never_applied_the_share_is_never_answered() {
     let mut f = Fixture::new().with_ingress(ingress("echo", 1, "ServeAll"));
-    f.agents.insert("eu-west".into(), agent("127.0.0.11", &[("echo", 1)], 0, true));
-    f.agents.insert("us-east".into(), agent("127.0.0.12", &[], 1, true));
+    f.agents.insert(
+        "eu-west".into(),
+        agent("127.0.0.11", &[("echo", 1)], 0, true),
+    );
+    f.agents
+        .insert("us-east".into(), agent("127.0.0.12", &[], 1, true));
     let pass = f.step();
     let routed = pass.ingresses[&key("echo")].routed.as_ref().unwrap();
     let names: Vec<&str> = routed.clusters.iter().map(|c| c.name.as_str()).collect();
     assert_eq!(names, ["eu-west"], "us-east never applied echo");
     // And a brand-new ingress that nobody applied has no cluster at all.
     let mut f = Fixture::new().with_ingress(ingress("fresh", 1, "ServeAll"));
-    f.agents.insert("eu-west".into(), agent("127.0.0.11", &[], 1, true));
+    f.agents
+        .insert("eu-west".into(), agent("127.0.0.11", &[], 1, true));
     let pass = f.step();
-    assert!(pass.ingresses[&key("fresh")].routed.as_ref().unwrap().clusters.is_empty());
+    assert!(
+        pass.ingresses[&key("fresh")]
+            .routed
+            .as_ref()
+            .unwrap()
+            .clusters
+            .is_empty()
+    );
 }
 
 #[test]
 fn after_a_restart_routing_comes_from_the_persisted_state_until_the_lease_passes() {
     let mut f = Fixture::new().with_ingress(ingress("echo", 3, "NoData"));
-    f.agents.insert("eu-west".into(), agent("127.0.0.11", &[("echo", 3)], 1, true));
-    f.agents.insert("us-east".into(), agent("127.0.0.12", &[("echo", 3)], 1, true));
+    f.agents.insert(
+        "eu-west".into(),
+        agent("127.0.0.11", &[("echo", 3)], 1, true),
+    );
+    f.agents.insert(
+        "us-east".into(),
+        agent("127.0.0.12", &[("echo", 3)], 1, true),
+    );
     f.step();
     let persisted = f.routing.clone();
     let stored = f.ingresses[&key("echo")].status.clone();
@@ -253,30 +277,52 @@ fn after_a_restart_routing_comes_from_the_persisted_state_until_the_lease_passes
         stored.unwrap().clusters,
         "stored status stands while restoring"
     );
-    assert!(pass.cluster_statuses.is_empty(), "no cluster goes offline while restoring");
+    assert!(
+        pass.cluster_statuses.is_empty(),
+        "no cluster goes offline while restoring"
+    );
 
     // One agent came back; the other did not within the lease.
     restarted.restoring = false;
-    restarted
-        .agents
-        .insert("eu-west".into(), agent("127.0.0.11", &[("echo", 3)], 1, true));
+    restarted.agents.insert(
+        "eu-west".into(),
+        agent("127.0.0.11", &[("echo", 3)], 1, true),
+    );
     let pass = restarted.step();
     let health = routed_health(&pass, "echo");
     assert_eq!(health["eu-west"], true);
-    assert_eq!(health["us-east"], false, "offline, still a ServeAll candidate");
+    assert_eq!(
+        health["us-east"], false,
+        "offline, still a ServeAll candidate"
+    );
 }
 
 #[test]
 fn a_recovered_cluster_waits_for_the_failback_delay() {
     let mut f = Fixture::new().with_ingress(ingress("echo", 1, "ServeAll"));
-    f.agents.insert("eu-west".into(), agent("127.0.0.11", &[("echo", 1)], 1, true));
-    f.agents.insert("us-east".into(), agent("127.0.0.12", &[("echo", 1)], 1, true));
+    f.agents.insert(
+        "eu-west".into(),
+        agent("127.0.0.11", &[("echo", 1)], 1, true),
+    );
+    f.agents.insert(
+        "us-east".into(),
+        agent("127.0.0.12", &[("echo", 1)], 1, true),
+    );
     f.step();
-    f.agents.insert("eu-west".into(), agent("127.0.0.11", &[("echo", 1)], 0, true));
+    f.agents.insert(
+        "eu-west".into(),
+        agent("127.0.0.11", &[("echo", 1)], 0, true),
+    );
     assert!(!routed_health(&f.step(), "echo")["eu-west"]);
-    f.agents.insert("eu-west".into(), agent("127.0.0.11", &[("echo", 1)], 1, true));
+    f.agents.insert(
+        "eu-west".into(),
+        agent("127.0.0.11", &[("echo", 1)], 1, true),
+    );
     f.now = at(T0 + 1_000);
-    assert!(!routed_health(&f.step(), "echo")["eu-west"], "held for 30 s");
+    assert!(
+        !routed_health(&f.step(), "echo")["eu-west"],
+        "held for 30 s"
+    );
     f.now = at(T0 + 31_000);
     assert!(routed_health(&f.step(), "echo")["eu-west"]);
 }
@@ -286,8 +332,10 @@ fn only_dirty_ingresses_are_recomputed() {
     let mut f = Fixture::new()
         .with_ingress(ingress("a", 1, "ServeAll"))
         .with_ingress(ingress("b", 1, "ServeAll"));
-    f.agents.insert("eu-west".into(), agent("127.0.0.11", &[("a", 1)], 1, true));
-    f.agents.insert("us-east".into(), agent("127.0.0.12", &[("b", 1)], 1, true));
+    f.agents
+        .insert("eu-west".into(), agent("127.0.0.11", &[("a", 1)], 1, true));
+    f.agents
+        .insert("us-east".into(), agent("127.0.0.12", &[("b", 1)], 1, true));
     f.step();
     let pass = f.decide(&Dirty {
         ingresses: [key("a")].into(),
@@ -309,7 +357,10 @@ fn only_dirty_ingresses_are_recomputed() {
 #[test]
 fn a_deleted_ingress_loses_its_routing_state() {
     let mut f = Fixture::new().with_ingress(ingress("echo", 1, "ServeAll"));
-    f.agents.insert("eu-west".into(), agent("127.0.0.11", &[("echo", 1)], 1, true));
+    f.agents.insert(
+        "eu-west".into(),
+        agent("127.0.0.11", &[("echo", 1)], 1, true),
+    );
     f.step();
     f.ingresses.clear();
     let pass = f.decide(&Dirty {
