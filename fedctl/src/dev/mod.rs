@@ -990,11 +990,28 @@ async fn backend(dir: &Path, cluster: &str, start: bool) -> anyhow::Result<()> {
         println!("The echo backend of {cluster} is not running.");
     }
 
-    // Wait until the DNS answers for the cluster's own region reflect it.
+    // Wait until the DNS answers for the cluster's own region reflect it: a recovered
+    // cluster comes back only after failbackDelaySeconds.
     let own = cluster_ip(state.block, index);
     let client = region_client(m);
+    let delay = if start {
+        let value = api
+            .get(&ingress_path(Some("default"), Some("echo")), &[])
+            .await?;
+        let ingress: FederatedIngress = decode(&value, "echo")?;
+        let seconds = u64::try_from(ingress.spec.traffic.failback_delay_seconds).unwrap_or(0);
+        if seconds > 0 {
+            println!(
+                "{cluster} is answered again once it has been healthy for failbackDelaySeconds ({seconds} s)."
+            );
+        }
+        Duration::from_secs(seconds)
+    } else {
+        Duration::ZERO
+    };
     let step = Step::start(Stream::Stdout, "DNS:", false);
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let wait = Duration::from_secs(30) + delay;
+    let deadline = Instant::now() + wait;
     loop {
         let records = explain_records(&api, "echo", &client)
             .await
@@ -1017,7 +1034,8 @@ async fn backend(dir: &Path, cluster: &str, start: bool) -> anyhow::Result<()> {
         if Instant::now() >= deadline {
             step.fail("");
             bail!(
-                "DNS did not change within 30s (clients in {} get {records:?})",
+                "DNS did not change within {}s (clients in {} get {records:?})",
+                wait.as_secs(),
                 m.region
             );
         }
