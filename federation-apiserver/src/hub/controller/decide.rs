@@ -126,7 +126,14 @@ pub fn decide(world: &World<'_>, dirty: &Dirty) -> Pass {
     // Placement of changed ingresses (and of all when clusters changed).
     let cluster_list: Vec<Cluster> = world.clusters.values().cloned().collect();
     let mut touched: BTreeSet<IngressKey> = if dirty.all {
-        world.ingresses.keys().cloned().collect()
+        // Routing state of ingresses deleted while the hub was down goes too.
+        world
+            .ingresses
+            .keys()
+            .chain(world.routing.keys())
+            .chain(world.placements.keys())
+            .cloned()
+            .collect()
     } else {
         dirty.ingresses.clone()
     };

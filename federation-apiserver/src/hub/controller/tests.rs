@@ -372,3 +372,12 @@ fn a_deleted_ingress_loses_its_routing_state() {
     assert!(pass.plans.unwrap().values().all(|p| p.ingresses.is_empty()));
     let _ = Serving::default();
 }
+
+#[test]
+fn routing_state_of_an_ingress_deleted_while_the_hub_was_down_is_dropped() {
+    let mut f = Fixture::new();
+    f.routing.insert(key("gone"), IngressRouting::default());
+    f.restoring = true;
+    let pass = f.step();
+    assert_eq!(pass.ingresses[&key("gone")].routing, None);
+}
