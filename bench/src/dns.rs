@@ -5,7 +5,7 @@
 //!
 //! Our side: the release `federation-apiserver` with a `dns:` section (one zone, a
 //! 3-region location table), three Clusters, and three **simulated agents** in this
-//! process speaking the real protocol over real gRPC (Hello with the token, an Ack of
+//! process (`fedingress_bench::sim_agent`, set up by `dnscommon::GeoFleet`) speaking the real protocol over real gRPC (Hello with the token, an Ack of
 //! every plan, a Report with every share applied, its backends ready and the cluster's
 //! address), so every ingress is healthy on every cluster and Geo answers the nearest.
 //!
@@ -16,26 +16,18 @@
 mod dnscommon;
 
 use std::collections::BTreeMap;
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use dnscommon::{DnsHub, REGIONS, TYPE_A, ZONE, ask, query, region_client};
-use fedingress_bench::{Api, CpuWindow, GROUP_PATH, HubTiming, Proc, sibling, today};
-use fedingress_proto::convert::{agent_to_pb, hub_from_pb};
-use fedingress_proto::pb;
-use fedingress_proto::pb::agent_gateway_client::AgentGatewayClient;
-use fedingress_proto::{AgentToHub, Hello, HubToAgent};
-use futures_util::StreamExt;
-use serde_json::json;
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::{Channel, Endpoint};
+use dnscommon::{
+    CLUSTER_IPS, DEPLOY_TIMING, DnsHub, GeoFleet, REGIONS, TYPE_A, ZONE, ask, dig, knot_version,
+    name, query, region_client, start_knot, wait_answers, which, zone_file,
+};
+use fedingress_bench::{CpuWindow, Proc, sibling, today};
 
 #[derive(Parser)]
 #[command(about = "DNS qps: our Geo GSLB vs Knot (static) vs PowerDNS (LUA ifportup)")]
@@ -75,308 +67,14 @@ struct Args {
     apiserver: Option<PathBuf>,
 }
 
-const NS: &str = "bench";
 const HUB_IP: &str = "127.0.0.1";
-/// Addresses the clusters' agents report (never bound: only answered).
-const CLUSTER_IPS: [Ipv4Addr; 3] = [
-    Ipv4Addr::new(127, 0, 91, 11),
-    Ipv4Addr::new(127, 0, 91, 12),
-    Ipv4Addr::new(127, 0, 91, 13),
-];
 /// Knot and PowerDNS ports on 127.0.0.1.
 const KNOT_PORT: u16 = 15391;
 const PDNS_PORT: u16 = 15392;
 /// The port PowerDNS's `ifportup` checks on the three cluster addresses (bound here).
 const CHECK_PORT: u16 = 19053;
-const TTL: u32 = 30;
-
-fn name(i: usize) -> String {
-    format!("g{i:04}.{ZONE}")
-}
-
-// --- simulated agents ------------------------------------------------------------
-
-#[derive(Default)]
-struct AgentStats {
-    sessions: AtomicUsize,
-    errors: AtomicUsize,
-    plans: AtomicUsize,
-    reports: AtomicUsize,
-}
-
-/// One simulated agent: sessions until aborted, reconnecting after an error.
-async fn agent(
-    channel: Channel,
-    cluster: String,
-    token: String,
-    ip: Ipv4Addr,
-    stats: Arc<AgentStats>,
-) {
-    loop {
-        if let Err(e) = session(&channel, &cluster, &token, ip, &stats).await {
-            if stats.errors.fetch_add(1, Ordering::Relaxed) < 5 {
-                eprintln!("agent {cluster}: session ended: {e:#} (reconnecting)");
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-    }
-}
-
-fn ip_address(ip: Ipv4Addr) -> pb::Address {
-    pb::Address {
-        kind: Some(pb::address::Kind::Ip(ip.to_string())),
-    }
-}
-
-/// A report saying every share of `plan` (key → generation) is applied, its `echo:9000`
-/// backend has 1 of 1 endpoints ready, and the cluster's address is `ip`.
-fn report(plan: &BTreeMap<(String, String), i64>, ip: Ipv4Addr) -> pb::AgentMessage {
-    let ingresses = plan
-        .iter()
-        .map(|((namespace, name), generation)| pb::IngressReport {
-            key: Some(pb::IngressKey {
-                namespace: namespace.clone(),
-                name: name.clone(),
-            }),
-            applied_generation: *generation,
-            addresses: vec![ip_address(ip)],
-            backends: vec![pb::BackendHealth {
-                service: "echo".into(),
-                port: 9000,
-                ready: 1,
-                total: 1,
-            }],
-            listeners: Vec::new(),
-            rule_errors: Vec::new(),
-        })
-        .collect();
-    pb::AgentMessage {
-        kind: Some(pb::agent_message::Kind::Report(pb::Report {
-            ingresses,
-            addresses: vec![ip_address(ip)],
-            requests_per_second: 0.0,
-            active_connections: 0,
-        })),
-    }
-}
-
-async fn session(
-    channel: &Channel,
-    cluster: &str,
-    token: &str,
-    ip: Ipv4Addr,
-    stats: &AgentStats,
-) -> anyhow::Result<()> {
-    let (tx, rx) = mpsc::channel(64);
-    tx.send(agent_to_pb(&AgentToHub::Hello(Hello {
-        cluster: cluster.to_string(),
-        token: token.to_string(),
-        agent_version: "dns-bench".into(),
-        driver: "bench".into(),
-        capabilities: vec!["TCP".into(), "UDP".into()],
-        applied_version: 0,
-        applied_digest: String::new(),
-    })))
-    .await?;
-    let mut client = AgentGatewayClient::new(channel.clone());
-    let mut inbound = client.connect(ReceiverStream::new(rx)).await?.into_inner();
-    let first = inbound
-        .message()
-        .await?
-        .context("stream closed before Welcome")?;
-    let HubToAgent::Welcome {
-        heartbeat_interval_ms,
-        ..
-    } = hub_from_pb(first)?
-    else {
-        bail!("the first hub message is not a Welcome");
-    };
-    stats.sessions.fetch_add(1, Ordering::Relaxed);
-    let period = Duration::from_millis(u64::from(heartbeat_interval_ms));
-    let mut heartbeats = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-    // Reports are coalesced: at most one per 100 ms, after a plan changed.
-    let mut reports = tokio::time::interval(Duration::from_millis(100));
-    let mut plan: BTreeMap<(String, String), i64> = BTreeMap::new();
-    let mut dirty = true;
-    loop {
-        tokio::select! {
-            message = inbound.message() => {
-                let message = message?.context("the hub closed the stream")?;
-                let version = match hub_from_pb(message)? {
-                    HubToAgent::Snapshot { version, plan: full, .. } => {
-                        plan = full
-                            .ingresses
-                            .values()
-                            .map(|s| ((s.key.namespace.clone(), s.key.name.clone()), s.generation))
-                            .collect();
-                        version
-                    }
-                    HubToAgent::Delta { version, delta, .. } => {
-                        for key in &delta.deletes {
-                            plan.remove(&(key.namespace.clone(), key.name.clone()));
-                        }
-                        for s in &delta.upserts {
-                            plan.insert((s.key.namespace.clone(), s.key.name.clone()), s.generation);
-                        }
-                        version
-                    }
-                    HubToAgent::Welcome { .. } | HubToAgent::Ping => continue,
-                };
-                stats.plans.fetch_add(1, Ordering::Relaxed);
-                tx.send(agent_to_pb(&AgentToHub::Ack { version })).await?;
-                dirty = true;
-            }
-            _ = reports.tick() => {
-                if dirty {
-                    dirty = false;
-                    stats.reports.fetch_add(1, Ordering::Relaxed);
-                    tx.send(report(&plan, ip)).await?;
-                }
-            }
-            _ = heartbeats.tick() => {
-                tx.send(agent_to_pb(&AgentToHub::Heartbeat)).await?;
-            }
-        }
-    }
-}
-
-// --- answers -------------------------------------------------------------------------
-
-/// Which (name, ECS region or none) queries do not get the expected answer yet: with ECS
-/// from region r the cluster of region r, without ECS (127.0.0.1: the default location,
-/// Europe) c1. Not `geo` (Knot, PowerDNS): exactly one of the three cluster addresses.
-async fn wrong_answers(
-    server: SocketAddr,
-    n: usize,
-    with_ecs: bool,
-    geo: bool,
-) -> anyhow::Result<(usize, String)> {
-    let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await?;
-    let mut wrong = 0;
-    let mut example = String::new();
-    let mut id: u16 = 1;
-    let cases: Vec<Option<usize>> = if with_ecs {
-        vec![None, Some(0), Some(1), Some(2)]
-    } else {
-        vec![None]
-    };
-    for i in 0..n {
-        for case in &cases {
-            id = id.wrapping_add(1);
-            let ecs = case.map(|r| region_client(REGIONS[r].1, i));
-            let packet = query(id, &name(i), TYPE_A, ecs);
-            let answer = ask(&socket, server, &packet, Duration::from_secs(1)).await;
-            let ok = match &answer {
-                Ok(r) if r.rcode == 0 && r.a.len() == 1 => {
-                    if geo {
-                        r.a[0] == CLUSTER_IPS[case.unwrap_or(0)]
-                    } else {
-                        CLUSTER_IPS.contains(&r.a[0])
-                    }
-                }
-                _ => false,
-            };
-            if !ok {
-                wrong += 1;
-                if example.is_empty() {
-                    example = format!("{} ecs {ecs:?}: {answer:?}", name(i));
-                }
-            }
-        }
-    }
-    Ok((wrong, example))
-}
-
-async fn wait_answers(
-    what: &str,
-    server: SocketAddr,
-    n: usize,
-    with_ecs: bool,
-    geo: bool,
-    timeout: Duration,
-) -> anyhow::Result<()> {
-    let started = Instant::now();
-    loop {
-        let (wrong, example) = wrong_answers(server, n, with_ecs, geo).await?;
-        if wrong == 0 {
-            println!(
-                "{what}: all {n} names answer as expected{} ({:.1} s)",
-                if with_ecs {
-                    " without ECS and with ECS from each of the 3 regions"
-                } else {
-                    ""
-                },
-                started.elapsed().as_secs_f64()
-            );
-            return Ok(());
-        }
-        if started.elapsed() > timeout {
-            bail!(
-                "{what}: {wrong} queries still answered wrongly after {timeout:?}, e.g. {example}"
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
-
-fn dig(server: SocketAddr, args: &[&str]) -> String {
-    Command::new("dig")
-        .arg(format!("@{}", server.ip()))
-        .args([
-            "-p",
-            &server.port().to_string(),
-            "+short",
-            "+time=2",
-            "+tries=1",
-        ])
-        .args(args)
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().replace('\n', " "))
-        .unwrap_or_else(|e| format!("(dig failed: {e})"))
-}
 
 // --- Knot and PowerDNS -----------------------------------------------------------------
-
-fn zone_file(n: usize, record: impl Fn(usize) -> String) -> String {
-    let mut text = format!(
-        "$ORIGIN {ZONE}.\n$TTL {TTL}\n@ IN SOA ns1.{ZONE}. hostmaster.{ZONE}. 1 3600 600 86400 30\n@ IN NS ns1.{ZONE}.\nns1 IN A 127.0.0.1\n"
-    );
-    for i in 0..n {
-        text.push_str(&format!("g{i:04} IN {}\n", record(i)));
-    }
-    text
-}
-
-fn which(program: &str) -> Option<PathBuf> {
-    let out = Command::new("sh")
-        .args(["-c", &format!("command -v {program}")])
-        .output()
-        .ok()?;
-    let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    (!path.is_empty()).then(|| PathBuf::from(path))
-}
-
-/// knotd with its own config in `dir`, the names as static A records (c1's address,
-/// the answer our server gives clients without ECS), on 127.0.0.1:KNOT_PORT.
-fn start_knot(dir: &Path, n: usize) -> anyhow::Result<Proc> {
-    let knotd = which("knotd").context("knotd not found (apt-get install -y knot)")?;
-    std::fs::create_dir_all(dir.join("db"))?;
-    std::fs::write(
-        dir.join(format!("{ZONE}.zone")),
-        zone_file(n, |_| format!("A {}", CLUSTER_IPS[0])),
-    )?;
-    let config = dir.join("knot.conf");
-    std::fs::write(
-        &config,
-        format!(
-            "server:\n    listen: 127.0.0.1@{KNOT_PORT}\n    rundir: \"{d}\"\n    pidfile: \"{d}/knot.pid\"\ncontrol:\n    listen: \"{d}/knot.sock\"\ndatabase:\n    storage: \"{d}/db\"\nlog:\n  - target: stderr\n    any: warning\ntemplate:\n  - id: default\n    storage: \"{d}\"\n    file: \"%s.zone\"\n    zonefile-sync: -1\n    journal-content: none\nzone:\n  - domain: {ZONE}\n",
-            d = dir.display()
-        ),
-    )?;
-    let mut command = Command::new(knotd);
-    command.arg("-c").arg(&config);
-    Proc::start_plain(command, "knotd")
-}
 
 /// pdns_server (bind backend) with the names as LUA records
 /// `ifportup(CHECK_PORT, {c1, c2, c3})`, `enable-lua-records=<lua>`, on
@@ -581,13 +279,11 @@ async fn main() -> anyhow::Result<()> {
     let hub = DnsHub::start(
         &binary,
         HUB_IP,
-        HubTiming {
-            heartbeat_ms: 2000,
-            lease_ms: 6000,
-        },
+        DEPLOY_TIMING,
         // error only: with 1,000 ingresses the controller logs a warning per event it
         // fails to record (see docs/benchmarks.md).
         "error",
+        None,
     )
     .await?;
     let mut others: Vec<Proc> = Vec::new();
@@ -601,7 +297,6 @@ async fn main() -> anyhow::Result<()> {
 
 async fn run(args: &Args, hub: &DnsHub, others: &mut Vec<Proc>) -> anyhow::Result<()> {
     let n = args.ingresses;
-    let api = Api::new(&hub.api)?;
     println!(
         "dns-bench {}: federation-apiserver pid {}, api {}, agent gateway {}, DNS {}",
         today(),
@@ -611,75 +306,7 @@ async fn run(args: &Args, hub: &DnsHub, others: &mut Vec<Proc>) -> anyhow::Resul
         hub.dns
     );
 
-    // Clusters, tokens, simulated agents.
-    let mut agents = Vec::new();
-    let stats = Arc::new(AgentStats::default());
-    let endpoint = Endpoint::from_shared(format!("http://{}", hub.agent))?
-        .tcp_nodelay(true)
-        .connect_timeout(Duration::from_secs(10));
-    for (c, (region, _, lat, lon)) in REGIONS.iter().enumerate() {
-        let cluster = format!("c{}", c + 1);
-        api.create_cluster(&cluster, region, *lat, *lon).await?;
-        let token = api.issue_token(&cluster).await?;
-        let channel = endpoint.connect().await?;
-        agents.push(tokio::spawn(agent(
-            channel,
-            cluster,
-            token,
-            CLUSTER_IPS[c],
-            stats.clone(),
-        )));
-    }
-
-    // The ingresses, 16 requests at a time.
-    let started = Instant::now();
-    let created: Vec<anyhow::Result<()>> = futures_util::stream::iter(0..n)
-        .map(|i| {
-            let api = api.clone();
-            async move {
-                let body = json!({
-                    "apiVersion": "fedingress.io/v1alpha1",
-                    "kind": "FederatedIngress",
-                    "metadata": {"name": format!("g{i:04}")},
-                    "spec": {
-                        "rules": [{"protocol": "TCP", "port": 20000 + i, "backend": {"service": "echo", "port": 9000}}],
-                        "traffic": {"dnsName": name(i), "ttl": TTL, "strategy": {"type": "Geo"}}
-                    }
-                });
-                api.post(
-                    &format!("{GROUP_PATH}/namespaces/{NS}/federatedingresses"),
-                    Some(&body),
-                )
-                .await?;
-                Ok(())
-            }
-        })
-        .buffer_unordered(16)
-        .collect()
-        .await;
-    created.into_iter().collect::<anyhow::Result<Vec<()>>>()?;
-    println!(
-        "created 3 Clusters (europe-west1, us-east1, asia-south1) with simulated agents and {n} FederatedIngresses (Geo, TTL {TTL}) in {:.2} s",
-        started.elapsed().as_secs_f64()
-    );
-    wait_answers(
-        "our server",
-        hub.dns,
-        n,
-        true,
-        true,
-        Duration::from_secs(180),
-    )
-    .await?;
-    println!(
-        "  dig {} A +subnet=10.2.0.0/24 -> {}; agents: {} sessions, {} plans acked, {} reports sent, {} session errors",
-        name(n / 2),
-        dig(hub.dns, &[&name(n / 2), "A", "+subnet=10.2.0.0/24"]),
-        stats.sessions.load(Ordering::Relaxed),
-        stats.plans.load(Ordering::Relaxed),
-        stats.reports.load(Ordering::Relaxed),
-        stats.errors.load(Ordering::Relaxed)
-    );
+    let fleet = GeoFleet::create(hub, n).await?;
 
     // Query files.
     let dir = tempfile::tempdir()?;
@@ -734,18 +361,14 @@ async fn run(args: &Args, hub: &DnsHub, others: &mut Vec<Proc>) -> anyhow::Resul
     if !args.no_knot {
         let knot_dir = dir.path().join("knot");
         std::fs::create_dir_all(&knot_dir)?;
-        let knot = start_knot(&knot_dir, n)?;
+        let knot = start_knot(&knot_dir, n, KNOT_PORT, None)?;
         let pid = knot.pid;
         others.push(knot);
         let addr: SocketAddr = format!("127.0.0.1:{KNOT_PORT}").parse()?;
         wait_answers("knot", addr, n, false, false, Duration::from_secs(30)).await?;
         println!(
             "  knotd pid {pid} on {addr}: {}, static A records; dig {} A -> {}",
-            Command::new("knotd")
-                .arg("--version")
-                .output()
-                .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-                .unwrap_or_default(),
+            knot_version(),
             name(n / 2),
             dig(addr, &[&name(n / 2), "A"])
         );
@@ -902,13 +525,6 @@ async fn run(args: &Args, hub: &DnsHub, others: &mut Vec<Proc>) -> anyhow::Resul
             );
         }
     }
-    println!(
-        "agents at the end: {} sessions, {} session errors",
-        stats.sessions.load(Ordering::Relaxed),
-        stats.errors.load(Ordering::Relaxed)
-    );
-    for task in agents {
-        task.abort();
-    }
+    println!("agents at the end: {}", fleet.agent_summary());
     Ok(())
 }

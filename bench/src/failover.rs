@@ -19,10 +19,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use dnscommon::{DnsHub, REGIONS, Response, TYPE_A, ZONE, ask, query, region_client};
-use fedingress_bench::{
-    Agent, AgentSpec, Api, Echo, GROUP_PATH, HubTiming, ms, sibling, summary, today,
+use dnscommon::{
+    DEPLOY_TIMING, DnsHub, REGIONS, Response, TYPE_A, ZONE, ask, query, region_client,
 };
+use fedingress_bench::{Agent, AgentSpec, Api, Echo, GROUP_PATH, ms, sibling, summary, today};
 use serde_json::json;
 
 #[derive(Parser)]
@@ -139,16 +139,7 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let apiserver = sibling(args.apiserver.clone(), "federation-apiserver")?;
     let agent_binary = sibling(args.agent.clone(), "cluster-agent")?;
-    let hub = DnsHub::start(
-        &apiserver,
-        HUB_IP,
-        HubTiming {
-            heartbeat_ms: 2000,
-            lease_ms: 6000,
-        },
-        "warn",
-    )
-    .await?;
+    let hub = DnsHub::start(&apiserver, HUB_IP, DEPLOY_TIMING, "warn", None).await?;
     let mut agents = Vec::new();
     let result = run(&args, &hub, &agent_binary, &mut agents).await;
     for agent in agents {

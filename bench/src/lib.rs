@@ -3,6 +3,10 @@
 //! in-process echo backend, and the statistics and `/proc` readings the benches print.
 //!
 //! Benchmarks print numbers; they assert nothing about timing.
+//!
+//! Modules: [`sim_agent`], a simulated cluster agent on the real protocol.
+
+pub mod sim_agent;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

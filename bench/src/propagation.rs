@@ -1,9 +1,13 @@
 //! propagation-bench: how fast a FederatedIngress reaches N connected cluster agents, how
-//! fast its status says Propagated=True, and what N idle agents cost the hub.
+//! fast its status says Propagated=True, and what N idle agents cost the hub, optionally
+//! on top of a population of M FederatedIngresses already placed on every cluster
+//! (`--preload M`). `--cold-start K` measures instead how long K FederatedIngresses,
+//! created at once, take to reach every agent and to show Propagated=True.
 //!
 //! The N agents are simulated in this process: each speaks the real agent protocol over
-//! real gRPC on loopback (Hello, Ack of every Snapshot/Delta at once, a Heartbeat every
-//! Welcome interval), without serving anything.
+//! real gRPC on loopback (Hello through `fedingress_bench::sim_agent::Session`, Ack of
+//! every Snapshot/Delta at once, a Heartbeat every Welcome interval), without serving
+//! anything.
 //!
 //! Run: `cargo build --release --bins && target/release/propagation-bench --clusters 100`
 //! (see docs/benchmarks.md). It prints numbers; it asserts nothing.
@@ -16,17 +20,16 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Parser;
+use fedingress_bench::sim_agent::Session;
 use fedingress_bench::{
     Api, Apiserver, CpuWindow, GROUP_PATH, HubTiming, ingress, ms, percentile, rss_mib, sibling,
     summary, today,
 };
 use fedingress_proto::convert::{agent_to_pb, hub_from_pb};
-use fedingress_proto::pb::agent_gateway_client::AgentGatewayClient;
-use fedingress_proto::{AgentToHub, Hello, HubToAgent};
+use fedingress_proto::{AgentToHub, HubToAgent};
 use futures_util::StreamExt;
 use serde_json::Value;
-use tokio::sync::{Semaphore, mpsc};
-use tokio_stream::wrappers::ReceiverStream;
+use tokio::sync::Semaphore;
 use tonic::transport::{Channel, Endpoint};
 
 #[derive(Parser)]
@@ -36,8 +39,24 @@ struct Args {
     #[arg(long, default_value_t = 100)]
     clusters: usize,
     /// FederatedIngresses posted one after another (one measured round each).
-    #[arg(long, default_value_t = 20)]
-    ingresses: usize,
+    #[arg(long = "rounds", visible_alias = "ingresses", default_value_t = 20)]
+    rounds: usize,
+    /// FederatedIngresses created (and placed on every cluster) before the agents connect
+    /// and the rounds start: the population the rounds are measured on top of.
+    #[arg(long, default_value_t = 0)]
+    preload: usize,
+    /// Place each preloaded FederatedIngress on this many clusters (`placement.clusters`,
+    /// consecutive names round-robin) instead of on every cluster (0).
+    #[arg(long, default_value_t = 0)]
+    preload_width: usize,
+    /// Cold start instead of rounds: with every agent connected, create this many
+    /// FederatedIngresses at once (`--rest-clients` requests at a time) and measure until
+    /// every agent has acked all of them and every one shows Propagated=True.
+    #[arg(long, default_value_t = 0)]
+    cold_start: usize,
+    /// Give up waiting for a bulk step (preload acked, cold start) after this many seconds.
+    #[arg(long, default_value_t = 1800)]
+    bulk_timeout_seconds: u64,
     /// gRPC channels (HTTP/2 connections) the agents share round-robin; 0 = one per agent.
     #[arg(long, default_value_t = 0)]
     channels: usize,
@@ -60,7 +79,10 @@ const REGIONS: [(&str, f64, f64); 5] = [
     ("us-west1", 45.6, -121.2),
     ("europe-north1", 60.6, 27.2),
 ];
-const ROUND_TIMEOUT: Duration = Duration::from_secs(120);
+const ROUND_TIMEOUT: Duration = Duration::from_secs(600);
+/// TCP port of round `i` is `ROUND_PORT + i`; bulk ingresses follow from `BULK_PORT`.
+const ROUND_PORT: u16 = 20000;
+const BULK_PORT: u16 = 21000;
 
 /// What the simulated agents saw.
 #[derive(Default)]
@@ -77,6 +99,20 @@ struct Shared {
     /// cluster published after its agent connected: an empty delta from version 0).
     deltas_without_news: AtomicU64,
     heartbeats: AtomicU64,
+    /// (agent, ingress) pairs seen so far of the bulk ingresses (preloaded or cold start;
+    /// counted, not timed one by one).
+    bulk_seen: AtomicUsize,
+    /// When `bulk_seen` reached `bulk_target` (clusters × bulk ingresses).
+    bulk_target: AtomicUsize,
+    bulk_done: std::sync::Mutex<Option<Instant>>,
+}
+
+/// Name prefixes of the bulk ingresses (counted, not timed one by one).
+const PRELOAD_PREFIX: &str = "pre";
+const COLD_PREFIX: &str = "cold";
+
+fn is_bulk(name: &str) -> bool {
+    name.starts_with(PRELOAD_PREFIX) || name.starts_with(COLD_PREFIX)
 }
 
 fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -104,33 +140,12 @@ async fn session(
     shared: &Shared,
     seen: &mut HashSet<String>,
 ) -> anyhow::Result<()> {
-    let (tx, rx) = mpsc::channel(32);
-    // The hub answers the call only after reading Hello: queue it first.
-    tx.send(agent_to_pb(&AgentToHub::Hello(Hello {
-        cluster: cluster.to_string(),
-        token: token.to_string(),
-        agent_version: "propagation-bench".into(),
-        driver: "bench".into(),
-        capabilities: vec!["TCP".into(), "UDP".into()],
-        applied_version: 0,
-        applied_digest: String::new(),
-    })))
-    .await?;
-    let mut client = AgentGatewayClient::new(channel.clone());
-    let mut inbound = client.connect(ReceiverStream::new(rx)).await?.into_inner();
-    let first = inbound
-        .message()
-        .await?
-        .context("stream closed before Welcome")?;
-    let HubToAgent::Welcome {
-        heartbeat_interval_ms,
-        ..
-    } = hub_from_pb(first)?
-    else {
-        bail!("the first hub message is not a Welcome");
-    };
+    let Session {
+        tx,
+        mut inbound,
+        heartbeat: period,
+    } = Session::open(channel, cluster, token, "propagation-bench").await?;
     shared.sessions.fetch_add(1, Ordering::Relaxed);
-    let period = Duration::from_millis(u64::from(heartbeat_interval_ms));
     let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     loop {
         tokio::select! {
@@ -152,9 +167,17 @@ async fn session(
                 } else if new.is_empty() {
                     shared.deltas_without_news.fetch_add(1, Ordering::Relaxed);
                 }
-                if !new.is_empty() {
+                let (bulk, timed): (Vec<String>, Vec<String>) = new.into_iter().partition(|n| is_bulk(n));
+                if !bulk.is_empty() {
+                    let total = shared.bulk_seen.fetch_add(bulk.len(), Ordering::Relaxed) + bulk.len();
+                    let target = shared.bulk_target.load(Ordering::Relaxed);
+                    if target > 0 && total >= target {
+                        lock(&shared.bulk_done).get_or_insert(now);
+                    }
+                }
+                if !timed.is_empty() {
                     let mut received = lock(&shared.received);
-                    for name in new {
+                    for name in timed {
                         received.entry(name).or_default().push(now);
                     }
                 }
@@ -241,9 +264,23 @@ async fn run(args: &Args, hub: &Apiserver) -> anyhow::Result<()> {
         hub.api,
         hub.agent
     );
+    if args.rounds > usize::from(BULK_PORT - ROUND_PORT) {
+        bail!("at most {} rounds", BULK_PORT - ROUND_PORT);
+    }
+    if args.preload + args.cold_start > usize::from(u16::MAX - BULK_PORT) {
+        bail!(
+            "--preload + --cold-start: at most {} (one TCP port each)",
+            u16::MAX - BULK_PORT
+        );
+    }
     println!(
-        "{n} clusters, {} ingress rounds, {}",
-        args.ingresses,
+        "{n} clusters, {} preloaded ingresses, {}, {}",
+        args.preload,
+        if args.cold_start > 0 {
+            format!("cold start of {} ingresses", args.cold_start)
+        } else {
+            format!("{} ingress rounds", args.rounds)
+        },
         if args.channels == 0 {
             "one gRPC channel (HTTP/2 connection) per agent".to_string()
         } else {
@@ -276,6 +313,43 @@ async fn run(args: &Args, hub: &Apiserver) -> anyhow::Result<()> {
         args.rest_clients
     );
 
+    // Watch for Propagated=True, from here on.
+    let list = api
+        .get(&format!("{GROUP_PATH}/namespaces/{NS}/federatedingresses"))
+        .await?;
+    let rv = list["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or("0")
+        .to_string();
+    let propagated: Arc<std::sync::Mutex<HashMap<String, Instant>>> = Arc::default();
+    let watcher = tokio::spawn(watch_propagated(api.clone(), rv, propagated.clone()));
+    let shared = Arc::new(Shared::default());
+    let bulk_timeout = Duration::from_secs(args.bulk_timeout_seconds);
+
+    // The preloaded population, before any agent connects.
+    let preloaded: Vec<String> = (0..args.preload)
+        .map(|i| format!("{PRELOAD_PREFIX}{i:05}"))
+        .collect();
+    if !preloaded.is_empty() {
+        let width = if args.preload_width == 0 {
+            n
+        } else {
+            args.preload_width.min(n)
+        };
+        shared
+            .bulk_target
+            .store(width * preloaded.len(), Ordering::Relaxed);
+        let placement = (width < n).then_some((width, n));
+        let took = create_bulk(&api, &preloaded, BULK_PORT, args.rest_clients, placement).await?;
+        println!(
+            "preloaded {} FederatedIngresses (each placed on {width} of the {n} clusters) in {:.2} s ({} concurrent requests); hub rss {:.1} MiB",
+            preloaded.len(),
+            took.as_secs_f64(),
+            args.rest_clients,
+            rss_mib(pid)?
+        );
+    }
+
     // Channels, then agents.
     let endpoint = Endpoint::from_shared(format!("http://{}", hub.agent))?
         .tcp_nodelay(true)
@@ -296,7 +370,6 @@ async fn run(args: &Args, hub: &Apiserver) -> anyhow::Result<()> {
         .await
         .into_iter()
         .collect::<Result<_, _>>()?;
-    let shared = Arc::new(Shared::default());
     let agents: Vec<_> = credentials
         .iter()
         .enumerate()
@@ -336,27 +409,67 @@ async fn run(args: &Args, hub: &Apiserver) -> anyhow::Result<()> {
         "hub rss with {n} agents connected: {:.1} MiB",
         rss_mib(pid)?
     );
-
-    // Watch for Propagated=True.
-    let list = api
-        .get(&format!("{GROUP_PATH}/namespaces/{NS}/federatedingresses"))
-        .await?;
-    let rv = list["metadata"]["resourceVersion"]
-        .as_str()
-        .unwrap_or("0")
-        .to_string();
-    let propagated: Arc<std::sync::Mutex<HashMap<String, Instant>>> = Arc::default();
-    let watcher = tokio::spawn(watch_propagated(api.clone(), rv, propagated.clone()));
+    if !preloaded.is_empty() {
+        let acked = wait_bulk(&shared, started, bulk_timeout, "the preloaded ingresses").await?;
+        let done = wait_propagated(&propagated, &preloaded, started, bulk_timeout).await?;
+        println!(
+            "every agent acked a plan with all {} preloaded ingresses {:.2} s after the first dial; all {} Propagated=True after {:.2} s; hub rss {:.1} MiB",
+            preloaded.len(),
+            acked.as_secs_f64(),
+            preloaded.len(),
+            done.as_secs_f64(),
+            rss_mib(pid)?
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
     tokio::time::sleep(Duration::from_millis(300)).await;
+
+    if args.cold_start > 0 {
+        let names: Vec<String> = (0..args.cold_start)
+            .map(|i| format!("{COLD_PREFIX}{i:05}"))
+            .collect();
+        shared.bulk_seen.store(0, Ordering::Relaxed);
+        *lock(&shared.bulk_done) = None;
+        shared.bulk_target.store(n * names.len(), Ordering::Relaxed);
+        let port = BULK_PORT + u16::try_from(preloaded.len()).unwrap_or(0);
+        let t0 = Instant::now();
+        let posted = create_bulk(&api, &names, port, args.rest_clients, None).await?;
+        println!(
+            "cold start: {} FederatedIngresses created in {:.2} s ({} concurrent requests)",
+            names.len(),
+            posted.as_secs_f64(),
+            args.rest_clients
+        );
+        let acked = wait_bulk(&shared, t0, bulk_timeout, "the cold-start ingresses").await?;
+        println!(
+            "cold start: every one of the {n} agents acked a plan with all {} after {:.2} s",
+            names.len(),
+            acked.as_secs_f64()
+        );
+        let done = wait_propagated(&propagated, &names, t0, bulk_timeout).await?;
+        println!(
+            "cold start: all {} Propagated=True after {:.2} s (from the first POST); hub rss {:.1} MiB",
+            names.len(),
+            done.as_secs_f64(),
+            rss_mib(pid)?
+        );
+        watcher.abort();
+        idle(args, &shared, pid).await?;
+        for task in agents {
+            task.abort();
+        }
+        drop(channels);
+        return Ok(());
+    }
 
     // Rounds.
     let mut all_times = Vec::new();
     let mut per_agent = Vec::new();
     let mut propagated_times = Vec::new();
     let mut post_times = Vec::new();
-    for round in 0..args.ingresses {
+    for round in 0..args.rounds {
         let name = format!("p{round:03}");
-        let port = 20000 + u16::try_from(round).unwrap_or(0);
+        let port = ROUND_PORT + u16::try_from(round).unwrap_or(0);
         let body = ingress(&name, &[("TCP", port)], 9000);
         let t0 = Instant::now();
         api.post(
@@ -417,7 +530,10 @@ async fn run(args: &Args, hub: &Apiserver) -> anyhow::Result<()> {
     sorted_agent.sort();
     let mut sorted_prop = propagated_times.clone();
     sorted_prop.sort();
-    println!("--- {n} clusters, {} rounds ---", args.ingresses);
+    println!(
+        "--- {n} clusters, {} preloaded ingresses, {} rounds ---",
+        args.preload, args.rounds
+    );
     println!("POST FederatedIngress answered: {}", summary(&post_times));
     println!(
         "POST -> last of {n} agents has the plan: p50 {}, p99 {} (max {})",
@@ -438,8 +554,17 @@ async fn run(args: &Args, hub: &Apiserver) -> anyhow::Result<()> {
         ms(percentile(&sorted_prop, 1.0))
     );
     watcher.abort();
+    idle(args, &shared, pid).await?;
+    for task in agents {
+        task.abort();
+    }
+    drop(channels);
+    Ok(())
+}
 
-    // Idle: N agents heartbeating, nothing changing.
+/// Idle: N agents heartbeating, nothing changing; the hub's CPU and RSS.
+async fn idle(args: &Args, shared: &Shared, pid: u32) -> anyhow::Result<()> {
+    let n = args.clusters;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let heartbeats_before = shared.heartbeats.load(Ordering::Relaxed);
     let window = CpuWindow::start(&[pid, std::process::id()]);
@@ -462,9 +587,92 @@ async fn run(args: &Args, hub: &Apiserver) -> anyhow::Result<()> {
         shared.plans.load(Ordering::Relaxed) - shared.snapshots.load(Ordering::Relaxed),
         shared.deltas_without_news.load(Ordering::Relaxed)
     );
-    for task in agents {
-        task.abort();
-    }
-    drop(channels);
     Ok(())
+}
+
+/// Creates the FederatedIngresses `names` (TCP ports from `first_port` on), `concurrency`
+/// requests at a time; how long it took. With `placement: Some((width, n))` the i-th is
+/// placed on the `width` clusters from `c(i × width mod n)` on, else on every cluster.
+async fn create_bulk(
+    api: &Api,
+    names: &[String],
+    first_port: u16,
+    concurrency: usize,
+    placement: Option<(usize, usize)>,
+) -> anyhow::Result<Duration> {
+    let started = Instant::now();
+    let path = format!("{GROUP_PATH}/namespaces/{NS}/federatedingresses");
+    futures_util::stream::iter(names.iter().enumerate())
+        .map(|(i, name)| {
+            let (api, path) = (api.clone(), path.clone());
+            let port = first_port + u16::try_from(i).unwrap_or(0);
+            let mut body = ingress(name, &[("TCP", port)], 9000);
+            if let Some((width, n)) = placement {
+                let clusters: Vec<String> = (0..width)
+                    .map(|j| format!("c{:04}", (i * width + j) % n))
+                    .collect();
+                body["spec"]["placement"] = serde_json::json!({ "clusters": clusters });
+            }
+            async move { api.post(&path, Some(&body)).await.map(|_| ()) }
+        })
+        .buffer_unordered(concurrency.max(1))
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<Result<Vec<()>, _>>()?;
+    Ok(started.elapsed())
+}
+
+/// Waits until every agent has seen every bulk ingress; the time from `since`.
+async fn wait_bulk(
+    shared: &Shared,
+    since: Instant,
+    timeout: Duration,
+    what: &str,
+) -> anyhow::Result<Duration> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(at) = *lock(&shared.bulk_done) {
+            return Ok(at.saturating_duration_since(since));
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "only {} of {} (agent, ingress) pairs of {what} acked within {timeout:?}",
+                shared.bulk_seen.load(Ordering::Relaxed),
+                shared.bulk_target.load(Ordering::Relaxed)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits until every one of `names` was seen Propagated=True; the time of the last,
+/// from `since`.
+async fn wait_propagated(
+    propagated: &std::sync::Mutex<HashMap<String, Instant>>,
+    names: &[String],
+    since: Instant,
+    timeout: Duration,
+) -> anyhow::Result<Duration> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        {
+            let seen = lock(propagated);
+            let last = names
+                .iter()
+                .map(|n| seen.get(n))
+                .collect::<Option<Vec<_>>>();
+            if let Some(last) = last.and_then(|times| times.into_iter().max().copied()) {
+                return Ok(last.saturating_duration_since(since));
+            }
+            if Instant::now() > deadline {
+                let done = names.iter().filter(|n| seen.contains_key(*n)).count();
+                bail!(
+                    "only {done} of {} Propagated=True within {timeout:?}",
+                    names.len()
+                );
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
