@@ -403,13 +403,25 @@ fn check_dns(dns: &DnsConfig) -> Result<(), ConfigError> {
     }
     fedingress_dns::zone::validate_zones(&dns.zones)
         .map_err(|e| ConfigError::Invalid(format!("dns.zones: {e}")))?;
-    if let Some(path) = &dns.mmdb
-        && !path.is_file()
-    {
-        return Err(ConfigError::Invalid(format!(
-            "dns.mmdb: {} is not a readable file",
-            path.display()
-        )));
+    if let Some(path) = &dns.mmdb {
+        if !path.is_file() {
+            return Err(ConfigError::Invalid(format!(
+                "dns.mmdb: {} is not a readable file",
+                path.display()
+            )));
+        }
+        // The layout too (records with location/latitude and location/longitude), so
+        // that another vendor's database exits 64 instead of silently placing every
+        // client at the default location.
+        if let Err(error) = fedingress_dns::location::check_mmdb(path) {
+            let mut message = format!("dns.mmdb: {error}");
+            let mut source = std::error::Error::source(&error);
+            while let Some(cause) = source {
+                message.push_str(&format!(": {cause}"));
+                source = cause.source();
+            }
+            return Err(ConfigError::Invalid(message));
+        }
     }
     Ok(())
 }

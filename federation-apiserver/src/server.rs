@@ -50,7 +50,8 @@ impl Addresses {
 
 /// A bound API server: the store is open, every socket bound, the controller has run
 /// its first pass (plans published, DNS snapshot built from persisted routing state),
-/// nothing served yet.
+/// nothing served yet. Needs tokio's multi-threaded runtime (the controller's CPU-bound
+/// steps run in `block_in_place`).
 pub struct Server {
     addresses: Addresses,
     listener: TcpListener,

@@ -304,7 +304,8 @@ impl Controller {
                 conflicts: &self.conflicts,
                 now,
             };
-            let decided = decide::decide(&world, &dirty);
+            // CPU-bound at scale: keep agent sessions' timers running meanwhile.
+            let decided = tokio::task::block_in_place(|| decide::decide(&world, &dirty));
             self.metrics
                 .observe_dirty(decided.ingresses.len(), dirty.clusters.len());
             self.apply(decided, now, first).await;
@@ -404,7 +405,10 @@ impl Controller {
                         .and_then(|i| i.metadata().creation_timestamp.map(|t| t.0))
                 };
                 order.sort_by(|a, b| (age(a), &a.ingress).cmp(&(age(b), &b.ingress)));
-                let step = gslb.step(&order, &changed_routes, self.cache.revision, first);
+                let revision = self.cache.revision;
+                let step = tokio::task::block_in_place(|| {
+                    gslb.step(&order, &changed_routes, revision, first)
+                });
                 if let Some(took) = step.build_time {
                     self.metrics.observe_snapshot_build(took);
                 }
