@@ -30,6 +30,13 @@ pub struct Location {
     pub longitude: f64,
 }
 
+impl Location {
+    /// (latitude, longitude).
+    pub fn coordinates(&self) -> (f64, f64) {
+        (self.latitude, self.longitude)
+    }
+}
+
 /// A member cluster as routing sees it for one FederatedIngress.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ClusterView {

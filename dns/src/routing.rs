@@ -142,10 +142,16 @@ pub struct FailoverState {
 
 /// Great-circle (haversine) distance between two places, in kilometres.
 pub fn distance_km(a: &Location, b: &Location) -> f64 {
-    let lat1 = a.latitude.to_radians();
-    let lat2 = b.latitude.to_radians();
+    haversine_km(a.latitude, a.longitude, b.latitude, b.longitude)
+}
+
+/// [`distance_km`] on bare coordinates (degrees): the one formula both [`decide`] and
+/// [`PointRouter`] use, so that their distances are bit for bit the same.
+fn haversine_km(a_latitude: f64, a_longitude: f64, b_latitude: f64, b_longitude: f64) -> f64 {
+    let lat1 = a_latitude.to_radians();
+    let lat2 = b_latitude.to_radians();
     let dlat = lat2 - lat1;
-    let dlon = (b.longitude - a.longitude).to_radians();
+    let dlon = (b_longitude - a_longitude).to_radians();
     let h = (dlat / 2.0).sin().powi(2) + lat1.cos() * lat2.cos() * (dlon / 2.0).sin().powi(2);
     2.0 * EARTH_RADIUS_KM * h.sqrt().min(1.0).asin()
 }
@@ -236,6 +242,24 @@ fn number(value: f64) -> String {
         format!("{value:.0}")
     } else {
         format!("{value:.2}")
+    }
+}
+
+/// Overflow's `keep`: the fraction of the traffic reaching `cluster` that it keeps
+/// (1 when it has room for all of it). [`overflow`] and [`PointRouter`] share it.
+fn overflow_keep(cluster: &ClusterView, threshold: f64) -> f64 {
+    let load = if cluster.load.is_finite() && cluster.load > 0.0 {
+        cluster.load
+    } else {
+        0.0
+    };
+    let limit = cluster
+        .capacity
+        .filter(|c| c.is_finite() && *c >= 0.0)
+        .map(|c| c * threshold);
+    match limit {
+        Some(limit) if load > limit => limit / load,
+        _ => 1.0,
     }
 }
 
@@ -626,10 +650,7 @@ fn overflow(ctx: &mut Ctx<'_>) -> Picked {
             .capacity
             .filter(|c| c.is_finite() && *c >= 0.0)
             .map(|c| c * threshold);
-        let keep = match limit {
-            Some(limit) if load > limit => limit / load,
-            _ => 1.0,
-        };
+        let keep = overflow_keep(cluster, threshold);
         let share = if position == last {
             remaining
         } else {
@@ -754,6 +775,270 @@ fn anycast(ctx: &mut Ctx<'_>) -> Picked {
         if healthy.len() == 1 { "" } else { "s" }
     );
     Ok((Answer::Addresses(addresses), summary))
+}
+
+// ---------------------------------------------------------------------------------------
+// Route keys
+
+/// What the answer of a location-dependent strategy depends on for one client point:
+/// clients with equal keys get equal [`Decision::answer`]s (the reasons and summary may
+/// differ: they quote distances). Computed by [`PointRouter::key`].
+///
+/// The number of distinct keys of one ingress is bounded by its clusters, never by its
+/// clients: at most one per eligible cluster plus [`RouteKey::Same`] for Geo and Latency;
+/// for Overflow at most the number of orders of the eligible clusters (and far fewer in
+/// practice: points of the sphere give few distance orders, and an order is cut after the
+/// first cluster that has room for everything).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum RouteKey {
+    /// Every client gets the same answer: no cluster is eligible (whenAllUnhealthy
+    /// applies), or the strategy does not depend on the client.
+    Same,
+    /// Geo and Latency: the answer is this one cluster (an index into the placed
+    /// clusters sorted by name; see [`PointRouter::cluster_name`]).
+    Cluster(u32),
+    /// Overflow: the eligible clusters nearest first, up to and including the first
+    /// that keeps all the traffic reaching it (later ones get no share).
+    Order(ClusterOrder),
+}
+
+/// Cluster indices of an Overflow [`RouteKey`], stored inline up to
+/// [`ClusterOrder::INLINE`] of them (no allocation per query for ordinary placements).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ClusterOrder(OrderRepr);
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum OrderRepr {
+    /// `items[..len]`; the rest zero, so that derived equality is equality of orders.
+    Inline {
+        len: u8,
+        items: [u16; ClusterOrder::INLINE],
+    },
+    Heap(Box<[u32]>),
+}
+
+impl ClusterOrder {
+    /// Most indices stored without allocating.
+    pub const INLINE: usize = 14;
+
+    fn from_indices(indices: &[u32]) -> Self {
+        let small = indices.len() <= Self::INLINE;
+        if small
+            && let Ok(len) = u8::try_from(indices.len())
+            && indices.iter().all(|&i| u16::try_from(i).is_ok())
+        {
+            let mut items = [0u16; Self::INLINE];
+            for (slot, &index) in items.iter_mut().zip(indices) {
+                *slot = u16::try_from(index).unwrap_or(u16::MAX);
+            }
+            return ClusterOrder(OrderRepr::Inline { len, items });
+        }
+        ClusterOrder(OrderRepr::Heap(indices.into()))
+    }
+
+    /// The cluster indices, nearest first.
+    pub fn indices(&self) -> Vec<u32> {
+        match &self.0 {
+            OrderRepr::Inline { len, items } => items
+                .iter()
+                .take(usize::from(*len))
+                .map(|&i| u32::from(i))
+                .collect(),
+            OrderRepr::Heap(items) => items.to_vec(),
+        }
+    }
+}
+
+/// One eligible cluster, as [`PointRouter`] needs it.
+#[derive(Clone, Debug)]
+struct RouterCluster {
+    /// Index among the placed clusters sorted by name.
+    index: u32,
+    latitude: f64,
+    longitude: f64,
+    /// Overflow: keeps all the traffic reaching it (the order is cut after it).
+    absorbs: bool,
+}
+
+/// Computes [`RouteKey`]s of one ingress cheaply (no allocation for Geo and Latency,
+/// none for Overflow up to [`ClusterOrder::INLINE`] eligible clusters): built once per
+/// (traffic, clusters), asked per client point.
+///
+/// # Guarantees
+///
+/// For every pair of clients `a`, `b` (location and RTT row) with
+/// `key(a) == key(b)`: `decide(traffic, clusters, a, failover).answer ==
+/// decide(traffic, clusters, b, failover).answer`; and for [`RouteKey::Cluster`]`(i)`
+/// that answer is [`PointRouter::answer`]'s, `Answer::All([name of i])`.
+///
+/// # Assumptions
+///
+/// The strategy is Geo, Latency or Overflow (others get [`RouteKey::Same`], which is
+/// right: they do not depend on the client); cluster names are unique.
+#[derive(Clone, Debug)]
+pub struct PointRouter {
+    strategy: StrategyType,
+    /// Placed clusters' names, sorted.
+    names: Vec<String>,
+    /// The eligible clusters in name order.
+    eligible: Vec<RouterCluster>,
+}
+
+impl PointRouter {
+    pub fn new(traffic: &Traffic, clusters: &[ClusterView]) -> Self {
+        let strategy = traffic.strategy.type_;
+        let mut sorted: Vec<&ClusterView> = clusters.iter().collect();
+        sorted.sort_by(|a, b| a.name.cmp(&b.name));
+        let threshold = traffic.strategy.effective_overflow_threshold();
+        let eligible = sorted
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| Status::of(c, strategy != StrategyType::Anycast) == Status::Eligible)
+            .filter_map(|(i, c)| {
+                Some(RouterCluster {
+                    index: u32::try_from(i).ok()?,
+                    latitude: c.location.latitude,
+                    longitude: c.location.longitude,
+                    absorbs: overflow_keep(c, threshold) == 1.0,
+                })
+            })
+            .collect();
+        PointRouter {
+            strategy,
+            names: sorted.iter().map(|c| c.name.clone()).collect(),
+            eligible,
+        }
+    }
+
+    /// The name of cluster `index` of a [`RouteKey`].
+    pub fn cluster_name(&self, index: u32) -> Option<&str> {
+        self.names.get(index as usize).map(String::as_str)
+    }
+
+    /// The answer a key stands for, when it can be told without a client:
+    /// `Answer::All([name])` for [`RouteKey::Cluster`], `None` otherwise (decide for
+    /// any client of the key instead).
+    pub fn answer(&self, key: &RouteKey) -> Option<Answer> {
+        match key {
+            RouteKey::Cluster(index) => self
+                .cluster_name(*index)
+                .map(|name| Answer::All(vec![name.to_owned()])),
+            RouteKey::Same | RouteKey::Order(_) => None,
+        }
+    }
+
+    /// Every [`RouteKey::Cluster`] this ingress can give (its eligible clusters, for
+    /// Geo and Latency; none otherwise).
+    pub fn cluster_keys(&self) -> impl Iterator<Item = RouteKey> + '_ {
+        let applies = matches!(self.strategy, StrategyType::Geo | StrategyType::Latency);
+        self.eligible
+            .iter()
+            .filter(move |_| applies)
+            .map(|c| RouteKey::Cluster(c.index))
+    }
+
+    /// The key of a client at (`latitude`, `longitude`) (degrees, as in its
+    /// [`ClientInfo::location`]) with RTT row `rtt` (its [`ClientInfo::rtt`]).
+    pub fn key(
+        &self,
+        latitude: f64,
+        longitude: f64,
+        rtt: Option<&BTreeMap<String, f64>>,
+    ) -> RouteKey {
+        if self.eligible.is_empty() {
+            return RouteKey::Same;
+        }
+        match self.strategy {
+            StrategyType::Geo => self.nearest(latitude, longitude),
+            StrategyType::Latency => match rtt.and_then(|row| self.fastest(row)) {
+                Some(index) => RouteKey::Cluster(index),
+                None => self.nearest(latitude, longitude),
+            },
+            StrategyType::Overflow => self.order(latitude, longitude),
+            StrategyType::RoundRobin
+            | StrategyType::Weighted
+            | StrategyType::Failover
+            | StrategyType::Anycast => RouteKey::Same,
+        }
+    }
+
+    /// Geo: the eligible cluster first by (distance, name), as [`Ctx::by_distance`].
+    fn nearest(&self, latitude: f64, longitude: f64) -> RouteKey {
+        let mut best: Option<(f64, u32)> = None;
+        for c in &self.eligible {
+            let d = haversine_km(latitude, longitude, c.latitude, c.longitude);
+            // Ascending index order: a tie keeps the earlier (smaller) index.
+            if best.is_none_or(|(best_d, _)| d.total_cmp(&best_d) == Ordering::Less) {
+                best = Some((d, c.index));
+            }
+        }
+        best.map_or(RouteKey::Same, |(_, index)| RouteKey::Cluster(index))
+    }
+
+    /// Latency: the eligible cluster first by (measured RTT, name), as in [`latency`];
+    /// `None` when the row measures no eligible cluster (Geo fallback).
+    fn fastest(&self, row: &BTreeMap<String, f64>) -> Option<u32> {
+        let mut best: Option<(f64, u32)> = None;
+        for c in &self.eligible {
+            let Some(rtt) = self
+                .names
+                .get(c.index as usize)
+                .and_then(|name| row.get(name))
+                .copied()
+                .filter(|r| *r >= 0.0)
+            else {
+                continue;
+            };
+            if best.is_none_or(|(best_rtt, _)| rtt.total_cmp(&best_rtt) == Ordering::Less) {
+                best = Some((rtt, c.index));
+            }
+        }
+        best.map(|(_, index)| index)
+    }
+
+    /// Overflow: the distance order, cut after the first cluster that keeps everything.
+    fn order(&self, latitude: f64, longitude: f64) -> RouteKey {
+        const STACK: usize = 32;
+        let n = self.eligible.len();
+        let distance =
+            |c: &RouterCluster| haversine_km(latitude, longitude, c.latitude, c.longitude);
+        // (distance, position in `eligible`): position order is name order, the
+        // tie-break of `Ctx::by_distance`.
+        let cmp =
+            |a: &(f64, usize), b: &(f64, usize)| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(&b.1));
+        let mut stack_order = [(0.0, 0usize); STACK];
+        let mut heap_order: Vec<(f64, usize)>;
+        let order: &mut [(f64, usize)] = if n <= STACK {
+            for (slot, (k, c)) in stack_order.iter_mut().zip(self.eligible.iter().enumerate()) {
+                *slot = (distance(c), k);
+            }
+            &mut stack_order[..n]
+        } else {
+            heap_order = self
+                .eligible
+                .iter()
+                .enumerate()
+                .map(|(k, c)| (distance(c), k))
+                .collect();
+            &mut heap_order
+        };
+        order.sort_unstable_by(cmp);
+        let end = order
+            .iter()
+            .position(|&(_, k)| self.eligible.get(k).is_some_and(|c| c.absorbs))
+            .map_or(order.len(), |p| p + 1);
+        let index = |&(_, k): &(f64, usize)| self.eligible.get(k).map_or(u32::MAX, |c| c.index);
+        if end <= STACK {
+            let mut indices = [0u32; STACK];
+            for (slot, entry) in indices.iter_mut().zip(order.iter().take(end)) {
+                *slot = index(entry);
+            }
+            RouteKey::Order(ClusterOrder::from_indices(&indices[..end]))
+        } else {
+            let indices: Vec<u32> = order.iter().take(end).map(index).collect();
+            RouteKey::Order(ClusterOrder::from_indices(&indices))
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------

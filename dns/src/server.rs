@@ -36,6 +36,14 @@
 //! use 2-byte length framing and are limited to 65535 octets; a connection may carry
 //! many queries and is closed after 10 s idle.
 //!
+//! # Metrics
+//!
+//! Every message handled is counted in fixed arrays of atomics (nothing allocated per
+//! query; one relaxed increment on the fast path, as before the labels existed), by
+//! transport, path, query type and response code, plus truncated responses and dropped
+//! packets per transport. [`DnsServer::write_prometheus`] renders them in the
+//! Prometheus text format; [`DnsServer::stats`] sums them.
+//!
 //! # Zone transfers
 //!
 //! AXFR (and IXFR, answered with a full transfer) over TCP from addresses in
@@ -54,6 +62,7 @@
 
 pub(crate) mod wire;
 
+use std::fmt::Write as _;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -107,12 +116,88 @@ pub struct Stats {
     pub dropped: u64,
 }
 
-#[derive(Default)]
+/// `transport` label values, by [`Transport`] index.
+const TRANSPORTS: [&str; 2] = ["udp", "tcp"];
+/// `path` label values: 0 fast, 1 slow.
+const PATHS: [&str; 2] = ["fast", "slow"];
+/// `qtype` label values; the last is every other type (and questions not read).
+const QTYPES: [&str; 9] = [
+    "A", "AAAA", "SRV", "SOA", "NS", "ANY", "AXFR", "IXFR", "other",
+];
+/// `rcode` label values; the last is every other code (NOTAUTH, BADVERS, ...).
+const RCODES: [&str; 7] = [
+    "NOERROR", "NXDOMAIN", "REFUSED", "SERVFAIL", "FORMERR", "NOTIMP", "other",
+];
+const QUERY_SERIES: usize = TRANSPORTS.len() * PATHS.len() * QTYPES.len() * RCODES.len();
+
+/// Counters with bounded labels: 252 query series, 2 truncated, 2 dropped.
 struct Counters {
-    fast: AtomicU64,
-    slow: AtomicU64,
-    truncated: AtomicU64,
-    dropped: AtomicU64,
+    /// Indexed by [`Counters::index`].
+    queries: [AtomicU64; QUERY_SERIES],
+    /// By transport.
+    truncated: [AtomicU64; 2],
+    /// By transport.
+    dropped: [AtomicU64; 2],
+}
+
+impl Default for Counters {
+    fn default() -> Self {
+        Counters {
+            queries: [const { AtomicU64::new(0) }; QUERY_SERIES],
+            truncated: [const { AtomicU64::new(0) }; 2],
+            dropped: [const { AtomicU64::new(0) }; 2],
+        }
+    }
+}
+
+impl Transport {
+    fn index(self) -> usize {
+        match self {
+            Transport::Udp => 0,
+            Transport::Tcp => 1,
+        }
+    }
+}
+
+fn qtype_index(qtype: Option<u16>) -> usize {
+    match qtype {
+        Some(1) => 0,          // A
+        Some(28) => 1,         // AAAA
+        Some(33) => 2,         // SRV
+        Some(6) => 3,          // SOA
+        Some(2) => 4,          // NS
+        Some(255) => 5,        // ANY
+        Some(TYPE_AXFR) => 6,  // AXFR
+        Some(TYPE_IXFR) => 7,  // IXFR
+        _ => QTYPES.len() - 1, // other
+    }
+}
+
+fn rcode_index(rcode: u8) -> usize {
+    match rcode {
+        0 => 0,             // NOERROR
+        3 => 1,             // NXDOMAIN
+        RCODE_REFUSED => 2, // REFUSED
+        2 => 3,             // SERVFAIL
+        1 => 4,             // FORMERR
+        RCODE_NOTIMP => 5,  // NOTIMP
+        _ => RCODES.len() - 1,
+    }
+}
+
+impl Counters {
+    fn index(transport: usize, path: usize, qtype: usize, rcode: usize) -> usize {
+        ((transport * PATHS.len() + path) * QTYPES.len() + qtype) * RCODES.len() + rcode
+    }
+
+    fn sum(counters: &[AtomicU64], mut keep: impl FnMut(usize) -> bool) -> u64 {
+        counters
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| keep(*i))
+            .map(|(_, c)| c.load(Ordering::Relaxed))
+            .sum()
+    }
 }
 
 /// The embedded authoritative server. Create it with the first snapshot, [`swap`] in
@@ -166,11 +251,67 @@ impl DnsServer {
     }
 
     pub fn stats(&self) -> Stats {
+        let per_path = QTYPES.len() * RCODES.len();
+        let path_of = |i: usize| (i / per_path) % PATHS.len();
+        let counters = &self.counters;
         Stats {
-            fast: self.counters.fast.load(Ordering::Relaxed),
-            slow: self.counters.slow.load(Ordering::Relaxed),
-            truncated: self.counters.truncated.load(Ordering::Relaxed),
-            dropped: self.counters.dropped.load(Ordering::Relaxed),
+            fast: Counters::sum(&counters.queries, |i| path_of(i) == 0),
+            slow: Counters::sum(&counters.queries, |i| path_of(i) == 1),
+            truncated: Counters::sum(&counters.truncated, |_| true),
+            dropped: Counters::sum(&counters.dropped, |_| true),
+        }
+    }
+
+    /// Appends the counters in the Prometheus text format (0.0.4):
+    /// `fedingress_dns_queries_total{transport,path,qtype,rcode}` (series that are
+    /// still zero are left out: 252 label combinations exist, few occur),
+    /// `fedingress_dns_truncated_total{transport}` and
+    /// `fedingress_dns_dropped_total{transport}` (always both transports). Every
+    /// family has its `# HELP` and `# TYPE` lines, even with no series.
+    pub fn write_prometheus(&self, out: &mut String) {
+        let counters = &self.counters;
+        out.push_str(
+            "# HELP fedingress_dns_queries_total DNS messages answered by the embedded server, by transport, path (fast: pre-encoded answer; slow: built per query), query type and response code.\n\
+             # TYPE fedingress_dns_queries_total counter\n",
+        );
+        for (t, transport) in TRANSPORTS.iter().enumerate() {
+            for (p, path) in PATHS.iter().enumerate() {
+                for (q, qtype) in QTYPES.iter().enumerate() {
+                    for (r, rcode) in RCODES.iter().enumerate() {
+                        let value = counters
+                            .queries
+                            .get(Counters::index(t, p, q, r))
+                            .map_or(0, |c| c.load(Ordering::Relaxed));
+                        if value > 0 {
+                            let _ = writeln!(
+                                out,
+                                "fedingress_dns_queries_total{{transport=\"{transport}\",path=\"{path}\",qtype=\"{qtype}\",rcode=\"{rcode}\"}} {value}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        for (name, help, values) in [
+            (
+                "fedingress_dns_truncated_total",
+                "DNS responses sent with TC set (too large for the client's UDP payload size), by transport.",
+                &counters.truncated,
+            ),
+            (
+                "fedingress_dns_dropped_total",
+                "DNS packets not answered (shorter than a header, or responses), by transport.",
+                &counters.dropped,
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+            for (transport, value) in TRANSPORTS.iter().zip(values) {
+                let _ = writeln!(
+                    out,
+                    "{name}{{transport=\"{transport}\"}} {}",
+                    value.load(Ordering::Relaxed)
+                );
+            }
         }
     }
 
@@ -383,18 +524,40 @@ impl DnsServer {
         allow: &[IpNet],
         out: &mut Vec<u8>,
     ) -> Outcome {
-        let (outcome, fast) = handle(snapshot, packet, peer, transport, allow, out);
+        let handled = handle(snapshot, packet, peer, transport, allow, out);
         let counters = &self.counters;
-        if let Outcome::Drop = outcome {
-            counters.dropped.fetch_add(1, Ordering::Relaxed);
-        } else {
-            let path = if fast { &counters.fast } else { &counters.slow };
-            path.fetch_add(1, Ordering::Relaxed);
-            if matches!(outcome, Outcome::Reply) && is_truncated(out) {
-                counters.truncated.fetch_add(1, Ordering::Relaxed);
+        let t = transport.index();
+        let rcode = match &handled.outcome {
+            Outcome::Drop => {
+                if let Some(c) = counters.dropped.get(t) {
+                    c.fetch_add(1, Ordering::Relaxed);
+                }
+                return handled.outcome;
             }
+            Outcome::Reply => {
+                if is_truncated(out)
+                    && let Some(c) = counters.truncated.get(t)
+                {
+                    c.fetch_add(1, Ordering::Relaxed);
+                }
+                out.get(3).map_or(0, |b| b & 0x0F)
+            }
+            Outcome::Transfer(messages) => messages
+                .first()
+                .and_then(|m| m.get(3))
+                .map_or(0, |b| b & 0x0F),
+        };
+        // BADVERS has RCODE 0 in the header (its upper bits are in OPT).
+        let r = if handled.badvers {
+            RCODES.len() - 1
+        } else {
+            rcode_index(rcode)
+        };
+        let index = Counters::index(t, usize::from(!handled.fast), qtype_index(handled.qtype), r);
+        if let Some(c) = counters.queries.get(index) {
+            c.fetch_add(1, Ordering::Relaxed);
         }
-        outcome
+        handled.outcome
     }
 }
 
@@ -402,8 +565,29 @@ fn is_truncated(response: &[u8]) -> bool {
     response.get(2).is_some_and(|b| b & 0x02 != 0)
 }
 
-/// Handles one message into `out` (see the module docs); the flag says whether the
-/// fast path answered.
+/// What [`handle`] did, for the counters.
+struct Handled {
+    outcome: Outcome,
+    /// Answered by the fast path.
+    fast: bool,
+    /// The question's type, when one was read.
+    qtype: Option<u16>,
+    /// Answered BADVERS.
+    badvers: bool,
+}
+
+impl Handled {
+    fn slow(outcome: Outcome, qtype: Option<u16>) -> Self {
+        Handled {
+            outcome,
+            fast: false,
+            qtype,
+            badvers: false,
+        }
+    }
+}
+
+/// Handles one message into `out` (see the module docs).
 fn handle(
     snapshot: &Snapshot,
     packet: &[u8],
@@ -411,7 +595,7 @@ fn handle(
     transport: Transport,
     allow: &[IpNet],
     out: &mut Vec<u8>,
-) -> (Outcome, bool) {
+) -> Handled {
     let query = match wire::parse_lenient(packet) {
         Ok(query) => query,
         Err(ParseFailure {
@@ -419,13 +603,17 @@ fn handle(
             ..
         }) => {
             debug!(%peer, reason, len = packet.len(), "DNS packet dropped");
-            return (Outcome::Drop, false);
+            return Handled::slow(Outcome::Drop, None);
         }
         Err(ParseFailure {
             error: ParseError::FormErr(reason),
             partial,
         }) => {
             debug!(%peer, reason, len = packet.len(), "malformed DNS query: FORMERR");
+            let qtype = partial
+                .as_ref()
+                .and_then(|p| p.question.as_ref())
+                .map(|q| q.qtype);
             match partial {
                 Some(partial) => wire::write_error(&partial, packet, wire::RCODE_FORMERR, 0, out),
                 None => wire::write_formerr_header(packet, out),
@@ -435,7 +623,7 @@ fn handle(
             } else {
                 Outcome::Reply
             };
-            return (outcome, false);
+            return Handled::slow(outcome, qtype);
         }
     };
     let limit = match transport {
@@ -462,7 +650,12 @@ fn handle(
             },
         );
         if served.is_some() {
-            return (Outcome::Reply, true);
+            return Handled {
+                outcome: Outcome::Reply,
+                fast: true,
+                qtype: Some(question.qtype),
+                badvers: false,
+            };
         }
     }
     let outcome = slow_path(
@@ -477,7 +670,12 @@ fn handle(
         allow,
         out,
     );
-    (outcome, false)
+    Handled {
+        outcome,
+        fast: false,
+        qtype: query.question.as_ref().map(|q| q.qtype),
+        badvers: query.edns.as_ref().is_some_and(|e| e.version != 0),
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -638,3 +836,6 @@ fn transfer(
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod perf;

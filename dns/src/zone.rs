@@ -27,13 +27,22 @@
 //!
 //! # Routing and pre-encoding
 //!
-//! Answers follow [`routing::decide`]. For location-dependent strategies (Geo, Latency,
-//! Overflow) the decision is computed for every enumerable bucket of the
-//! [`Locator`] ([`Locator::buckets`]) when the snapshot is built; mmdb points (not
-//! enumerable) are decided on first query and cached in the snapshot. The other
-//! strategies (RoundRobin, Weighted, Failover, Anycast) do not depend on the client:
-//! one decision, ECS scope prefix 0. Buckets with the same answer share their encoded
-//! responses.
+//! Answers follow [`routing::decide`]. The strategies that do not depend on the client
+//! (RoundRobin, Weighted, Failover, Anycast) get one decision, ECS scope prefix 0. For
+//! location-dependent ones (Geo, Latency, Overflow) the answer depends on the client only
+//! through its [`RouteKey`] ([`PointRouter`]), so renderings are kept per key, never per
+//! client:
+//!
+//! - Geo and Latency: one rendering per eligible cluster, made when the snapshot is
+//!   built (no lock on the query path);
+//! - Overflow: a map from distance order to rendering, filled at build time and on
+//!   first use, at most [`MAX_ORDER_RENDERINGS`] entries;
+//! - the enumerable buckets of the [`Locator`] ([`Locator::buckets`]: table entries and
+//!   the default, up to [`PRECOMPUTED_BUCKETS`]) are mapped to their rendering at build
+//!   time; mmdb points (and buckets of larger tables) compute their key per query.
+//!
+//! Renderings with the same [`Answer`] share one `Arc`, so the memory of a snapshot is
+//! bounded by its names and clusters, never by the number of distinct clients.
 //!
 //! Every (name, type A/AAAA/SRV, decision) has its complete response pre-encoded (header,
 //! question, answer, authority and additional sections, names compressed); the server
@@ -71,7 +80,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, RwLock};
 
 use fedingress_api::ingress::{DnsRecordStatus, RecordType as ApiRecordType, StrategyType};
 use hickory_proto::op::{Message, OpCode, Query, ResponseCode};
@@ -81,16 +90,23 @@ use serde::{Deserialize, Serialize};
 use tracing::{debug, warn};
 
 use crate::location::{Bucket, Located, Locator};
-use crate::routing::{self, Answer, ClientInfo, Decision};
+use crate::routing::{self, Answer, ClientInfo, ClusterOrder, Decision, PointRouter, RouteKey};
 use crate::{ClusterView, RoutedIngress};
 
 /// Most rotations pre-encoded for a round-robin answer: beyond that, larger record
 /// sets rotate through evenly spaced starting points.
 pub const MAX_ROTATIONS: usize = 16;
 
-/// Most lazily computed (mmdb point) answers cached per ingress before the cache is
-/// cleared.
-const LAZY_CACHE_LIMIT: usize = 4096;
+/// Most renderings an Overflow ingress keeps for client orders found at query time
+/// (see [`RouteKey::Order`]); beyond it, answers for new orders are rendered per query
+/// and not kept. Orders of 6 or fewer eligible clusters (720) always fit.
+pub const MAX_ORDER_RENDERINGS: usize = 1024;
+
+/// Most enumerable buckets (location table entries and RTT combinations, plus the
+/// default) whose rendering is looked up per ingress in a precomputed array; with more
+/// buckets, every query computes its [`RouteKey`] instead (a few distance
+/// computations), so that memory does not grow with table size × names.
+pub const PRECOMPUTED_BUCKETS: usize = 1024;
 
 /// Longest domain name on the wire, root label included.
 const MAX_WIRE_NAME: usize = 255;
@@ -592,8 +608,8 @@ enum Plan {
     Weighted(Vec<(Section, f64)>),
 }
 
-/// A rendering borrowed from the snapshot (enumerable buckets: no reference counting
-/// on the query path) or shared from the lazy cache.
+/// A rendering borrowed from the snapshot (no reference counting on the query path) or
+/// shared from an Overflow ingress's map of orders.
 enum RenderedRef<'a> {
     Borrowed(&'a Rendered),
     Shared(Arc<Rendered>),
@@ -673,11 +689,30 @@ struct IngressEntry {
     /// Target name per cluster name (clusters with IPs, not cordoned).
     target_names: BTreeMap<String, Name>,
     targets: Vec<Target>,
-    /// Distinct renderings; `per_bucket[i]` indexes it for enumerable bucket `i` (one
-    /// entry, index 0, when the answer does not depend on the client).
+    /// Distinct renderings made at build time (one per distinct [`Answer`]; index 0
+    /// is everyone's when the answer does not depend on the client).
     rendered: Vec<Arc<Rendered>>,
-    per_bucket: Vec<usize>,
-    lazy: Mutex<HashMap<Bucket, Arc<Rendered>>>,
+    /// Location-dependent only: `rendered` index of enumerable bucket `i`; empty when
+    /// the locator has more than [`PRECOMPUTED_BUCKETS`] buckets (keys per query then).
+    per_bucket: Vec<u32>,
+    /// Location-dependent only: renderings per [`RouteKey`].
+    keyed: Option<Keyed>,
+}
+
+/// The renderings of a location-dependent ingress per [`RouteKey`]. Memory depends on
+/// the clusters only: one rendering per eligible cluster (Geo, Latency), at most
+/// [`MAX_ORDER_RENDERINGS`] orders (Overflow), never on the number of clients.
+#[derive(Debug)]
+struct Keyed {
+    router: PointRouter,
+    /// `rendered` index for [`RouteKey::Same`] (no eligible cluster).
+    same: Option<u32>,
+    /// `rendered` index per [`RouteKey::Cluster`] (by sorted cluster index), made at
+    /// build time for every eligible cluster: no lock on the query path.
+    by_cluster: Vec<Option<u32>>,
+    /// Overflow: renderings per order, filled at build time from the enumerable
+    /// buckets and at query time for new orders (at most [`MAX_ORDER_RENDERINGS`]).
+    orders: RwLock<HashMap<ClusterOrder, Arc<Rendered>>>,
 }
 
 /// The semantic answer to one question.
@@ -718,8 +753,8 @@ impl Lookup {
     }
 }
 
-/// Everything the DNS server answers, immutable once built (apart from the cache of
-/// lazily computed mmdb-point answers). Share it as `Arc<Snapshot>`.
+/// Everything the DNS server answers, immutable once built (apart from the bounded map
+/// of Overflow renderings per distance order). Share it as `Arc<Snapshot>`.
 pub struct Snapshot {
     serial: u32,
     zones: Vec<Zone>,
@@ -1126,33 +1161,17 @@ impl Builder<'_> {
             })
             .collect();
 
-        let mut rendered: Vec<Arc<Rendered>> = Vec::new();
-        let mut per_bucket = Vec::new();
-        if location_dependent {
-            for located in &self.buckets {
-                let decision = decide(routed, None, located);
-                let slot = match rendered.iter().position(|r| r.answer == decision.answer) {
-                    Some(slot) => slot,
-                    None => {
-                        rendered.push(Arc::new(ctx.render(decision.answer)));
-                        rendered.len() - 1
-                    }
-                };
-                per_bucket.push(slot);
-            }
-        }
-        if rendered.is_empty() {
-            // Location-independent (or a locator without buckets, which cannot happen:
-            // the default is always listed): one decision for everyone.
-            let default = self
-                .buckets
-                .iter()
-                .find(|l| l.bucket == Bucket::DEFAULT)
-                .cloned()
-                .unwrap_or_else(|| self.locator.locate(IpAddr::from([0u8, 0, 0, 0])));
-            let decision = decide(routed, None, &default);
-            rendered.push(Arc::new(ctx.render(decision.answer)));
-        }
+        let (rendered, per_bucket, keyed) = if location_dependent {
+            self.render_keyed(routed, &ctx)
+        } else {
+            // One decision for everyone (the default location's).
+            let decision = decide(routed, None, &self.default_located());
+            (
+                vec![Arc::new(ctx.render(decision.answer))],
+                Vec::new(),
+                None,
+            )
+        };
 
         Some(IngressEntry {
             routed: routed.clone(),
@@ -1166,8 +1185,95 @@ impl Builder<'_> {
             targets,
             rendered,
             per_bucket,
-            lazy: Mutex::new(HashMap::new()),
+            keyed,
         })
+    }
+
+    /// The default bucket's client (always among the locator's buckets).
+    fn default_located(&self) -> Located {
+        self.buckets
+            .iter()
+            .find(|l| l.bucket == Bucket::DEFAULT)
+            .cloned()
+            .unwrap_or_else(|| self.locator.locate(IpAddr::from([0u8, 0, 0, 0])))
+    }
+
+    /// The renderings of a location-dependent ingress: one per eligible cluster (Geo,
+    /// Latency), one per answer of the enumerable buckets, and the bucket → rendering
+    /// array (see [`IngressEntry`]).
+    fn render_keyed(
+        &self,
+        routed: &RoutedIngress,
+        ctx: &RenderCtx<'_>,
+    ) -> (Vec<Arc<Rendered>>, Vec<u32>, Option<Keyed>) {
+        let router = PointRouter::new(&routed.traffic, &routed.clusters);
+        let mut rendered: Vec<Arc<Rendered>> = Vec::new();
+        // Renderings with an equal answer share one Arc.
+        let mut intern = |answer: Answer| -> u32 {
+            let slot = match rendered.iter().position(|r| r.answer == answer) {
+                Some(slot) => slot,
+                None => {
+                    rendered.push(Arc::new(ctx.render(answer)));
+                    rendered.len() - 1
+                }
+            };
+            u32::try_from(slot).unwrap_or(u32::MAX)
+        };
+        let mut by_cluster = vec![None; routed.clusters.len()];
+        for key in router.cluster_keys() {
+            if let (RouteKey::Cluster(index), Some(answer)) = (&key, router.answer(&key))
+                && let Some(slot) = by_cluster.get_mut(*index as usize)
+            {
+                *slot = Some(intern(answer));
+            }
+        }
+        let mut same = None;
+        let mut orders: HashMap<ClusterOrder, u32> = HashMap::new();
+        let mut slot_of = |located: &Located, intern: &mut dyn FnMut(Answer) -> u32| {
+            let key = router.key(
+                located.location.latitude,
+                located.location.longitude,
+                located.rtt.as_ref(),
+            );
+            let known = match &key {
+                RouteKey::Cluster(index) => by_cluster.get(*index as usize).copied().flatten(),
+                RouteKey::Same => same,
+                RouteKey::Order(order) => orders.get(order).copied(),
+            };
+            if let Some(slot) = known {
+                return slot;
+            }
+            let slot = intern(decide(routed, None, located).answer);
+            match key {
+                RouteKey::Same => same = Some(slot),
+                RouteKey::Order(order) => {
+                    orders.insert(order, slot);
+                }
+                RouteKey::Cluster(_) => {}
+            }
+            slot
+        };
+        let default = self.default_located();
+        slot_of(&default, &mut intern);
+        let per_bucket = if self.buckets.len() <= PRECOMPUTED_BUCKETS {
+            self.buckets
+                .iter()
+                .map(|located| slot_of(located, &mut intern))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let orders = orders
+            .into_iter()
+            .filter_map(|(order, slot)| Some((order, rendered.get(slot as usize)?.clone())))
+            .collect();
+        let keyed = Keyed {
+            router,
+            same,
+            by_cluster,
+            orders: RwLock::new(orders),
+        };
+        (rendered, per_bucket, Some(keyed))
     }
 }
 
@@ -1592,39 +1698,90 @@ impl Snapshot {
             Some(ip) => self.locator.bucket(ip),
             None => (Bucket::DEFAULT, 0),
         };
-        if let Some(&b) = self.bucket_index.get(&bucket)
+        // Table entries and the default: precomputed.
+        if bucket.is_enumerable()
+            && !entry.per_bucket.is_empty()
+            && let Some(&b) = self.bucket_index.get(&bucket)
             && let Some(r) = entry
                 .per_bucket
                 .get(b)
-                .and_then(|&slot| entry.rendered.get(slot))
+                .and_then(|&slot| entry.rendered.get(slot as usize))
         {
             return Some((RenderedRef::Borrowed(r), scope));
         }
-        // Not enumerable (an mmdb point): decide now, cache in the snapshot.
-        {
-            let cache = entry
-                .lazy
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if let Some(r) = cache.get(&bucket) {
-                return Some((RenderedRef::Shared(r.clone()), scope));
+        // Mmdb points (and buckets of large tables): by route key.
+        let (latitude, longitude) = self.locator.point(bucket.place);
+        let rtt = bucket
+            .rtt_row
+            .and_then(|row| self.locator.rtt().rows().get(row))
+            .map(|row| &row.rtt_ms);
+        let rendered = self.rendered_for_key(entry, client, latitude, longitude, rtt)?;
+        Some((rendered, scope))
+    }
+
+    /// The rendering of a location-dependent `entry` for a client at (`latitude`,
+    /// `longitude`) with RTT row `rtt`.
+    fn rendered_for_key<'a>(
+        &'a self,
+        entry: &'a IngressEntry,
+        client: Option<IpAddr>,
+        latitude: f64,
+        longitude: f64,
+        rtt: Option<&BTreeMap<String, f64>>,
+    ) -> Option<RenderedRef<'a>> {
+        let keyed = entry.keyed.as_ref()?;
+        let key = keyed.router.key(latitude, longitude, rtt);
+        let known = match &key {
+            RouteKey::Cluster(index) => keyed.by_cluster.get(*index as usize).copied().flatten(),
+            RouteKey::Same => keyed.same,
+            RouteKey::Order(order) => {
+                let orders = keyed
+                    .orders
+                    .read()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                if let Some(r) = orders.get(order) {
+                    return Some(RenderedRef::Shared(r.clone()));
+                }
+                None
             }
-        }
-        let located = match client {
-            Some(ip) => self.locator.locate(ip),
-            None => self
-                .buckets
-                .iter()
-                .find(|l| l.bucket == Bucket::DEFAULT)?
-                .clone(),
         };
-        let decision = decide(&entry.routed, client, &located);
-        let rendered = match entry.rendered.iter().find(|r| r.answer == decision.answer) {
-            Some(r) => r.clone(),
+        if let Some(r) = known.and_then(|slot| entry.rendered.get(slot as usize)) {
+            return Some(RenderedRef::Borrowed(r));
+        }
+        // A new Overflow order (or a key the build did not foresee): decide for this
+        // client, share an equal rendering if there is one.
+        let located_client = ClientInfo {
+            address: client,
+            location: crate::Location {
+                region: String::new(),
+                latitude,
+                longitude,
+            },
+            rtt: rtt.cloned(),
+        };
+        let routed = &entry.routed;
+        let decision = routing::decide(
+            &routed.traffic,
+            &routed.clusters,
+            &located_client,
+            &routed.failover,
+        );
+        let mut orders = keyed
+            .orders
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let existing = entry
+            .rendered
+            .iter()
+            .chain(orders.values())
+            .find(|r| r.answer == decision.answer)
+            .cloned();
+        let rendered = match existing {
+            Some(r) => r,
             None => {
                 let zone = self.zones.get(entry.zone)?;
                 let ctx = RenderCtx {
-                    routed: &entry.routed,
+                    routed,
                     name: &entry.name,
                     ttl: entry.ttl,
                     zone,
@@ -1635,15 +1792,12 @@ impl Snapshot {
                 Arc::new(ctx.render(decision.answer))
             }
         };
-        let mut cache = entry
-            .lazy
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if cache.len() >= LAZY_CACHE_LIMIT {
-            cache.clear();
+        if let RouteKey::Order(order) = key
+            && orders.len() < MAX_ORDER_RENDERINGS
+        {
+            orders.insert(order, rendered.clone());
         }
-        cache.insert(bucket, rendered.clone());
-        Some((RenderedRef::Shared(rendered), scope))
+        Some(RenderedRef::Shared(rendered))
     }
 
     /// The fast path: the pre-encoded response to an A, AAAA or SRV question for
@@ -1849,21 +2003,44 @@ impl Snapshot {
             return Vec::new();
         };
         let mut out = Vec::new();
-        // Which regions get each rendering.
-        let mut scopes: Vec<BTreeSet<String>> = vec![BTreeSet::new(); entry.rendered.len()];
+        // The renderings the enumerable buckets get, in order of first appearance, with
+        // the regions that get each.
+        let mut groups: Vec<(RenderedRef<'_>, BTreeSet<String>)> = Vec::new();
         if entry.location_dependent {
-            for (b, &slot) in entry.per_bucket.iter().enumerate() {
-                if let (Some(located), Some(set)) = (self.buckets.get(b), scopes.get_mut(slot)) {
-                    let region = if located.location.region.is_empty() {
-                        "default".to_owned()
-                    } else {
-                        located.location.region.clone()
-                    };
-                    set.insert(region);
+            for (b, located) in self.buckets.iter().enumerate() {
+                let rendered = match entry
+                    .per_bucket
+                    .get(b)
+                    .and_then(|&slot| entry.rendered.get(slot as usize))
+                {
+                    Some(r) => RenderedRef::Borrowed(r),
+                    None => match self.rendered_for_key(
+                        entry,
+                        None,
+                        located.location.latitude,
+                        located.location.longitude,
+                        located.rtt.as_ref(),
+                    ) {
+                        Some(r) => r,
+                        None => continue,
+                    },
+                };
+                let region = if located.location.region.is_empty() {
+                    "default".to_owned()
+                } else {
+                    located.location.region.clone()
+                };
+                match groups.iter_mut().find(|(r, _)| r.answer == rendered.answer) {
+                    Some((_, regions)) => {
+                        regions.insert(region);
+                    }
+                    None => groups.push((rendered, BTreeSet::from([region]))),
                 }
             }
+        } else if let Some(r) = entry.rendered.first() {
+            groups.push((RenderedRef::Borrowed(r), BTreeSet::new()));
         }
-        for (rendered, regions) in entry.rendered.iter().zip(&scopes) {
+        for (rendered, regions) in &groups {
             let scope = regions.iter().cloned().collect::<Vec<_>>().join(", ");
             let mut push = |prepared: &Prepared| {
                 for (encoded, share) in prepared.variants() {
@@ -2109,7 +2286,7 @@ mod tests {
     }
 
     #[test]
-    fn mmdb_points_are_decided_on_first_query_and_cached() {
+    fn mmdb_points_are_answered_by_route_key_without_a_cache() {
         let file = tempfile::NamedTempFile::new().unwrap();
         std::fs::write(
             file.path(),
@@ -2136,12 +2313,11 @@ mod tests {
         let tokyo = snapshot.lookup("x.test", RecordType::A, Some(ip("2001:218::1")));
         assert_eq!(a_values(&tokyo), vec!["192.0.2.2"]);
         assert_eq!(tokyo.scope_prefix, 32);
-        let cached = snapshot.ingresses[0].lazy.lock().unwrap().len();
-        assert_eq!(cached, 1);
-        // Same point: served from the cache, which does not grow.
+        // Both clusters were rendered at build time, nothing is added per client.
+        assert_eq!(snapshot.ingresses[0].rendered.len(), 2);
         let again = snapshot.lookup("x.test", RecordType::A, Some(ip("2001:218:ffff::1")));
         assert_eq!(a_values(&again), vec!["192.0.2.2"]);
-        assert_eq!(snapshot.ingresses[0].lazy.lock().unwrap().len(), 1);
+        assert_eq!(snapshot.ingresses[0].rendered.len(), 2);
         // Elsewhere: the default (Europe), pre-encoded.
         let other = snapshot.lookup("x.test", RecordType::A, Some(ip("192.0.2.200")));
         assert_eq!(a_values(&other), vec!["192.0.2.1"]);
@@ -2153,6 +2329,90 @@ mod tests {
             })
             .unwrap();
         assert_eq!(fast, ("192.0.2.2".to_owned(), 32));
+    }
+
+    /// A small deterministic generator (xorshift64*).
+    struct Rng(u64);
+
+    impl Rng {
+        fn unit(&mut self) -> f64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64
+        }
+    }
+
+    #[test]
+    fn distinct_client_points_leave_memory_bounded() {
+        let spots = [
+            ("a", 50.0, 4.0),
+            ("b", 39.0, -77.0),
+            ("c", 1.3, 103.8),
+            ("d", -33.9, 151.2),
+            ("e", 35.7, 139.7),
+        ];
+        let clusters: Vec<ClusterView> = spots
+            .iter()
+            .enumerate()
+            .map(|(i, (name, lat, lon))| {
+                let mut c = cluster(
+                    name,
+                    location(name, *lat, *lon),
+                    &[IpAddr::from([192, 0, 2, i as u8 + 1])],
+                );
+                // Overflow: some clusters spill over, one has room for everything.
+                c.capacity = Some(100.0);
+                c.load = [50.0, 300.0, 500.0, 90.0, 1000.0][i];
+                c
+            })
+            .collect();
+        let locator = Arc::new(Locator::new(Vec::new(), location("eu", 50.0, 4.0), None).unwrap());
+        let mut rng = Rng(7);
+        for type_ in [
+            StrategyType::Geo,
+            StrategyType::Latency,
+            StrategyType::Overflow,
+        ] {
+            let ingress = routed(type_, clusters.clone());
+            let (snapshot, problems) = Snapshot::build(&zones(), 1, &[ingress], locator.clone());
+            assert!(problems.is_empty(), "{problems:?}");
+            let entry = &snapshot.ingresses[0];
+            let built = entry.rendered.len();
+            let mut answers = BTreeSet::new();
+            for _ in 0..100_000 {
+                let latitude = rng.unit() * 180.0 - 90.0;
+                let longitude = rng.unit() * 360.0 - 180.0;
+                let rendered = snapshot
+                    .rendered_for_key(entry, None, latitude, longitude, None)
+                    .unwrap();
+                answers.insert(format!("{:?}", rendered.answer));
+            }
+            let orders = entry.keyed.as_ref().unwrap().orders.read().unwrap();
+            match type_ {
+                // One rendering per eligible cluster, made at build time.
+                StrategyType::Geo | StrategyType::Latency => {
+                    assert_eq!(built, 5, "{type_:?}");
+                    assert_eq!(entry.rendered.len(), 5);
+                    assert!(orders.is_empty());
+                    assert_eq!(answers.len(), 5);
+                }
+                // At most one per distance order (5! = 120), cut after the first
+                // cluster with room for everything; equal answers share one Arc.
+                _ => {
+                    assert!(orders.len() <= 120, "{}", orders.len());
+                    assert!(orders.len() >= answers.len());
+                    let mut distinct: Vec<&Arc<Rendered>> = Vec::new();
+                    for r in orders.values() {
+                        match distinct.iter().find(|d| d.answer == r.answer) {
+                            Some(d) => assert!(Arc::ptr_eq(d, r)),
+                            None => distinct.push(r),
+                        }
+                    }
+                    assert_eq!(distinct.len(), answers.len());
+                }
+            }
+        }
     }
 
     #[test]

@@ -9,8 +9,8 @@ use std::net::IpAddr;
 use fedingress_api::ingress::{Strategy, StrategyType, Traffic, WhenAllUnhealthy};
 use fedingress_dns::location::{LocationEntry, Locator, RttRow, RttTable};
 use fedingress_dns::routing::{
-    Answer, ClientInfo, Decision, FailoverState, decide, distance_km, failover_step,
-    next_failover_change_ms, pick_weighted,
+    Answer, ClientInfo, Decision, FailoverState, PointRouter, RouteKey, decide, distance_km,
+    failover_step, next_failover_change_ms, pick_weighted,
 };
 use fedingress_dns::{ClusterView, Location};
 
@@ -933,4 +933,161 @@ fn decisions_serialise_for_explain() {
     assert_eq!(back, d);
     let no_data = serde_json::to_value(Answer::NoData).unwrap();
     assert_eq!(no_data, serde_json::json!({"type": "NoData"}));
+}
+
+// ---------------------------------------------------------------------------------------
+// Route keys: equal keys give equal answers
+
+/// A small deterministic generator (xorshift64*), so that failures reproduce.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// A coordinate: often one of a few shared values (ties), else anywhere.
+    fn point(&mut self, shared: &[(f64, f64)]) -> (f64, f64) {
+        if !shared.is_empty() && self.below(3) == 0 {
+            shared[self.below(shared.len() as u64) as usize]
+        } else {
+            (self.unit() * 180.0 - 90.0, self.unit() * 360.0 - 180.0)
+        }
+    }
+}
+
+fn random_clusters(rng: &mut Rng, shared: &[(f64, f64)]) -> Vec<ClusterView> {
+    let count = 1 + rng.below(7) as usize;
+    (0..count)
+        .map(|i| {
+            let (latitude, longitude) = rng.point(shared);
+            let mut c = cluster(
+                // Names out of order on purpose.
+                &format!("c{}", (i * 5 + 3) % 11),
+                loc("r", latitude, longitude),
+                "192.0.2.1",
+            );
+            c.healthy = rng.below(5) != 0;
+            c.cordoned = rng.below(8) == 0;
+            match rng.below(8) {
+                0 => c.ips.clear(),
+                1 => {
+                    c.ips.clear();
+                    c.hostnames = vec![format!("lb{i}.example.net")];
+                }
+                _ => {}
+            }
+            c.load = [0.0, 50.0, 100.0, 200.0, f64::NAN][rng.below(5) as usize];
+            c.capacity = [None, Some(0.0), Some(100.0), Some(1000.0)][rng.below(4) as usize];
+            c
+        })
+        .collect()
+}
+
+fn random_row(rng: &mut Rng, clusters: &[ClusterView]) -> Option<BTreeMap<String, f64>> {
+    if rng.below(3) == 0 {
+        return None;
+    }
+    let mut row = BTreeMap::new();
+    for c in clusters {
+        if rng.below(3) != 0 {
+            row.insert(
+                c.name.clone(),
+                [1.0, 5.0, 5.0, 20.0, -0.0][rng.below(5) as usize],
+            );
+        }
+    }
+    Some(row)
+}
+
+#[test]
+fn equal_route_keys_give_equal_answers() {
+    let mut rng = Rng(0x5EED_0FC0_FFEE);
+    let mut keys_seen = 0;
+    for round in 0..600 {
+        let type_ = [
+            StrategyType::Geo,
+            StrategyType::Latency,
+            StrategyType::Overflow,
+        ][round % 3];
+        // A few shared coordinates so that clusters and clients tie on distance.
+        let shared: Vec<(f64, f64)> = (0..3).map(|_| rng.point(&[])).collect();
+        let clusters = random_clusters(&mut rng, &shared);
+        let mut traffic = traffic(strategy(type_));
+        traffic.strategy.overflow_threshold = [None, Some(0.5), Some(1.0)][rng.below(3) as usize];
+        traffic.when_all_unhealthy = if rng.below(2) == 0 {
+            WhenAllUnhealthy::ServeAll
+        } else {
+            WhenAllUnhealthy::NoData
+        };
+        let router = PointRouter::new(&traffic, &clusters);
+        let rows: Vec<Option<BTreeMap<String, f64>>> =
+            (0..3).map(|_| random_row(&mut rng, &clusters)).collect();
+        let mut by_key: Vec<(RouteKey, Answer)> = Vec::new();
+        for _ in 0..60 {
+            let (latitude, longitude) = rng.point(&shared);
+            let rtt = rows[rng.below(rows.len() as u64) as usize].clone();
+            let key = router.key(latitude, longitude, rtt.as_ref());
+            let client = ClientInfo {
+                address: None,
+                location: loc("", latitude, longitude),
+                rtt,
+            };
+            let answer = decide(&traffic, &clusters, &client, &FailoverState::default()).answer;
+            if let Some(expected) = router.answer(&key) {
+                assert_eq!(
+                    answer, expected,
+                    "round {round}: {key:?} at {latitude},{longitude}"
+                );
+            }
+            match by_key.iter().find(|(k, _)| *k == key) {
+                Some((_, first)) => assert_eq!(
+                    &answer, first,
+                    "round {round}: two clients with key {key:?} got different answers"
+                ),
+                None => {
+                    keys_seen += 1;
+                    by_key.push((key, answer));
+                }
+            }
+        }
+        // Geo and Latency keys are the eligible clusters (or Same): bounded by them.
+        if type_ != StrategyType::Overflow {
+            assert!(by_key.len() <= router.cluster_keys().count() + 1);
+        }
+    }
+    assert!(
+        keys_seen > 600,
+        "the test explores too few keys: {keys_seen}"
+    );
+}
+
+#[test]
+fn route_keys_for_geo_are_the_nearest_eligible_cluster() {
+    let clusters = fleet();
+    let traffic = traffic(strategy(StrategyType::Geo));
+    let router = PointRouter::new(&traffic, &clusters);
+    // Sorted by name: asia, eu-west, us-east, us-west.
+    assert_eq!(router.key(48.0, 2.0, None), RouteKey::Cluster(1));
+    assert_eq!(router.cluster_name(1), Some("eu-west"));
+    assert_eq!(router.cluster_keys().count(), 4);
+    let mut down = fleet();
+    for c in &mut down {
+        c.healthy = false;
+    }
+    assert_eq!(
+        PointRouter::new(&traffic, &down).key(48.0, 2.0, None),
+        RouteKey::Same
+    );
 }

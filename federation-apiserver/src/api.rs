@@ -182,7 +182,7 @@ async fn dispatch(state: &AppState, request: Request) -> Outcome {
                     hub.metrics.render(&mut text, connected);
                 }
                 if let Some(dns) = &state.dns {
-                    let _ = dns; // TODO(dns metrics): dns.write_prometheus(&mut text);
+                    dns.write_prometheus(&mut text);
                 }
                 return Ok((
                     "get",

@@ -5,8 +5,9 @@
 //! in order:
 //!
 //! 1. the CIDR → location table of the apiserver config ([`LocationEntry`]), longest
-//!    prefix first;
-//! 2. a MaxMind `.mmdb` file (City-style records) when one is configured;
+//!    prefix first, in O(log n) (`prefix.rs`: sorted elementary intervals);
+//! 2. a MaxMind `.mmdb` file (City-style records, checked when opened: [`check_mmdb`])
+//!    when one is configured;
 //! 3. the configured default location.
 //!
 //! IPv4-mapped IPv6 addresses (`::ffff:a.b.c.d`), in queries and in table entries, are
@@ -34,15 +35,25 @@
 //! What does not belong here: routing (see [`crate::routing`]), DNS wire handling, and
 //! reading config files (the apiserver deserialises [`LocationEntry`] and [`RttRow`]).
 
-use std::collections::BTreeMap;
+mod mmdb;
+mod prefix;
+mod rtt;
+#[cfg(test)]
+pub(crate) mod test_mmdb;
+
+use std::collections::{BTreeMap, HashSet};
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
 use crate::Location;
+use mmdb::Mmdb;
+pub use mmdb::check_mmdb;
+use prefix::PrefixTable;
+pub use rtt::RttTable;
 
 /// One row of the config's client location table: clients in `cidr` are at `location`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -70,6 +81,17 @@ pub enum LocationError {
         path: PathBuf,
         #[source]
         source: maxminddb::MaxMindDbError,
+    },
+    /// The `.mmdb` file is a MaxMind database, but its records lack a field the locator
+    /// reads (see [`check_mmdb`]).
+    #[error(
+        "MaxMind database {} has no {field} in its records (a City-style database is needed; country-only databases are not supported)",
+        .path.display()
+    )]
+    MmdbLayout {
+        path: PathBuf,
+        /// `location/latitude` or `location/longitude`.
+        field: &'static str,
     },
     /// Latitude outside -90..=90 or longitude outside -180..=180 (or not a number).
     #[error(
@@ -133,7 +155,7 @@ impl Bucket {
 
     /// Whether [`Locator::buckets`] lists this kind of bucket (table entries and the
     /// default), so that its answers can be pre-encoded. Mmdb points are not listed:
-    /// compute and cache them on first use.
+    /// answers for them are found by route key ([`crate::routing::PointRouter`]).
     pub fn is_enumerable(&self) -> bool {
         !matches!(self.place, Place::Point { .. })
     }
@@ -174,55 +196,9 @@ fn canonical_net(net: IpNet) -> IpNet {
     net
 }
 
-/// The address as (is IPv4, bits left-aligned in a u128, number of bits).
-fn bits(ip: IpAddr) -> (bool, u128, u8) {
-    match ip {
-        IpAddr::V4(v4) => (true, u128::from(u32::from(v4)) << 96, 32),
-        IpAddr::V6(v6) => (false, u128::from(v6), 128),
-    }
-}
-
-/// Length of the common prefix of two addresses of one family (`None` across families).
-fn common_prefix(a: IpAddr, b: IpAddr) -> Option<u8> {
-    let (a4, a_bits, max) = bits(a);
-    let (b4, b_bits, _) = bits(b);
-    if a4 != b4 {
-        return None;
-    }
-    let len = (a_bits ^ b_bits).leading_zeros().min(u32::from(max));
-    // At most 128, so it fits.
-    Some(u8::try_from(len).unwrap_or(max))
-}
-
-fn contains(net: &IpNet, ip: IpAddr) -> bool {
-    common_prefix(net.network(), ip).is_some_and(|len| len >= net.prefix_len())
-}
-
+/// Whether two canonical networks share an address (prefixes nest or are disjoint).
 fn overlaps(a: &IpNet, b: &IpNet) -> bool {
-    contains(a, b.network()) || contains(b, a.network())
-}
-
-/// Longest-prefix match of `ip` among `nets` (canonical), and the shortest prefix length
-/// around `ip` (at least the match's) within which every address has the same match.
-fn longest_match<'a>(ip: IpAddr, nets: impl Iterator<Item = &'a IpNet>) -> (Option<usize>, u8) {
-    let mut best: Option<(usize, u8)> = None;
-    let mut scope = 0;
-    for (index, net) in nets.enumerate() {
-        let Some(common) = common_prefix(net.network(), ip) else {
-            continue;
-        };
-        if common >= net.prefix_len() {
-            if best.is_none_or(|(_, len)| net.prefix_len() > len) {
-                best = Some((index, net.prefix_len()));
-            }
-            scope = scope.max(net.prefix_len());
-        } else {
-            // `ip/(common+1)` is the longest network around ip that `net` does not
-            // reach; anything shorter would include `net`.
-            scope = scope.max(common + 1);
-        }
-    }
-    (best.map(|(index, _)| index), scope)
+    a.contains(&b.network()) || b.contains(&a.network())
 }
 
 fn check_coordinates(
@@ -252,231 +228,14 @@ fn e2(degrees: f64) -> i32 {
 }
 
 // ---------------------------------------------------------------------------------------
-// RTT table
-
-/// Measured round-trip times per client subnet (for the Latency strategy), matched by
-/// longest prefix.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct RttTable {
-    rows: Vec<RttRow>,
-}
-
-impl RttTable {
-    /// A table of `rows` (CIDRs normalised as in [`Locator`]).
-    ///
-    /// # Errors
-    ///
-    /// [`LocationError::DuplicateCidr`] when two rows name one network,
-    /// [`LocationError::InvalidRtt`] for a negative or non-numeric RTT.
-    pub fn new(rows: Vec<RttRow>) -> Result<Self, LocationError> {
-        let mut normalised: Vec<RttRow> = Vec::with_capacity(rows.len());
-        for row in rows {
-            let cidr = canonical_net(row.cidr);
-            if normalised.iter().any(|r| r.cidr == cidr) {
-                return Err(LocationError::DuplicateCidr {
-                    table: "RTT table",
-                    cidr,
-                });
-            }
-            if let Some((cluster, rtt)) = row
-                .rtt_ms
-                .iter()
-                .find(|(_, rtt)| rtt.is_nan() || **rtt < 0.0)
-            {
-                return Err(LocationError::InvalidRtt {
-                    cidr,
-                    cluster: cluster.clone(),
-                    rtt_ms: *rtt,
-                });
-            }
-            normalised.push(RttRow {
-                cidr,
-                rtt_ms: row.rtt_ms,
-            });
-        }
-        Ok(RttTable { rows: normalised })
-    }
-
-    /// The rows, normalised, in config order ([`Bucket::rtt_row`] indexes them).
-    pub fn rows(&self) -> &[RttRow] {
-        &self.rows
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.rows.is_empty()
-    }
-
-    /// The index of the longest-prefix row holding `ip`.
-    pub fn lookup_row(&self, ip: IpAddr) -> Option<usize> {
-        longest_match(canonical_ip(ip), self.rows.iter().map(|r| &r.cidr)).0
-    }
-
-    /// The RTTs (cluster → ms) of the longest-prefix row holding `ip`.
-    pub fn lookup(&self, ip: IpAddr) -> Option<&BTreeMap<String, f64>> {
-        self.lookup_row(ip)
-            .and_then(|row| self.rows.get(row))
-            .map(|row| &row.rtt_ms)
-    }
-}
-
-// ---------------------------------------------------------------------------------------
-// MaxMind database
-
-/// The region parts of a City-style (GeoIP2/GeoLite2 City) record (the coordinates are
-/// read by path).
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-struct MmdbRecord {
-    country: MmdbCode,
-    subdivisions: Vec<MmdbCode>,
-    continent: MmdbCode,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-struct MmdbCode {
-    iso_code: Option<String>,
-    /// Continents have a `code` instead of an `iso_code`.
-    code: Option<String>,
-}
-
-impl MmdbRecord {
-    /// `US-CA` (country and first subdivision), else the country code, else the
-    /// continent code, else empty.
-    fn region(&self) -> String {
-        let country = self.country.iso_code.as_deref();
-        let subdivision = self
-            .subdivisions
-            .first()
-            .and_then(|s| s.iso_code.as_deref());
-        match (country, subdivision) {
-            (Some(country), Some(subdivision)) => format!("{country}-{subdivision}"),
-            (Some(country), None) => country.to_owned(),
-            (None, Some(subdivision)) => subdivision.to_owned(),
-            (None, None) => self.continent.code.clone().unwrap_or_default(),
-        }
-    }
-}
-
-/// What the mmdb says about one address.
-struct MmdbHit {
-    /// The database network holding the address, in the address's family.
-    network: IpNet,
-    /// Rounded coordinates, when the record has them.
-    point: Option<(i32, i32)>,
-    /// Region, when asked for and the record has coordinates.
-    region: String,
-}
-
-struct Mmdb {
-    path: PathBuf,
-    reader: maxminddb::Reader<Vec<u8>>,
-}
-
-impl Mmdb {
-    fn open(path: &Path) -> Result<Self, LocationError> {
-        let reader =
-            maxminddb::Reader::open_readfile(path).map_err(|source| LocationError::ReadMmdb {
-                path: path.to_owned(),
-                source,
-            })?;
-        Ok(Mmdb {
-            path: path.to_owned(),
-            reader,
-        })
-    }
-
-    /// The whole address family as one network.
-    fn everything(ip: IpAddr) -> IpNet {
-        match ip {
-            IpAddr::V4(_) => IpNet::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0),
-            IpAddr::V6(_) => IpNet::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 0),
-        }
-        .unwrap_or_default()
-    }
-
-    /// The single address as a network (the conservative scope when lookup fails).
-    fn single(ip: IpAddr) -> IpNet {
-        IpNet::from(ip)
-    }
-
-    fn lookup(&self, ip: IpAddr, want_region: bool) -> MmdbHit {
-        if ip.is_ipv6() && self.reader.metadata().ip_version == 4 {
-            // An IPv4-only database says nothing about any IPv6 address.
-            return MmdbHit {
-                network: Self::everything(ip),
-                point: None,
-                region: String::new(),
-            };
-        }
-        let result = match self.reader.lookup(ip) {
-            Ok(result) => result,
-            Err(error) => {
-                tracing::debug!(path = %self.path.display(), address = %ip, error = %error, "mmdb lookup failed");
-                return MmdbHit {
-                    network: Self::single(ip),
-                    point: None,
-                    region: String::new(),
-                };
-            }
-        };
-        let network = match result.network() {
-            Ok(network) => {
-                let prefix = network.prefix();
-                match (network.network(), ip) {
-                    (IpAddr::V6(_), IpAddr::V4(_)) => {
-                        // Matched above the IPv4 subtree: the record covers all of IPv4.
-                        if prefix <= 96 {
-                            Self::everything(ip)
-                        } else {
-                            Self::single(ip)
-                        }
-                    }
-                    (net, _) => IpNet::new(net, prefix)
-                        .map(canonical_net)
-                        .unwrap_or_else(|_| Self::single(ip)),
-                }
-            }
-            Err(_) => Self::single(ip),
-        };
-        let mut hit = MmdbHit {
-            network,
-            point: None,
-            region: String::new(),
-        };
-        // Coordinates by path in both modes, so that `locate` and `bucket` agree.
-        let coordinate = |key| {
-            result.decode_path::<f64>(&[
-                maxminddb::PathElement::Key("location"),
-                maxminddb::PathElement::Key(key),
-            ])
-        };
-        if let (Ok(Some(lat)), Ok(Some(lon))) = (coordinate("latitude"), coordinate("longitude"))
-            && (-90.0..=90.0).contains(&lat)
-            && (-180.0..=180.0).contains(&lon)
-        {
-            hit.point = Some((e2(lat), e2(lon)));
-            if want_region {
-                match result.decode::<MmdbRecord>() {
-                    Ok(Some(record)) => hit.region = record.region(),
-                    Ok(None) => {}
-                    Err(error) => {
-                        tracing::debug!(path = %self.path.display(), address = %ip, error = %error, "mmdb record not decodable");
-                    }
-                }
-            }
-        }
-        hit
-    }
-}
-
-// ---------------------------------------------------------------------------------------
 // Locator
 
 /// Turns client addresses into locations, ECS scopes and cache buckets. Immutable; share
 /// it behind an `Arc`.
 pub struct Locator {
     table: Vec<LocationEntry>,
+    /// Longest-prefix index over `table`'s CIDRs.
+    index: PrefixTable,
     default: Location,
     mmdb: Option<Mmdb>,
     rtt: RttTable,
@@ -501,6 +260,7 @@ impl Locator {
     /// # Errors
     ///
     /// [`LocationError::ReadMmdb`] when the file cannot be read or parsed,
+    /// [`LocationError::MmdbLayout`] when its records lack coordinates ([`check_mmdb`]),
     /// [`LocationError::InvalidCoordinates`] for a location off the globe,
     /// [`LocationError::DuplicateCidr`] when two entries name one network.
     pub fn new(
@@ -510,10 +270,11 @@ impl Locator {
     ) -> Result<Self, LocationError> {
         check_coordinates(|| "default location".to_owned(), &default)?;
         let mut normalised: Vec<LocationEntry> = Vec::with_capacity(table.len());
+        let mut seen = HashSet::with_capacity(table.len());
         for entry in table {
             let cidr = canonical_net(entry.cidr);
             check_coordinates(|| format!("location of {cidr}"), &entry.location)?;
-            if normalised.iter().any(|e| e.cidr == cidr) {
+            if !seen.insert(cidr) {
                 return Err(LocationError::DuplicateCidr {
                     table: "location table",
                     cidr,
@@ -525,7 +286,9 @@ impl Locator {
             });
         }
         let mmdb = mmdb.map(Mmdb::open).transpose()?;
+        let nets: Vec<IpNet> = normalised.iter().map(|e| e.cidr).collect();
         Ok(Locator {
+            index: PrefixTable::new(&nets),
             table: normalised,
             default,
             mmdb,
@@ -562,7 +325,7 @@ impl Locator {
     pub fn locate(&self, ip: IpAddr) -> Located {
         let ip = canonical_ip(ip);
         let (place, source, scope, mmdb_region) = self.place(ip, true);
-        let (rtt_row, rtt_scope) = longest_match(ip, self.rtt.rows.iter().map(|r| &r.cidr));
+        let (rtt_row, rtt_scope) = self.rtt.lookup_scoped(ip);
         let location = match place {
             Place::Table(index) => self
                 .table
@@ -581,8 +344,24 @@ impl Locator {
             prefix_len: scope.max(rtt_scope),
             bucket: Bucket { place, rtt_row },
             rtt: rtt_row
-                .and_then(|row| self.rtt.rows.get(row))
+                .and_then(|row| self.rtt.rows().get(row))
                 .map(|row| row.rtt_ms.clone()),
+        }
+    }
+
+    /// The coordinates (latitude, longitude) clients of `place` are routed from: the
+    /// same values as [`Located::location`] of [`Locator::locate`] for them.
+    pub fn point(&self, place: Place) -> (f64, f64) {
+        match place {
+            Place::Table(index) => self
+                .table
+                .get(index)
+                .map_or(&self.default, |e| &e.location)
+                .coordinates(),
+            Place::Default => self.default.coordinates(),
+            Place::Point { lat_e2, lon_e2 } => {
+                (f64::from(lat_e2) / 100.0, f64::from(lon_e2) / 100.0)
+            }
         }
     }
 
@@ -591,14 +370,14 @@ impl Locator {
     pub fn bucket(&self, ip: IpAddr) -> (Bucket, u8) {
         let ip = canonical_ip(ip);
         let (place, _, scope, _) = self.place(ip, false);
-        let (rtt_row, rtt_scope) = longest_match(ip, self.rtt.rows.iter().map(|r| &r.cidr));
+        let (rtt_row, rtt_scope) = self.rtt.lookup_scoped(ip);
         (Bucket { place, rtt_row }, scope.max(rtt_scope))
     }
 
     /// The place of a canonical `ip`, where it came from, its scope, and (when
     /// `want_region`) the region of an mmdb hit.
     fn place(&self, ip: IpAddr, want_region: bool) -> (Place, LocationSource, u8, String) {
-        let (matched, table_scope) = longest_match(ip, self.table.iter().map(|e| &e.cidr));
+        let (matched, table_scope) = self.index.lookup(ip);
         if let Some(index) = matched
             && let Some(entry) = self.table.get(index)
         {
@@ -674,7 +453,7 @@ impl Locator {
                 },
                 rtt: None,
             });
-            for (row_index, row) in self.rtt.rows.iter().enumerate() {
+            for (row_index, row) in self.rtt.rows().iter().enumerate() {
                 if cidr.is_some_and(|c| !overlaps(&c, &row.cidr)) {
                     continue;
                 }
@@ -694,221 +473,302 @@ impl Locator {
     }
 }
 
-// ---------------------------------------------------------------------------------------
-// Test support: a tiny MaxMind DB writer
-
-/// Writes small City-style MaxMind databases for tests (nothing can be downloaded).
-///
-/// The format (MaxMind DB 2.0): a binary search tree over the address bits (here IPv6,
-/// IPv4 networks under `::/96`, 24-bit records), 16 zero bytes, the data section, then
-/// `\xAB\xCD\xEFMaxMind.com` and the metadata map.
+/// The address as (is IPv4, bits left-aligned in a u128, number of bits).
 #[cfg(test)]
-pub(crate) mod test_mmdb {
-    use std::net::IpAddr;
-
-    use ipnet::IpNet;
-
-    /// One network of a test database.
-    pub(crate) struct CityNetwork {
-        pub network: IpNet,
-        pub latitude: Option<f64>,
-        pub longitude: Option<f64>,
-        pub country: Option<&'static str>,
-        pub subdivision: Option<&'static str>,
+fn bits(ip: IpAddr) -> (bool, u128, u8) {
+    match ip {
+        IpAddr::V4(v4) => (true, u128::from(u32::from(v4)) << 96, 32),
+        IpAddr::V6(v6) => (false, u128::from(v6), 128),
     }
+}
 
-    enum Value {
-        Str(String),
-        Double(f64),
-        Uint(u8, u64),
-        Map(Vec<(&'static str, Value)>),
-        Array(Vec<Value>),
+/// Length of the common prefix of two addresses of one family (`None` across families).
+#[cfg(test)]
+fn common_prefix(a: IpAddr, b: IpAddr) -> Option<u8> {
+    let (a4, a_bits, max) = bits(a);
+    let (b4, b_bits, _) = bits(b);
+    if a4 != b4 {
+        return None;
     }
+    let len = (a_bits ^ b_bits).leading_zeros().min(u32::from(max));
+    // At most 128, so it fits.
+    Some(u8::try_from(len).unwrap_or(max))
+}
 
-    fn control(out: &mut Vec<u8>, type_: u8, size: usize) {
-        let (five, extra): (u8, Vec<u8>) = if size < 29 {
-            (size as u8, vec![])
-        } else if size < 285 {
-            (29, vec![(size - 29) as u8])
-        } else if size < 65_821 {
-            (30, ((size - 285) as u16).to_be_bytes().to_vec())
-        } else {
-            (31, ((size - 65_821) as u32).to_be_bytes()[1..].to_vec())
+/// Longest-prefix match of `ip` among `nets` (canonical), and the shortest prefix length
+/// around `ip` (at least the match's) within which every address has the same match: the
+/// definition, by linear scan, that [`PrefixTable`] must agree with.
+#[cfg(test)]
+fn longest_match_linear<'a>(
+    ip: IpAddr,
+    nets: impl Iterator<Item = &'a IpNet>,
+) -> (Option<usize>, u8) {
+    let mut best: Option<(usize, u8)> = None;
+    let mut scope = 0;
+    for (index, net) in nets.enumerate() {
+        let Some(common) = common_prefix(net.network(), ip) else {
+            continue;
         };
-        if type_ <= 7 {
-            out.push((type_ << 5) | five);
+        if common >= net.prefix_len() {
+            if best.is_none_or(|(_, len)| net.prefix_len() > len) {
+                best = Some((index, net.prefix_len()));
+            }
+            scope = scope.max(net.prefix_len());
         } else {
-            out.push(five);
-            out.push(type_ - 7);
-        }
-        out.extend(extra);
-    }
-
-    fn encode(value: &Value, out: &mut Vec<u8>) {
-        match value {
-            Value::Str(s) => {
-                control(out, 2, s.len());
-                out.extend(s.as_bytes());
-            }
-            Value::Double(d) => {
-                control(out, 3, 8);
-                out.extend(d.to_be_bytes());
-            }
-            Value::Uint(type_, n) => {
-                let bytes = n.to_be_bytes();
-                let skip = bytes.iter().take_while(|b| **b == 0).count();
-                control(out, *type_, 8 - skip);
-                out.extend(&bytes[skip..]);
-            }
-            Value::Map(pairs) => {
-                control(out, 7, pairs.len());
-                for (key, value) in pairs {
-                    encode(&Value::Str((*key).to_owned()), out);
-                    encode(value, out);
-                }
-            }
-            Value::Array(items) => {
-                control(out, 11, items.len());
-                for item in items {
-                    encode(item, out);
-                }
-            }
+            // `ip/(common+1)` is the longest network around ip that `net` does not
+            // reach; anything shorter would include `net`.
+            scope = scope.max(common + 1);
         }
     }
-
-    fn record(network: &CityNetwork) -> Value {
-        let mut pairs = Vec::new();
-        let mut location = Vec::new();
-        if let Some(lat) = network.latitude {
-            location.push(("latitude", Value::Double(lat)));
-        }
-        if let Some(lon) = network.longitude {
-            location.push(("longitude", Value::Double(lon)));
-        }
-        location.push(("accuracy_radius", Value::Uint(5, 50)));
-        pairs.push(("location", Value::Map(location)));
-        if let Some(country) = network.country {
-            pairs.push((
-                "country",
-                Value::Map(vec![("iso_code", Value::Str(country.to_owned()))]),
-            ));
-        }
-        if let Some(subdivision) = network.subdivision {
-            pairs.push((
-                "subdivisions",
-                Value::Array(vec![Value::Map(vec![
-                    ("iso_code", Value::Str(subdivision.to_owned())),
-                    (
-                        "names",
-                        Value::Map(vec![("en", Value::Str(format!("{subdivision} land")))]),
-                    ),
-                ])]),
-            ));
-        }
-        Value::Map(pairs)
-    }
-
-    #[derive(Clone, Copy)]
-    enum Rec {
-        Empty,
-        Node(usize),
-        Data(usize),
-    }
-
-    /// A City-style IPv6 database holding `networks`.
-    pub(crate) fn city_db(networks: &[CityNetwork]) -> Vec<u8> {
-        let mut data = Vec::new();
-        let mut nodes: Vec<[Rec; 2]> = vec![[Rec::Empty, Rec::Empty]];
-        let mut order: Vec<&CityNetwork> = networks.iter().collect();
-        // Less specific first, so that a more specific network splits it.
-        order.sort_by_key(|n| n.network.prefix_len());
-        for network in order {
-            let offset = data.len();
-            encode(&record(network), &mut data);
-            let (bits, prefix) = match network.network.trunc() {
-                IpNet::V4(v4) => (
-                    u128::from(u32::from(v4.network())),
-                    96 + usize::from(v4.prefix_len()),
-                ),
-                IpNet::V6(v6) => (u128::from(v6.network()), usize::from(v6.prefix_len())),
-            };
-            assert!(prefix > 0, "a network of prefix 0 is not supported");
-            let mut node = 0;
-            for depth in 0..prefix {
-                let bit = ((bits >> (127 - depth)) & 1) as usize;
-                if depth == prefix - 1 {
-                    nodes[node][bit] = Rec::Data(offset);
-                    break;
-                }
-                match nodes[node][bit] {
-                    Rec::Node(next) => node = next,
-                    inherited => {
-                        let next = nodes.len();
-                        nodes.push([inherited, inherited]);
-                        nodes[node][bit] = Rec::Node(next);
-                        node = next;
-                    }
-                }
-            }
-        }
-        let node_count = nodes.len();
-        let mut out = Vec::new();
-        for node in &nodes {
-            for rec in node {
-                let value = match *rec {
-                    Rec::Empty => node_count,
-                    Rec::Node(n) => n,
-                    Rec::Data(offset) => node_count + 16 + offset,
-                };
-                assert!(
-                    value < 1 << 24,
-                    "test database too large for 24-bit records"
-                );
-                out.extend(&(value as u32).to_be_bytes()[1..]);
-            }
-        }
-        out.extend([0u8; 16]);
-        out.extend(&data);
-        out.extend(b"\xAB\xCD\xEFMaxMind.com");
-        let metadata = Value::Map(vec![
-            ("binary_format_major_version", Value::Uint(5, 2)),
-            ("binary_format_minor_version", Value::Uint(5, 0)),
-            ("build_epoch", Value::Uint(9, 1_700_000_000)),
-            (
-                "database_type",
-                Value::Str("fedingress-Test-City".to_owned()),
-            ),
-            (
-                "description",
-                Value::Map(vec![(
-                    "en",
-                    Value::Str("fedingress test database".to_owned()),
-                )]),
-            ),
-            ("ip_version", Value::Uint(5, 6)),
-            ("languages", Value::Array(vec![Value::Str("en".to_owned())])),
-            ("node_count", Value::Uint(6, node_count as u64)),
-            ("record_size", Value::Uint(5, 24)),
-        ]);
-        encode(&metadata, &mut out);
-        out
-    }
-
-    /// Convenience: a network from text.
-    pub(crate) fn net(text: &str) -> IpNet {
-        text.parse().expect("test network")
-    }
-
-    /// Convenience: an address from text.
-    pub(crate) fn ip(text: &str) -> IpAddr {
-        text.parse().expect("test address")
-    }
+    (best.map(|(index, _)| index), scope)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::test_mmdb::{CityNetwork, city_db, ip, net};
+    use super::test_mmdb::{CityNetwork, FlatNetwork, city_db, flat_db, ip, net};
     use super::*;
+
+    /// A small deterministic generator (xorshift64*), so that failures reproduce.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        }
+
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+
+        fn u128(&mut self) -> u128 {
+            (u128::from(self.next()) << 64) | u128::from(self.next())
+        }
+    }
+
+    /// A random network of one of three kinds: IPv4, IPv6 (clustered under a few /16s
+    /// so that networks nest), IPv4-mapped IPv6 (normalised to IPv4, as tables are).
+    fn random_net(rng: &mut Rng) -> IpNet {
+        let net = match rng.below(3) {
+            0 => {
+                // Clustered under 10/8 and 192.168/16 so that many networks nest.
+                let base: u32 = if rng.below(2) == 0 {
+                    0x0A00_0000
+                } else {
+                    0xC0A8_0000
+                };
+                let addr = base | (rng.next() as u32 & 0x00FF_FFFF);
+                let len = rng.below(33) as u8;
+                IpNet::new(IpAddr::from(addr.to_be_bytes()), len).unwrap()
+            }
+            1 => {
+                let high: u128 = [0x2001_0db8u128, 0x2a00_1450, 0xfe80_0000][rng.below(3) as usize];
+                let addr = (high << 96) | (rng.u128() >> 32);
+                let len = rng.below(129) as u8;
+                IpNet::new(IpAddr::from(addr.to_be_bytes()), len).unwrap()
+            }
+            _ => {
+                let v4 = 0x0A00_0000u32 | (rng.next() as u32 & 0x00FF_FFFF);
+                let mapped = std::net::Ipv4Addr::from(v4).to_ipv6_mapped();
+                let len = 96 + rng.below(33) as u8;
+                IpNet::new(IpAddr::V6(mapped), len).unwrap()
+            }
+        };
+        canonical_net(net)
+    }
+
+    /// Addresses worth probing: random ones near the table's networks, their edges and
+    /// the addresses just outside, in both forms for IPv4 (plain and mapped).
+    fn probes(rng: &mut Rng, nets: &[IpNet], count: usize) -> Vec<IpAddr> {
+        let mut out = Vec::new();
+        for net in nets.iter().take(count) {
+            let (network, broadcast) = (net.network(), net.broadcast());
+            out.push(network);
+            out.push(broadcast);
+            match (network, broadcast) {
+                (IpAddr::V4(a), IpAddr::V4(b)) => {
+                    let (a, b) = (u32::from(a), u32::from(b));
+                    for x in [
+                        a.wrapping_sub(1),
+                        b.wrapping_add(1),
+                        a | (rng.next() as u32 & !(a ^ b) ^ (rng.next() as u32 & (a ^ b))),
+                    ] {
+                        out.push(IpAddr::from(x.to_be_bytes()));
+                        out.push(IpAddr::V6(std::net::Ipv4Addr::from(x).to_ipv6_mapped()));
+                    }
+                }
+                (IpAddr::V6(a), IpAddr::V6(b)) => {
+                    let (a, b) = (u128::from(a), u128::from(b));
+                    for x in [
+                        a.wrapping_sub(1),
+                        b.wrapping_add(1),
+                        a | (rng.u128() & (a ^ b)),
+                    ] {
+                        out.push(IpAddr::from(x.to_be_bytes()));
+                    }
+                }
+                _ => {}
+            }
+        }
+        for _ in 0..count {
+            out.push(IpAddr::from((rng.next() as u32).to_be_bytes()));
+            out.push(IpAddr::from(
+                (0x0A00_0000 | (rng.next() as u32 & 0x00FF_FFFF)).to_be_bytes(),
+            ));
+            out.push(IpAddr::from(rng.u128().to_be_bytes()));
+            out.push(IpAddr::from(
+                ((0x2001_0db8u128 << 96) | (rng.u128() >> 32)).to_be_bytes(),
+            ));
+        }
+        out
+    }
+
+    #[test]
+    fn prefix_table_agrees_with_the_linear_definition() {
+        let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+        for round in 0..300 {
+            let size = [0, 1, 2, 3, 5, 10, 40][round % 7] + rng.below(4) as usize;
+            let mut nets: Vec<IpNet> = (0..size).map(|_| random_net(&mut rng)).collect();
+            if round % 5 == 0 && !nets.is_empty() {
+                // The whole address space and a duplicate: the first listing wins.
+                nets.push(canonical_net(net("0.0.0.0/0")));
+                nets.push(canonical_net(net("::/0")));
+                nets.push(nets[0]);
+            }
+            let table = PrefixTable::new(&nets);
+            for probe in probes(&mut rng, &nets, 60) {
+                let ip = canonical_ip(probe);
+                assert_eq!(
+                    table.lookup(ip),
+                    longest_match_linear(ip, nets.iter()),
+                    "round {round}: {probe} in {nets:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_table_of_100000_entries() {
+        let mut rng = Rng(42);
+        let mut seen = HashSet::new();
+        let mut table = Vec::new();
+        // /24s and some /16s and /20s around them (nesting), IPv4 and IPv6.
+        while table.len() < 100_000 {
+            let net = match rng.below(10) {
+                0 => IpNet::new(IpAddr::from((rng.next() as u32).to_be_bytes()), 16).unwrap(),
+                1 => IpNet::new(IpAddr::from((rng.next() as u32).to_be_bytes()), 20).unwrap(),
+                2 => IpNet::new(IpAddr::from(rng.u128().to_be_bytes()), 48).unwrap(),
+                _ => IpNet::new(IpAddr::from((rng.next() as u32).to_be_bytes()), 24).unwrap(),
+            }
+            .trunc();
+            if seen.insert(net) {
+                let latitude = rng.below(170) as f64 - 85.0;
+                let longitude = rng.below(360) as f64 - 180.0;
+                table.push(LocationEntry {
+                    cidr: net,
+                    location: loc(&format!("r{}", table.len()), latitude, longitude),
+                });
+            }
+        }
+        let nets: Vec<IpNet> = table.iter().map(|e| e.cidr).collect();
+        let locator = Locator::new(table, default_loc(), None).unwrap();
+        assert!(locator.index.intervals() >= 100_000);
+        // Every entry's own addresses find the entry (or a more specific one inside it),
+        // and random addresses agree with the linear definition.
+        for (index, net) in nets.iter().enumerate().step_by(97) {
+            let located = locator.locate(net.network());
+            let Place::Table(found) = located.bucket.place else {
+                panic!("{net} not found");
+            };
+            let found_net = nets[found];
+            assert!(
+                found == index || (net.contains(&found_net) && found_net != *net),
+                "{net}"
+            );
+            assert!(located.prefix_len >= found_net.prefix_len());
+        }
+        for probe in probes(&mut rng, &nets[..50], 50) {
+            let ip = canonical_ip(probe);
+            assert_eq!(
+                locator.index.lookup(ip),
+                longest_match_linear(ip, nets.iter()),
+                "{probe}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_database_without_city_coordinates_is_rejected() {
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(
+            file.path(),
+            flat_db(&[FlatNetwork {
+                network: net("81.2.69.0/24"),
+                latitude: 51.5,
+                longitude: -0.09,
+                country_code: "GB",
+            }]),
+        )
+        .unwrap();
+        let err = check_mmdb(file.path()).unwrap_err();
+        assert!(matches!(
+            err,
+            LocationError::MmdbLayout {
+                field: "location/latitude",
+                ..
+            }
+        ));
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "MaxMind database {} has no location/latitude in its records (a City-style database is needed; country-only databases are not supported)",
+                file.path().display()
+            )
+        );
+        // The locator refuses it too.
+        let err = Locator::new(vec![], default_loc(), Some(file.path())).unwrap_err();
+        assert!(matches!(err, LocationError::MmdbLayout { .. }));
+
+        // A country-only City-shaped database (no coordinates anywhere).
+        let country = write_db(&[CityNetwork {
+            network: net("198.51.100.0/24"),
+            latitude: None,
+            longitude: None,
+            country: Some("US"),
+            subdivision: None,
+        }]);
+        assert!(matches!(
+            check_mmdb(country.path()),
+            Err(LocationError::MmdbLayout {
+                field: "location/latitude",
+                ..
+            })
+        ));
+        // Latitudes without longitudes name the other field.
+        let half = write_db(&[CityNetwork {
+            network: net("198.51.100.0/24"),
+            latitude: Some(1.0),
+            longitude: None,
+            country: Some("US"),
+            subdivision: None,
+        }]);
+        assert!(matches!(
+            check_mmdb(half.path()),
+            Err(LocationError::MmdbLayout {
+                field: "location/longitude",
+                ..
+            })
+        ));
+        // A City database where some records lack coordinates is fine.
+        check_mmdb(sample_db().path()).unwrap();
+        // Not a database at all.
+        assert!(matches!(
+            check_mmdb(Path::new("/nonexistent/x.mmdb")),
+            Err(LocationError::ReadMmdb { .. })
+        ));
+    }
 
     fn loc(region: &str, latitude: f64, longitude: f64) -> Location {
         Location {

@@ -333,3 +333,81 @@ fn any_gets_the_rfc8482_answer() {
     assert_eq!(message.answers[0].record_type(), RecordType::HINFO);
     assert!(message.metadata.authoritative);
 }
+
+#[test]
+fn queries_are_counted_by_transport_path_type_and_rcode() {
+    let server = server();
+    let udp = |packet: &[u8]| server.respond(packet, peer(), Transport::Udp, &[]);
+    for id in 0..3 {
+        udp(&query(id, [0, 0], "geo.test", TYPE_A, None));
+    }
+    udp(&query(3, [0, 0], "nothing.test", TYPE_A, None));
+    udp(&query(4, [0, 0], "test", 6, None));
+    udp(&query(5, [0, 0], "geo.test", TYPE_A, Some((1232, 1, None))));
+    udp(&query(6, [0x10, 0], "geo.test", TYPE_A, None));
+    udp(&query(7, [0, 0], "big.test", TYPE_A, None));
+    udp(&query(8, [0x80, 0], "geo.test", TYPE_A, None));
+    udp(&[1, 2, 3]);
+    server.respond(
+        &query(9, [0, 0], "outside.example", 16, None),
+        peer(),
+        Transport::Tcp,
+        &[],
+    );
+    let mut text = String::new();
+    server.write_prometheus(&mut text);
+    let line = |series: &str| {
+        text.lines()
+            .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+            .map(|l| l[series.len() + 1..].to_owned())
+    };
+    let q = |t: &str, p: &str, qtype: &str, rcode: &str| {
+        line(&format!(
+            "fedingress_dns_queries_total{{transport=\"{t}\",path=\"{p}\",qtype=\"{qtype}\",rcode=\"{rcode}\"}}"
+        ))
+    };
+    assert_eq!(
+        q("udp", "fast", "A", "NOERROR").as_deref(),
+        Some("4"),
+        "{text}"
+    );
+    assert_eq!(q("udp", "slow", "A", "NXDOMAIN").as_deref(), Some("1"));
+    assert_eq!(q("udp", "slow", "SOA", "NOERROR").as_deref(), Some("1"));
+    assert_eq!(
+        q("udp", "slow", "A", "other").as_deref(),
+        Some("1"),
+        "BADVERS"
+    );
+    assert_eq!(q("udp", "slow", "A", "NOTIMP").as_deref(), Some("1"));
+    assert_eq!(q("tcp", "slow", "other", "REFUSED").as_deref(), Some("1"));
+    // Zero series are left out.
+    assert_eq!(q("tcp", "fast", "A", "NOERROR"), None);
+    assert_eq!(
+        line("fedingress_dns_truncated_total{transport=\"udp\"}").as_deref(),
+        Some("1")
+    );
+    assert_eq!(
+        line("fedingress_dns_dropped_total{transport=\"udp\"}").as_deref(),
+        Some("2")
+    );
+    assert_eq!(
+        line("fedingress_dns_dropped_total{transport=\"tcp\"}").as_deref(),
+        Some("0")
+    );
+    for family in [
+        "fedingress_dns_queries_total",
+        "fedingress_dns_truncated_total",
+        "fedingress_dns_dropped_total",
+    ] {
+        assert!(
+            text.contains(&format!("# TYPE {family} counter\n")),
+            "{family}"
+        );
+        assert!(text.contains(&format!("# HELP {family} ")), "{family}");
+    }
+    let stats = server.stats();
+    assert_eq!(
+        (stats.fast, stats.slow, stats.truncated, stats.dropped),
+        (4, 5, 1, 2)
+    );
+}
