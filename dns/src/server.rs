@@ -640,13 +640,14 @@ fn handle(
     if query.is_fast_path_shape()
         && let Some(question) = &query.question
     {
+        let serial = snapshot.serial();
         let served = snapshot.with_fast_answer(
             question.key.as_bytes(),
             RecordType::from(question.qtype),
             client,
             |encoded, scope| {
                 let scope = if scope_applies { scope } else { 0 };
-                wire::write_fast_response(encoded, &query, packet, scope, limit, out);
+                wire::write_fast_response(encoded, serial, &query, packet, scope, limit, out);
             },
         );
         if served.is_some() {

@@ -56,6 +56,15 @@
 //!   client does the weighting);
 //! - [`Answer::Addresses`] (Anycast): fixed.
 //!
+//! # Rebuilding per changed name
+//!
+//! [`Snapshot::rebuild`] builds the next snapshot from the one being served: a name
+//! whose [`RoutedIngress`], zone and taken names are unchanged keeps its encoded answers
+//! (shared, not copied), so a change costs in proportion to the names it touches. The
+//! only snapshot-wide value inside encoded answers, the SOA serial of negative answers,
+//! is written by the server per query (`Encoded::serial_at`), so reused answers never
+//! carry an old serial.
+//!
 //! # Host names and IPs
 //!
 //! When the clusters of an answer report both IPs and load balancer host names, the
@@ -448,6 +457,10 @@ pub(crate) struct Encoded {
     pub(crate) answers: Vec<Record>,
     pub(crate) authority: Vec<Record>,
     pub(crate) additional: Vec<Record>,
+    /// Offset in `wire` of the SOA serial when the authority section ends with the
+    /// zone's SOA (negative answers): the server writes the current serial there, so
+    /// answers reused across snapshots ([`Snapshot::rebuild`]) never carry an old one.
+    pub(crate) serial_at: Option<usize>,
 }
 
 impl Encoded {
@@ -471,7 +484,13 @@ impl Encoded {
         let full = message.to_vec();
         match (short, full, u16::try_from(additional.len())) {
             (Ok(short), Ok(full), Ok(additional_count)) if full.len() <= usize::from(u16::MAX) => {
+                // An SOA's RDATA ends with serial, refresh, retry, expire, minimum.
+                let serial_at = authority
+                    .last()
+                    .filter(|r| r.record_type() == RecordType::SOA)
+                    .and_then(|_| short.len().checked_sub(20));
                 Encoded {
+                    serial_at,
                     answer_end: short.len(),
                     wire: full.into_boxed_slice(),
                     additional_count,
@@ -500,6 +519,7 @@ impl Encoded {
         wire.extend_from_slice(&u16::from(qtype).to_be_bytes());
         wire.extend_from_slice(&1u16.to_be_bytes());
         Encoded {
+            serial_at: None,
             answer_end: wire.len(),
             wire: wire.into_boxed_slice(),
             additional_count: 0,
@@ -688,6 +708,14 @@ struct IngressEntry {
     srv_names: Vec<Option<Name>>,
     /// Target name per cluster name (clusters with IPs, not cordoned).
     target_names: BTreeMap<String, Name>,
+    /// The encoded answers: shared with the next snapshot when nothing they depend on
+    /// changed ([`Snapshot::rebuild`]).
+    answers: Arc<Answers>,
+}
+
+/// Everything encoded for one ingress.
+#[derive(Debug)]
+struct Answers {
     targets: Vec<Target>,
     /// Distinct renderings made at build time (one per distinct [`Answer`]; index 0
     /// is everyone's when the answer does not depend on the client).
@@ -741,12 +769,24 @@ impl Lookup {
         }
     }
 
-    fn from_encoded(encoded: &Encoded, scope_prefix: u8) -> Self {
+    fn from_encoded(encoded: &Encoded, scope_prefix: u8, serial: u32) -> Self {
+        let authority = encoded
+            .authority
+            .iter()
+            .map(|record| match &record.data {
+                RData::SOA(soa) if soa.serial != serial => {
+                    let mut soa = soa.clone();
+                    soa.serial = serial;
+                    Record::from_rdata(record.name.clone(), record.ttl, RData::SOA(soa))
+                }
+                _ => record.clone(),
+            })
+            .collect();
         Lookup {
             rcode: ResponseCode::from_low(encoded.rcode),
             authoritative: true,
             answers: encoded.answers.clone(),
-            authority: encoded.authority.clone(),
+            authority,
             additional: encoded.additional.clone(),
             scope_prefix,
         }
@@ -793,6 +833,8 @@ pub fn is_location_dependent(strategy: StrategyType) -> bool {
 // Building
 
 struct Builder<'a> {
+    /// The snapshot this one replaces: unchanged names reuse its encoded answers.
+    previous: Option<&'a Snapshot>,
     zones: Vec<Zone>,
     names: HashMap<Vec<u8>, Node>,
     problems: Vec<Problem>,
@@ -820,7 +862,34 @@ impl Snapshot {
         ingresses: &[RoutedIngress],
         locator: Arc<Locator>,
     ) -> (Snapshot, Vec<Problem>) {
+        Self::build_from(None, zones, serial, ingresses, locator)
+    }
+
+    /// [`Snapshot::build`] for the snapshot that replaces this one: the names whose
+    /// inputs did not change (routed ingress, zone, names taken) keep their encoded
+    /// answers, so a change costs in proportion to the names it touches.
+    ///
+    /// # Guarantees
+    ///
+    /// Answers the same as [`Snapshot::build`] with the same arguments would.
+    pub fn rebuild(
+        &self,
+        zones: &[ZoneConfig],
+        serial: u32,
+        ingresses: &[RoutedIngress],
+    ) -> (Snapshot, Vec<Problem>) {
+        Self::build_from(Some(self), zones, serial, ingresses, self.locator.clone())
+    }
+
+    fn build_from(
+        previous: Option<&Snapshot>,
+        zones: &[ZoneConfig],
+        serial: u32,
+        ingresses: &[RoutedIngress],
+        locator: Arc<Locator>,
+    ) -> (Snapshot, Vec<Problem>) {
         let mut builder = Builder {
+            previous,
             zones: Vec::new(),
             names: HashMap::new(),
             problems: Vec::new(),
@@ -1135,15 +1204,94 @@ impl Builder<'_> {
             }
         }
 
+        let cname_allowed = !apex;
+        let answers = match self.reusable(routed, zone, cname_allowed, &srv_names, &target_names) {
+            Some(answers) => answers,
+            None => Arc::new(self.encode_answers(
+                routed,
+                &name,
+                zone,
+                ttl,
+                cname_allowed,
+                &srv_names,
+                &target_names,
+                &target_clusters,
+                location_dependent,
+            )?),
+        };
+        Some(IngressEntry {
+            routed: routed.clone(),
+            name,
+            zone,
+            ttl,
+            location_dependent,
+            cname_allowed,
+            srv_names,
+            target_names,
+            answers,
+        })
+    }
+
+    /// The previous snapshot's encoded answers for this name, when everything they
+    /// were encoded from is the same (the routed ingress, the zone, the names taken).
+    /// Negative answers carry the zone's SOA, whose serial the server patches per query,
+    /// so they stay right in the new snapshot.
+    fn reusable(
+        &self,
+        routed: &RoutedIngress,
+        zone: usize,
+        cname_allowed: bool,
+        srv_names: &[Option<Name>],
+        target_names: &BTreeMap<String, Name>,
+    ) -> Option<Arc<Answers>> {
+        let previous = self.previous?;
+        if !Arc::ptr_eq(&previous.locator, self.locator) {
+            return None;
+        }
+        let entry = previous
+            .by_dns_name
+            .get(&routed.dns_name)
+            .and_then(|&i| previous.ingresses.get(i))?;
+        let same_zone = match (previous.zones.get(entry.zone), self.zones.get(zone)) {
+            (Some(before), Some(now)) => {
+                before.key == now.key
+                    && before.ttl == now.ttl
+                    && before.ns == now.ns
+                    && before.negative_soa.ttl == now.negative_soa.ttl
+            }
+            _ => false,
+        };
+        (same_zone
+            && entry.routed == *routed
+            && entry.cname_allowed == cname_allowed
+            && entry.srv_names == srv_names
+            && entry.target_names == *target_names)
+            .then(|| entry.answers.clone())
+    }
+
+    /// Encodes every answer of one ingress.
+    #[allow(clippy::too_many_arguments)]
+    fn encode_answers(
+        &self,
+        routed: &RoutedIngress,
+        name: &Name,
+        zone: usize,
+        ttl: u32,
+        cname_allowed: bool,
+        srv_names: &[Option<Name>],
+        target_names: &BTreeMap<String, Name>,
+        target_clusters: &[(&ClusterView, Name)],
+        location_dependent: bool,
+    ) -> Option<Answers> {
         let zone_ref = self.zones.get(zone)?;
         let ctx = RenderCtx {
             routed,
-            name: &name,
+            name,
             ttl,
             zone: zone_ref,
-            cname_allowed: !apex,
-            srv_names: &srv_names,
-            target_names: &target_names,
+            cname_allowed,
+            srv_names,
+            target_names,
         };
         let targets = target_clusters
             .iter()
@@ -1160,7 +1308,6 @@ impl Builder<'_> {
                 ),
             })
             .collect();
-
         let (rendered, per_bucket, keyed) = if location_dependent {
             self.render_keyed(routed, &ctx)
         } else {
@@ -1172,16 +1319,7 @@ impl Builder<'_> {
                 None,
             )
         };
-
-        Some(IngressEntry {
-            routed: routed.clone(),
-            name,
-            zone,
-            ttl,
-            location_dependent,
-            cname_allowed: !apex,
-            srv_names,
-            target_names,
+        Some(Answers {
             targets,
             rendered,
             per_bucket,
@@ -1690,6 +1828,7 @@ impl Snapshot {
         let entry = self.ingresses.get(index)?;
         if !entry.location_dependent {
             return entry
+                .answers
                 .rendered
                 .first()
                 .map(|r| (RenderedRef::Borrowed(r), 0));
@@ -1700,12 +1839,13 @@ impl Snapshot {
         };
         // Table entries and the default: precomputed.
         if bucket.is_enumerable()
-            && !entry.per_bucket.is_empty()
+            && !entry.answers.per_bucket.is_empty()
             && let Some(&b) = self.bucket_index.get(&bucket)
             && let Some(r) = entry
+                .answers
                 .per_bucket
                 .get(b)
-                .and_then(|&slot| entry.rendered.get(slot as usize))
+                .and_then(|&slot| entry.answers.rendered.get(slot as usize))
         {
             return Some((RenderedRef::Borrowed(r), scope));
         }
@@ -1729,7 +1869,7 @@ impl Snapshot {
         longitude: f64,
         rtt: Option<&BTreeMap<String, f64>>,
     ) -> Option<RenderedRef<'a>> {
-        let keyed = entry.keyed.as_ref()?;
+        let keyed = entry.answers.keyed.as_ref()?;
         let key = keyed.router.key(latitude, longitude, rtt);
         let known = match &key {
             RouteKey::Cluster(index) => keyed.by_cluster.get(*index as usize).copied().flatten(),
@@ -1745,7 +1885,7 @@ impl Snapshot {
                 None
             }
         };
-        if let Some(r) = known.and_then(|slot| entry.rendered.get(slot as usize)) {
+        if let Some(r) = known.and_then(|slot| entry.answers.rendered.get(slot as usize)) {
             return Some(RenderedRef::Borrowed(r));
         }
         // A new Overflow order (or a key the build did not foresee): decide for this
@@ -1771,6 +1911,7 @@ impl Snapshot {
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let existing = entry
+            .answers
             .rendered
             .iter()
             .chain(orders.values())
@@ -1827,7 +1968,7 @@ impl Snapshot {
                 Some(f(rendered.srv.get(k)?.pick(), scope))
             }
             (Owner::Target(i, t), RecordType::A | RecordType::AAAA) => {
-                let target = self.ingresses.get(i)?.targets.get(t)?;
+                let target = self.ingresses.get(i)?.answers.targets.get(t)?;
                 let prepared = if qtype == RecordType::A {
                     &target.a
                 } else {
@@ -1915,8 +2056,10 @@ impl Snapshot {
                     return nodata(0);
                 };
                 match qtype {
-                    RecordType::A => Lookup::from_encoded(rendered.a.pick(), scope),
-                    RecordType::AAAA => Lookup::from_encoded(rendered.aaaa.pick(), scope),
+                    RecordType::A => Lookup::from_encoded(rendered.a.pick(), scope, self.serial),
+                    RecordType::AAAA => {
+                        Lookup::from_encoded(rendered.aaaa.pick(), scope, self.serial)
+                    }
                     _ => {
                         // A CNAME answers every type (RFC 1034 §3.6.2).
                         let picked = rendered.a.pick();
@@ -1925,7 +2068,7 @@ impl Snapshot {
                             .first()
                             .is_some_and(|r| r.record_type() == RecordType::CNAME);
                         if is_cname {
-                            let mut lookup = Lookup::from_encoded(picked, scope);
+                            let mut lookup = Lookup::from_encoded(picked, scope, self.serial);
                             lookup.additional.clear();
                             lookup
                         } else {
@@ -1940,19 +2083,20 @@ impl Snapshot {
                 }
                 match self.rendered(i, client) {
                     Some((rendered, scope)) => match rendered.srv.get(k) {
-                        Some(prepared) => Lookup::from_encoded(prepared.pick(), scope),
+                        Some(prepared) => Lookup::from_encoded(prepared.pick(), scope, self.serial),
                         None => nodata(0),
                     },
                     None => nodata(0),
                 }
             }
             Owner::Target(i, t) => {
-                let Some(target) = self.ingresses.get(i).and_then(|e| e.targets.get(t)) else {
+                let Some(target) = self.ingresses.get(i).and_then(|e| e.answers.targets.get(t))
+                else {
                     return nodata(0);
                 };
                 match qtype {
-                    RecordType::A => Lookup::from_encoded(target.a.pick(), 0),
-                    RecordType::AAAA => Lookup::from_encoded(target.aaaa.pick(), 0),
+                    RecordType::A => Lookup::from_encoded(target.a.pick(), 0, self.serial),
+                    RecordType::AAAA => Lookup::from_encoded(target.aaaa.pick(), 0, self.serial),
                     _ => nodata(0),
                 }
             }
@@ -2009,9 +2153,10 @@ impl Snapshot {
         if entry.location_dependent {
             for (b, located) in self.buckets.iter().enumerate() {
                 let rendered = match entry
+                    .answers
                     .per_bucket
                     .get(b)
-                    .and_then(|&slot| entry.rendered.get(slot as usize))
+                    .and_then(|&slot| entry.answers.rendered.get(slot as usize))
                 {
                     Some(r) => RenderedRef::Borrowed(r),
                     None => match self.rendered_for_key(
@@ -2037,7 +2182,7 @@ impl Snapshot {
                     None => groups.push((rendered, BTreeSet::from([region]))),
                 }
             }
-        } else if let Some(r) = entry.rendered.first() {
+        } else if let Some(r) = entry.answers.rendered.first() {
             groups.push((RenderedRef::Borrowed(r), BTreeSet::new()));
         }
         for (rendered, regions) in &groups {
@@ -2064,7 +2209,7 @@ impl Snapshot {
                 push(prepared);
             }
         }
-        for target in &entry.targets {
+        for target in &entry.answers.targets {
             for prepared in [&target.a, &target.aaaa] {
                 if let Some(status) = status_record(&prepared.pick_first().answers, "", None) {
                     out.push(status);
@@ -2112,7 +2257,9 @@ impl Snapshot {
                     }
                 }
                 Owner::Target(i, t) => {
-                    if let Some(target) = self.ingresses.get(i).and_then(|e| e.targets.get(t)) {
+                    if let Some(target) =
+                        self.ingresses.get(i).and_then(|e| e.answers.targets.get(t))
+                    {
                         records.extend(target.a.pick_first().answers.iter().cloned());
                         records.extend(target.aaaa.pick_first().answers.iter().cloned());
                     }
@@ -2314,10 +2461,10 @@ mod tests {
         assert_eq!(a_values(&tokyo), vec!["192.0.2.2"]);
         assert_eq!(tokyo.scope_prefix, 32);
         // Both clusters were rendered at build time, nothing is added per client.
-        assert_eq!(snapshot.ingresses[0].rendered.len(), 2);
+        assert_eq!(snapshot.ingresses[0].answers.rendered.len(), 2);
         let again = snapshot.lookup("x.test", RecordType::A, Some(ip("2001:218:ffff::1")));
         assert_eq!(a_values(&again), vec!["192.0.2.2"]);
-        assert_eq!(snapshot.ingresses[0].rendered.len(), 2);
+        assert_eq!(snapshot.ingresses[0].answers.rendered.len(), 2);
         // Elsewhere: the default (Europe), pre-encoded.
         let other = snapshot.lookup("x.test", RecordType::A, Some(ip("192.0.2.200")));
         assert_eq!(a_values(&other), vec!["192.0.2.1"]);
@@ -2329,6 +2476,70 @@ mod tests {
             })
             .unwrap();
         assert_eq!(fast, ("192.0.2.2".to_owned(), 32));
+    }
+
+    #[test]
+    fn rebuild_reuses_unchanged_names_and_answers_like_a_fresh_build() {
+        let locator = Arc::new(Locator::new(Vec::new(), location("eu", 50.0, 4.0), None).unwrap());
+        let eu = cluster("eu", location("eu", 50.0, 4.0), &[ip("192.0.2.1")]);
+        let us = cluster("us", location("us", 39.0, -77.0), &[ip("192.0.2.2")]);
+        let named = |name: &str, clusters: Vec<ClusterView>| {
+            let mut r = routed(StrategyType::Geo, clusters);
+            r.ingress = format!("default/{name}");
+            r.dns_name = format!("{name}.test");
+            r
+        };
+        let first = vec![
+            named("a", vec![eu.clone(), us.clone()]),
+            named("b", vec![eu.clone(), us.clone()]),
+        ];
+        let (before, _) = Snapshot::build(&zones(), 1, &first, locator.clone());
+        // b's eu cluster goes unhealthy; a is untouched.
+        let mut second = first.clone();
+        second[1].clusters[0].healthy = false;
+        let (after, problems) = before.rebuild(&zones(), 2, &second);
+        assert!(problems.is_empty(), "{problems:?}");
+        assert!(Arc::ptr_eq(
+            &before.ingresses[0].answers,
+            &after.ingresses[0].answers
+        ));
+        assert!(!Arc::ptr_eq(
+            &before.ingresses[1].answers,
+            &after.ingresses[1].answers
+        ));
+        let (fresh, _) = Snapshot::build(&zones(), 2, &second, locator);
+        for name in ["a.test", "b.test"] {
+            for rtype in [RecordType::A, RecordType::AAAA] {
+                assert_eq!(
+                    after.lookup(name, rtype, None),
+                    fresh.lookup(name, rtype, None),
+                    "{name} {rtype}"
+                );
+            }
+        }
+        // A reused negative answer (AAAA of an IPv4-only name) carries the new serial,
+        // on the slow path and on the fast path.
+        let nodata = after.lookup("a.test", RecordType::AAAA, None);
+        match &nodata.authority[0].data {
+            RData::SOA(soa) => assert_eq!(soa.serial, 2),
+            other => panic!("{other:?}"),
+        }
+        let key = name_key(&parse_name("a.test").unwrap());
+        let at = after
+            .with_fast_answer(&key, RecordType::AAAA, ip("192.0.2.9"), |e, _| e.serial_at)
+            .unwrap()
+            .unwrap();
+        let wire = after
+            .with_fast_answer(&key, RecordType::AAAA, ip("192.0.2.9"), |e, _| {
+                e.wire.clone()
+            })
+            .unwrap();
+        let message = Message::from_vec(&wire).unwrap();
+        match &message.authorities[0].data {
+            RData::SOA(soa) => assert_eq!(soa.serial, 1, "the stored bytes are the old ones"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(&wire[at..at + 4], &1u32.to_be_bytes());
     }
 
     /// A small deterministic generator (xorshift64*).
@@ -2378,7 +2589,7 @@ mod tests {
             let (snapshot, problems) = Snapshot::build(&zones(), 1, &[ingress], locator.clone());
             assert!(problems.is_empty(), "{problems:?}");
             let entry = &snapshot.ingresses[0];
-            let built = entry.rendered.len();
+            let built = entry.answers.rendered.len();
             let mut answers = BTreeSet::new();
             for _ in 0..100_000 {
                 let latitude = rng.unit() * 180.0 - 90.0;
@@ -2388,12 +2599,12 @@ mod tests {
                     .unwrap();
                 answers.insert(format!("{:?}", rendered.answer));
             }
-            let orders = entry.keyed.as_ref().unwrap().orders.read().unwrap();
+            let orders = entry.answers.keyed.as_ref().unwrap().orders.read().unwrap();
             match type_ {
                 // One rendering per eligible cluster, made at build time.
                 StrategyType::Geo | StrategyType::Latency => {
                     assert_eq!(built, 5, "{type_:?}");
-                    assert_eq!(entry.rendered.len(), 5);
+                    assert_eq!(entry.answers.rendered.len(), 5);
                     assert!(orders.is_empty());
                     assert_eq!(answers.len(), 5);
                 }
@@ -2452,7 +2663,7 @@ mod tests {
             &[ingress],
             Arc::new(Locator::new(Vec::new(), location("eu", 50.0, 4.0), None).unwrap()),
         );
-        let Prepared::Rotate { options, .. } = &snapshot.ingresses[0].rendered[0].a else {
+        let Prepared::Rotate { options, .. } = &snapshot.ingresses[0].answers.rendered[0].a else {
             panic!("not rotated");
         };
         assert_eq!(options.len(), MAX_ROTATIONS);

@@ -545,6 +545,33 @@ async fn zone_transfer_to_allowed_clients() {
 }
 
 #[tokio::test]
+async fn a_rebuilt_snapshot_answers_like_a_fresh_one_with_the_new_serial() {
+    let dns = running().await;
+    let mut ingresses = ingresses();
+    let v4only = ingresses
+        .iter_mut()
+        .find(|i| i.dns_name.starts_with("v4only"))
+        .unwrap();
+    v4only.clusters[0].ips = vec!["192.0.2.41".parse().unwrap()];
+    let (next, _) = dns.server.snapshot().rebuild(&zones(), 9, &ingresses);
+    dns.server.swap(Arc::new(next));
+    let changed = dig(dns.addr, &["+short", &format!("v4only.{ZONE}"), "A"]).await;
+    assert_eq!(changed.trim(), "192.0.2.41");
+    // Every other name kept its encoded answers; their negative answers (fast path,
+    // UDP, and slow path, TCP) carry the new serial.
+    for transport in ["+notcp", "+tcp"] {
+        let nodata = dig(dns.addr, &[transport, &format!("rr.{ZONE}"), "AAAA"]).await;
+        let authority = section(&nodata, ";; AUTHORITY SECTION:");
+        assert!(
+            authority
+                .first()
+                .is_some_and(|(_, data)| data.contains(" 9 ")),
+            "{transport}: {nodata}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn swapping_the_snapshot_changes_answers() {
     let dns = running().await;
     let resolver = resolver(dns.addr);

@@ -572,8 +572,10 @@ fn response_flags(query: &RawQuery, authoritative: bool, rcode: u8) -> (u8, u8) 
 /// had one. When the whole response exceeds `limit`, the additional section is dropped
 /// first (RFC 2181 §9: no TC needed for that); when it still does not fit, a truncated
 /// response (TC set, question only) is written instead.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn write_fast_response(
     encoded: &Encoded,
+    serial: u32,
     query: &RawQuery,
     packet: &[u8],
     scope: u8,
@@ -606,6 +608,12 @@ pub(crate) fn write_fast_response(
     out[2] = hi;
     out[3] = lo;
     put_u16(out, 10, additional + u16::from(opt.is_some()));
+    if let Some(dst) = encoded
+        .serial_at
+        .and_then(|at| out.get_mut(at..at.saturating_add(4)))
+    {
+        dst.copy_from_slice(&serial.to_be_bytes());
+    }
     // Give the client its question back in its own letter case (DNS 0x20).
     if let Some(question) = &query.question {
         let raw = question.raw_name(packet);

@@ -129,8 +129,11 @@ impl Gslb {
             .wrapping_add(1)
             .max(u32::try_from(revision.rem_euclid(1 << 31)).unwrap_or(0));
         let owned: Vec<RoutedIngress> = routed.iter().map(|r| (*r).clone()).collect();
-        let (snapshot, problems) =
-            Snapshot::build(&self.zones, self.serial, &owned, self.locator.clone());
+        // Names whose routed ingress did not change keep their encoded answers.
+        let (snapshot, problems) = self
+            .server
+            .snapshot()
+            .rebuild(&self.zones, self.serial, &owned);
         self.server.swap(Arc::new(snapshot));
         let build_time = started.elapsed();
         tracing::debug!(
