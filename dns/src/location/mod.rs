@@ -38,8 +38,8 @@
 mod mmdb;
 mod prefix;
 mod rtt;
-#[cfg(test)]
-pub(crate) mod test_mmdb;
+#[cfg(any(test, feature = "test-mmdb"))]
+pub mod test_mmdb;
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;

@@ -1,4 +1,6 @@
 //! Writes small City-style MaxMind databases for tests (nothing can be downloaded).
+//! Compiled for this crate's tests and, with the `test-mmdb` feature, for other crates'
+//! tests (the apiserver's process tests write bad databases with it).
 //!
 //! The format (MaxMind DB 2.0): a binary search tree over the address bits (here IPv6,
 //! IPv4 networks under `::/96`, 24-bit records), 16 zero bytes, the data section, then
@@ -9,7 +11,7 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 
 /// One network of a test database.
-pub(crate) struct CityNetwork {
+pub struct CityNetwork {
     pub network: IpNet,
     pub latitude: Option<f64>,
     pub longitude: Option<f64>,
@@ -116,7 +118,7 @@ enum Rec {
 }
 
 /// A City-style IPv6 database holding `networks`.
-pub(crate) fn city_db(networks: &[CityNetwork]) -> Vec<u8> {
+pub fn city_db(networks: &[CityNetwork]) -> Vec<u8> {
     let records: Vec<(IpNet, Value)> = networks.iter().map(|n| (n.network, record(n))).collect();
     database(records, "fedingress-Test-City")
 }
@@ -124,7 +126,7 @@ pub(crate) fn city_db(networks: &[CityNetwork]) -> Vec<u8> {
 /// One network of a database in another vendor's flat layout (as the npm
 /// `@ip-location-db/*-mmdb` files have it): `latitude`, `longitude` and
 /// `country_code` at the top level of the record, no `location` map.
-pub(crate) struct FlatNetwork {
+pub struct FlatNetwork {
     pub network: IpNet,
     pub latitude: f64,
     pub longitude: f64,
@@ -132,7 +134,7 @@ pub(crate) struct FlatNetwork {
 }
 
 /// A flat-layout IPv6 database holding `networks`.
-pub(crate) fn flat_db(networks: &[FlatNetwork]) -> Vec<u8> {
+pub fn flat_db(networks: &[FlatNetwork]) -> Vec<u8> {
     let records: Vec<(IpNet, Value)> = networks
         .iter()
         .map(|n| {
@@ -225,11 +227,11 @@ fn database(mut records: Vec<(IpNet, Value)>, database_type: &str) -> Vec<u8> {
 }
 
 /// Convenience: a network from text.
-pub(crate) fn net(text: &str) -> IpNet {
+pub fn net(text: &str) -> IpNet {
     text.parse().expect("test network")
 }
 
 /// Convenience: an address from text.
-pub(crate) fn ip(text: &str) -> IpAddr {
+pub fn ip(text: &str) -> IpAddr {
     text.parse().expect("test address")
 }

@@ -1,0 +1,59 @@
+//! The `federation-apiserver` binary as a process: bad config exits 64 before binding
+//! anything, with one line naming what is wrong.
+
+#![allow(clippy::unwrap_used)]
+
+use std::process::Command;
+
+use fedingress_dns::location::test_mmdb::{FlatNetwork, flat_db, net};
+
+#[test]
+fn a_maxmind_database_without_coordinates_exits_64_before_binding() {
+    let dir = tempfile::tempdir().unwrap();
+    // Another vendor's flat layout: latitude at the top level, no `location` map.
+    let mmdb = dir.path().join("flat.mmdb");
+    std::fs::write(
+        &mmdb,
+        flat_db(&[FlatNetwork {
+            network: net("2001:db8::/32"),
+            latitude: 50.0,
+            longitude: 4.0,
+            country_code: "BE",
+        }]),
+    )
+    .unwrap();
+    // A port that must stay free: binding it would mean the check came too late.
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = probe.local_addr().unwrap().port();
+    drop(probe);
+    let config = dir.path().join("apiserver.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "dev: true\ndns:\n  zones: [{{name: fedingress.test, nameservers: [ns1.fedingress.test]}}]\n  locations:\n    default: {{region: eu, latitude: 50.0, longitude: 4.0}}\n  mmdb: {}\n",
+            mmdb.display()
+        ),
+    )
+    .unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_federation-apiserver"))
+        .args(["--config", config.to_str().unwrap()])
+        .args(["--data-dir", dir.path().join("data").to_str().unwrap()])
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args([
+            "--agent-listen",
+            "127.0.0.1:0",
+            "--dns-listen",
+            "127.0.0.1:0",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(64), "{stderr}");
+    assert!(
+        stderr.contains(&mmdb.display().to_string()) && stderr.contains("location/latitude"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+    assert!(output.stdout.is_empty(), "no READY line");
+    assert!(!dir.path().join("data").exists(), "nothing opened");
+}
