@@ -249,7 +249,7 @@ fn geo_answers_failover_events_and_explain() {
     });
     assert_eq!(
         g.dig(&["geo.fedingress.test", "A", "+subnet=10.1.2.0/24"]),
-        [us.clone()],
+        std::slice::from_ref(&us),
         "held out of answers until the failback delay has passed"
     );
     g.wait_answer(
