@@ -6,8 +6,9 @@
 //! [`cluster_plans`] builds every cluster's plan from the placements
 //! ([`crate::placement`]) and the conflicts between them ([`crate::conflict`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
+use std::sync::{Arc, OnceLock};
 
 use serde::{Deserialize, Serialize};
 
@@ -79,11 +80,126 @@ impl IngressShare {
     }
 }
 
-/// Everything one cluster's agent serves. Serialises as a list of shares in key order.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(into = "Vec<IngressShare>", from = "Vec<IngressShare>")]
+/// A plan's shares by key, read like a `BTreeMap<IngressKey, Arc<IngressShare>>`
+/// (through `Deref`) and changed through [`Shares::insert`] and [`Shares::remove`].
+///
+/// Nothing here is copied per cluster: cloning is O(1) and clones share one map until
+/// one of them changes (copy on write); every share is reference-counted, so plans that
+/// differ in one share hold the others once; [`cluster_plans`] gives clusters with the
+/// same shares the same map, whose [`ClusterPlan::digest`] is then computed once. A hub
+/// with 5,000 clusters × 1,000 ingresses on every cluster holds 1,000 shares, not
+/// 5,000,000 (issue 9).
+#[derive(Clone, Default)]
+pub struct Shares(Arc<SharesInner>);
+
+#[derive(Default)]
+struct SharesInner {
+    map: BTreeMap<IngressKey, Arc<IngressShare>>,
+    /// [`ClusterPlan::digest`] of `map`, once computed.
+    digest: OnceLock<String>,
+}
+
+impl Clone for SharesInner {
+    /// Only [`Shares::make_mut`] clones, right before a change: the digest is not kept.
+    fn clone(&self) -> Self {
+        Self {
+            map: self.map.clone(),
+            digest: OnceLock::new(),
+        }
+    }
+}
+
+impl Shares {
+    /// Files `share` under `key` (its own key, as [`cluster_plans`] does); returns the
+    /// share that was there.
+    pub fn insert(
+        &mut self,
+        key: IngressKey,
+        share: impl Into<Arc<IngressShare>>,
+    ) -> Option<Arc<IngressShare>> {
+        self.make_mut().insert(key, share.into())
+    }
+
+    pub fn remove(&mut self, key: &IngressKey) -> Option<Arc<IngressShare>> {
+        if !self.0.map.contains_key(key) {
+            return None;
+        }
+        self.make_mut().remove(key)
+    }
+
+    /// The map, copied first if another plan shares it; the digest is forgotten.
+    fn make_mut(&mut self) -> &mut BTreeMap<IngressKey, Arc<IngressShare>> {
+        let inner = Arc::make_mut(&mut self.0);
+        inner.digest = OnceLock::new();
+        &mut inner.map
+    }
+}
+
+impl std::ops::Deref for Shares {
+    type Target = BTreeMap<IngressKey, Arc<IngressShare>>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.0.map
+    }
+}
+
+impl PartialEq for Shares {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+            || (self.len() == other.len()
+                && self
+                    .iter()
+                    .zip(other.iter())
+                    .all(|((k1, s1), (k2, s2))| k1 == k2 && same_share(s1, s2)))
+    }
+}
+
+impl std::fmt::Debug for Shares {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.map.fmt(f)
+    }
+}
+
+impl From<BTreeMap<IngressKey, Arc<IngressShare>>> for Shares {
+    fn from(map: BTreeMap<IngressKey, Arc<IngressShare>>) -> Self {
+        Self(Arc::new(SharesInner {
+            map,
+            digest: OnceLock::new(),
+        }))
+    }
+}
+
+impl FromIterator<(IngressKey, Arc<IngressShare>)> for Shares {
+    fn from_iter<I: IntoIterator<Item = (IngressKey, Arc<IngressShare>)>>(iter: I) -> Self {
+        Self::from(iter.into_iter().collect::<BTreeMap<_, _>>())
+    }
+}
+
+impl FromIterator<(IngressKey, IngressShare)> for Shares {
+    fn from_iter<I: IntoIterator<Item = (IngressKey, IngressShare)>>(iter: I) -> Self {
+        iter.into_iter().map(|(k, s)| (k, Arc::new(s))).collect()
+    }
+}
+
+impl<'a> IntoIterator for &'a Shares {
+    type Item = (&'a IngressKey, &'a Arc<IngressShare>);
+    type IntoIter = std::collections::btree_map::Iter<'a, IngressKey, Arc<IngressShare>>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.map.iter()
+    }
+}
+
+/// Equal shares; the same share (one `Arc`) without comparing contents.
+fn same_share(a: &Arc<IngressShare>, b: &Arc<IngressShare>) -> bool {
+    Arc::ptr_eq(a, b) || a == b
+}
+
+/// Everything one cluster's agent serves. Serialises as a list of shares in key order
+/// (`plan.json` of the agent, the digest).
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct ClusterPlan {
-    pub ingresses: BTreeMap<IngressKey, IngressShare>,
+    pub ingresses: Shares,
 }
 
 impl From<Vec<IngressShare>> for ClusterPlan {
@@ -94,16 +210,23 @@ impl From<Vec<IngressShare>> for ClusterPlan {
     }
 }
 
-impl From<ClusterPlan> for Vec<IngressShare> {
-    fn from(plan: ClusterPlan) -> Self {
-        plan.ingresses.into_values().collect()
+impl Serialize for ClusterPlan {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.ingresses.values().map(|share| &**share))
+    }
+}
+
+impl<'de> Deserialize<'de> for ClusterPlan {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Vec::<IngressShare>::deserialize(deserializer).map(Self::from)
     }
 }
 
 /// The change from one plan to the next.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PlanDelta {
-    pub upserts: Vec<IngressShare>,
+    /// Shared with the plan the delta leads to.
+    pub upserts: Vec<Arc<IngressShare>>,
     pub deletes: Vec<IngressKey>,
 }
 
@@ -113,26 +236,56 @@ impl PlanDelta {
     }
 }
 
+/// FNV-1a 64, fed by `serde_json::to_writer`.
+struct Fnv1a(u64);
+
+impl std::io::Write for Fnv1a {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        for byte in bytes {
+            self.0 ^= u64::from(*byte);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 impl ClusterPlan {
     /// A content digest (FNV-1a 64 over the canonical JSON, hex): equal plans have equal
-    /// digests, on any machine and across restarts.
+    /// digests, on any machine and across restarts. Computed once per shared map.
     pub fn digest(&self) -> String {
-        let shares: Vec<&IngressShare> = self.ingresses.values().collect();
-        let json = serde_json::to_vec(&shares).unwrap_or_default();
-        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-        for byte in json {
-            hash ^= u64::from(byte);
-            hash = hash.wrapping_mul(0x0100_0000_01b3);
-        }
-        format!("{hash:016x}")
+        self.ingresses
+            .0
+            .digest
+            .get_or_init(|| {
+                const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
+                let mut hash = Fnv1a(OFFSET_BASIS);
+                // Fails only on a failing writer, and ours does not.
+                let hash = match serde_json::to_writer(&mut hash, self) {
+                    Ok(()) => hash.0,
+                    Err(_) => OFFSET_BASIS,
+                };
+                format!("{hash:016x}")
+            })
+            .clone()
     }
 
     /// What turns `self` into `next`.
     pub fn delta_to(&self, next: &ClusterPlan) -> PlanDelta {
+        if Arc::ptr_eq(&self.ingresses.0, &next.ingresses.0) {
+            return PlanDelta::default();
+        }
         let upserts = next
             .ingresses
             .iter()
-            .filter(|(key, share)| self.ingresses.get(*key) != Some(*share))
+            .filter(|(key, share)| {
+                self.ingresses
+                    .get(*key)
+                    .is_none_or(|old| !same_share(old, share))
+            })
             .map(|(_, share)| share.clone())
             .collect();
         let deletes = self
@@ -146,11 +299,15 @@ impl ClusterPlan {
 
     /// Applies a delta in place.
     pub fn apply(&mut self, delta: &PlanDelta) {
+        if delta.is_empty() {
+            return;
+        }
+        let map = self.ingresses.make_mut();
         for key in &delta.deletes {
-            self.ingresses.remove(key);
+            map.remove(key);
         }
         for share in &delta.upserts {
-            self.ingresses.insert(share.key.clone(), share.clone());
+            map.insert(share.key.clone(), share.clone());
         }
     }
 }
@@ -160,6 +317,12 @@ impl ClusterPlan {
 /// everywhere). A cluster left with no shares still gets an (empty) plan, so its agent
 /// is told to serve nothing.
 ///
+/// # Guarantees
+///
+/// Nothing is built per cluster × ingress: one share per ingress serves every cluster
+/// without an override of its own (a share differs between clusters only in
+/// `cluster_override`), and clusters with the same shares share one map ([`Shares`]).
+///
 /// # Assumptions
 ///
 /// `conflicts` come from [`crate::conflict::find_conflicts`] over the same `placed`.
@@ -168,21 +331,51 @@ pub fn cluster_plans(
     placed: &[PlacedIngress],
     conflicts: &[Conflict],
 ) -> BTreeMap<String, ClusterPlan> {
-    let mut plans: BTreeMap<String, ClusterPlan> = BTreeMap::new();
+    let mut lost_by: HashMap<&IngressKey, Vec<&Conflict>> = HashMap::new();
+    for conflict in conflicts {
+        lost_by.entry(&conflict.loser).or_default().push(conflict);
+    }
+    // Per cluster, its shares in the order of `placed` (a pointer each).
+    let mut shares: BTreeMap<&str, Vec<Arc<IngressShare>>> = BTreeMap::new();
     for entry in placed {
         let key = IngressKey::of(entry.ingress);
+        let lost = lost_by.get(&key).map(Vec::as_slice).unwrap_or_default();
+        // Built on first use, for every cluster without an override.
+        let mut common: Option<Arc<IngressShare>> = None;
         for cluster in &entry.clusters {
-            let plan = plans.entry(cluster.clone()).or_default();
-            let lost = conflicts
-                .iter()
-                .any(|c| c.loser == key && c.applies_to(cluster));
-            if !lost {
-                let share = IngressShare::of(entry.ingress, cluster);
-                plan.ingresses.insert(share.key.clone(), share);
+            let list = shares.entry(cluster).or_default();
+            if lost.iter().any(|c| c.applies_to(cluster)) {
+                continue;
             }
+            let overridden = entry
+                .ingress
+                .spec
+                .overrides
+                .iter()
+                .any(|o| &o.cluster == cluster);
+            let share = if overridden {
+                Arc::new(IngressShare::of(entry.ingress, cluster))
+            } else {
+                common
+                    .get_or_insert_with(|| Arc::new(IngressShare::of(entry.ingress, cluster)))
+                    .clone()
+            };
+            list.push(share);
         }
     }
-    plans
+    // Clusters with the same shares (the same pointers, in the same order) get one map.
+    let mut built: HashMap<Vec<*const IngressShare>, Shares> = HashMap::new();
+    shares
+        .into_iter()
+        .map(|(cluster, list)| {
+            let pointers: Vec<*const IngressShare> = list.iter().map(Arc::as_ptr).collect();
+            let ingresses = built
+                .entry(pointers)
+                .or_insert_with(|| list.into_iter().map(|s| (s.key.clone(), s)).collect())
+                .clone();
+            (cluster.to_owned(), ClusterPlan { ingresses })
+        })
+        .collect()
 }
 
 /// A rule an agent could not apply, and why.
@@ -285,6 +478,61 @@ mod tests {
         assert_eq!(serde_json::from_str::<ClusterPlan>(&json).unwrap(), new);
     }
 
+    /// The digest and the JSON (the agent's `plan.json`) are what they were before
+    /// shares were shared: a plan persisted or digested by an older build still matches.
+    #[test]
+    fn digest_and_json_are_unchanged_by_sharing() {
+        let with_override = |name: &str, port: i32| IngressShare {
+            cluster_override: Some(ClusterOverride {
+                cluster: "eu".into(),
+                ingress_class_name: Some("nginx".into()),
+                ..ClusterOverride::default()
+            }),
+            generation: 1,
+            ..share(name, port)
+        };
+        let plan = ClusterPlan::from(vec![with_override("b", 2), with_override("a", 1)]);
+        let json = r#"[{"key":{"namespace":"default","name":"a"},"uid":"uid-a","generation":1,"rules":[{"protocol":"TCP","port":1,"backend":{"service":"echo","port":1}}],"tls":[],"cluster_override":{"cluster":"eu","ingressClassName":"nginx"}},{"key":{"namespace":"default","name":"b"},"uid":"uid-b","generation":1,"rules":[{"protocol":"TCP","port":2,"backend":{"service":"echo","port":2}}],"tls":[],"cluster_override":{"cluster":"eu","ingressClassName":"nginx"}}]"#;
+        assert_eq!(serde_json::to_string(&plan).unwrap(), json);
+        assert_eq!(plan.digest(), "b46fca53bff7b925");
+        assert_eq!(serde_json::from_str::<ClusterPlan>(json).unwrap(), plan);
+        assert_eq!(ClusterPlan::default().digest(), "09612b07b5ecb5a5");
+    }
+
+    #[test]
+    fn a_change_to_a_shared_plan_copies_it_and_forgets_the_digest() {
+        let shared = plan(&[share("a", 1)]);
+        let before = shared.digest();
+        let mut changed = shared.clone();
+        assert!(Arc::ptr_eq(&shared.ingresses.0, &changed.ingresses.0));
+        changed.ingresses.insert(share("b", 2).key, share("b", 2));
+        assert_eq!(shared.digest(), before);
+        assert_eq!(
+            changed.digest(),
+            plan(&[share("a", 1), share("b", 2)]).digest()
+        );
+        assert_eq!(
+            changed
+                .ingresses
+                .remove(&IngressKey::new("default", "b"))
+                .map(|s| s.generation),
+            Some(1)
+        );
+        assert_eq!(changed.digest(), before);
+        assert_eq!(
+            changed.ingresses.remove(&IngressKey::new("default", "b")),
+            None
+        );
+        // A delta shares the shares of the plan it leads to.
+        let next = plan(&[share("a", 1), share("c", 3)]);
+        let delta = shared.delta_to(&next);
+        assert!(Arc::ptr_eq(
+            &delta.upserts[0],
+            &next.ingresses[&IngressKey::new("default", "c")]
+        ));
+        assert!(next.delta_to(&next.clone()).is_empty());
+    }
+
     fn tcp_ingress(name: &str, created: &str, port: i32) -> FederatedIngress {
         let mut rule = IngressRule::new(Protocol::Tcp);
         rule.port = Some(port);
@@ -364,6 +612,38 @@ mod tests {
             plans["ap"].ingresses[&IngressKey::new("default", "blog")].cluster_override,
             None
         );
+    }
+
+    #[test]
+    fn clusters_share_one_share_per_ingress_and_one_map_per_set_of_shares() {
+        let mut shop = tcp_ingress("shop", "2026-01-01T00:00:00Z", 80);
+        shop.spec.overrides = vec![ClusterOverride {
+            cluster: "us".into(),
+            ingress_class_name: Some("nginx".into()),
+            ..ClusterOverride::default()
+        }];
+        let blog = tcp_ingress("blog", "2026-01-02T00:00:00Z", 81);
+        let all = [
+            placed(&shop, &["eu", "us", "ap"]),
+            placed(&blog, &["eu", "us", "ap"]),
+        ];
+        let plans = cluster_plans(&all, &crate::conflict::find_conflicts(&all));
+        let share = |cluster: &str, name: &str| {
+            plans[cluster].ingresses[&IngressKey::new("default", name)].clone()
+        };
+        assert!(Arc::ptr_eq(&share("eu", "shop"), &share("ap", "shop")));
+        assert!(!Arc::ptr_eq(&share("eu", "shop"), &share("us", "shop")));
+        assert!(Arc::ptr_eq(&share("eu", "blog"), &share("us", "blog")));
+        assert!(Arc::ptr_eq(
+            &plans["eu"].ingresses.0,
+            &plans["ap"].ingresses.0
+        ));
+        assert!(!Arc::ptr_eq(
+            &plans["eu"].ingresses.0,
+            &plans["us"].ingresses.0
+        ));
+        assert_eq!(share("us", "shop"), Arc::new(IngressShare::of(&shop, "us")));
+        assert_eq!(share("ap", "shop"), Arc::new(IngressShare::of(&shop, "ap")));
     }
 
     #[test]

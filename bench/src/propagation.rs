@@ -562,6 +562,18 @@ async fn run(args: &Args, hub: &Apiserver) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The most RSS the process has had (`VmHWM`), MiB.
+fn peak_rss_mib(pid: u32) -> anyhow::Result<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .context("VmHWM not found")?;
+    Ok(kib / 1024.0)
+}
+
 /// Idle: N agents heartbeating, nothing changing; the hub's CPU and RSS.
 async fn idle(args: &Args, shared: &Shared, pid: u32) -> anyhow::Result<()> {
     let n = args.clusters;
@@ -572,10 +584,11 @@ async fn idle(args: &Args, shared: &Shared, pid: u32) -> anyhow::Result<()> {
     let cpu = window.finish();
     let heartbeats = shared.heartbeats.load(Ordering::Relaxed) - heartbeats_before;
     println!(
-        "idle with {n} agents heartbeating every 2 s ({heartbeats} heartbeats in {} s): hub CPU {:.1}% of one core, hub RSS {:.1} MiB (this bench process, simulating the agents: CPU {:.1}%)",
+        "idle with {n} agents heartbeating every 2 s ({heartbeats} heartbeats in {} s): hub CPU {:.1}% of one core, hub RSS {:.1} MiB, peak {:.1} MiB (this bench process, simulating the agents: CPU {:.1}%)",
         args.idle_seconds,
         cpu[0],
         rss_mib(pid)?,
+        peak_rss_mib(pid)?,
         cpu[1]
     );
     println!(

@@ -3,6 +3,7 @@
 //! naming the field, never a panic.
 
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use fedingress_api::cluster::Address;
 use fedingress_api::ingress::{
@@ -457,7 +458,7 @@ pub fn hub_to_pb(message: &HubToAgent) -> pb::HubMessage {
         } => Kind::Snapshot(pb::Snapshot {
             version: *version,
             digest: digest.clone(),
-            ingresses: plan.ingresses.values().map(share_to_pb).collect(),
+            ingresses: plan.ingresses.values().map(|s| share_to_pb(s)).collect(),
         }),
         HubToAgent::Delta {
             version,
@@ -468,7 +469,7 @@ pub fn hub_to_pb(message: &HubToAgent) -> pb::HubMessage {
             version: *version,
             digest: digest.clone(),
             base_version: *base_version,
-            upserts: delta.upserts.iter().map(share_to_pb).collect(),
+            upserts: delta.upserts.iter().map(|s| share_to_pb(s)).collect(),
             deletes: delta.deletes.iter().map(key_to_pb).collect(),
         }),
         HubToAgent::Ping => Kind::Ping(pb::Ping {}),
@@ -502,7 +503,10 @@ pub fn hub_from_pb(message: pb::HubMessage) -> Result<HubToAgent, ConvertError> 
             digest: delta.digest,
             base_version: delta.base_version,
             delta: PlanDelta {
-                upserts: shares_from_pb(delta.upserts, "delta.upserts")?,
+                upserts: shares_from_pb(delta.upserts, "delta.upserts")?
+                    .into_iter()
+                    .map(Arc::new)
+                    .collect(),
                 deletes: delta
                     .deletes
                     .into_iter()
@@ -569,7 +573,7 @@ mod tests {
                 digest: "d".into(),
                 base_version: 7,
                 delta: PlanDelta {
-                    upserts: vec![share()],
+                    upserts: vec![Arc::new(share())],
                     deletes: vec![IngressKey::new("default", "old")],
                 },
             },

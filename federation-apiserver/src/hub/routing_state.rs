@@ -44,6 +44,10 @@ pub struct Serving {
     /// A cluster that recovered stays out of answers until then (unix ms).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held_until_ms: Option<u64>,
+    /// Whether it has been healthy since it started serving: only then is turning
+    /// healthy a recovery (a new listener's first health checks are not).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub was_healthy: bool,
 }
 
 impl Serving {
@@ -188,6 +192,7 @@ mod tests {
                 addresses: vec![Address::ip("127.0.0.11".parse().unwrap())],
                 healthy: Some(true),
                 held_until_ms: Some(5),
+                was_healthy: true,
             },
         );
         state.failover.active_tier = 1;

@@ -137,21 +137,18 @@ pub fn decide(world: &World<'_>, dirty: &Dirty) -> Pass {
     } else {
         dirty.ingresses.clone()
     };
-    for cluster in &dirty.clusters {
-        touched.extend(
-            world
-                .placements
-                .iter()
-                .filter(|(_, placed)| placed.iter().any(|c| c == cluster))
-                .map(|(key, _)| key.clone()),
-        );
-        touched.extend(
-            world
-                .routing
-                .iter()
-                .filter(|(_, r)| r.clusters.contains_key(cluster))
-                .map(|(key, _)| key.clone()),
-        );
+    if !dirty.all && !dirty.clusters.is_empty() {
+        // Ingresses placed or serving on a dirty cluster: one walk over both maps.
+        let placed_there = world
+            .placements
+            .iter()
+            .filter(|(_, placed)| placed.iter().any(|c| dirty.clusters.contains(c)));
+        let serving_there = world
+            .routing
+            .iter()
+            .filter(|(_, routing)| routing.clusters.keys().any(|c| dirty.clusters.contains(c)));
+        touched.extend(placed_there.map(|(key, _)| key.clone()));
+        touched.extend(serving_there.map(|(key, _)| key.clone()));
     }
     let mut placements = world.placements.clone();
     let mut replan = dirty.all || dirty.replan;

@@ -104,8 +104,9 @@ pub fn serving(
         AgentKnowledge::Restoring => previous.and_then(|p| p.healthy),
         AgentKnowledge::Lost(_) | AgentKnowledge::Unknown => Some(false),
     };
+    let was_healthy = previous.is_some_and(|p| p.was_healthy) || healthy == Some(true);
     let held_until_ms = match (healthy, previous) {
-        (Some(true), Some(previous)) if previous.healthy == Some(false) => {
+        (Some(true), Some(previous)) if previous.healthy == Some(false) && previous.was_healthy => {
             let delay = failback_delay_ms(traffic);
             (delay > 0).then(|| now_ms.saturating_add(delay))
         }
@@ -117,6 +118,7 @@ pub fn serving(
         addresses,
         healthy,
         held_until_ms,
+        was_healthy,
     })
 }
 
@@ -253,6 +255,7 @@ mod tests {
             addresses: vec![Address::ip("127.0.0.12".parse().unwrap())],
             healthy: Some(true),
             held_until_ms: None,
+            was_healthy: true,
         };
         let restored = serving(
             &key(),
@@ -330,6 +333,29 @@ mod tests {
         .unwrap();
         assert!(done.routable(32_000));
         assert_eq!(done.held_until_ms, None);
+    }
+
+    #[test]
+    fn a_new_listener_turning_healthy_is_not_a_recovery() {
+        // The first report comes before the first health checks passed.
+        let starting = agent(Some(1), Some(0), true);
+        let up = agent(Some(1), Some(1), true);
+        let t = traffic(30);
+        let first = serving(&key(), &t, AgentKnowledge::Connected(&starting), None, 0).unwrap();
+        assert_eq!(first.healthy, Some(false));
+        let ready = serving(
+            &key(),
+            &t,
+            AgentKnowledge::Connected(&up),
+            Some(&first),
+            500,
+        )
+        .unwrap();
+        assert!(
+            ready.routable(500),
+            "not held: it never served clients before"
+        );
+        assert!(ready.was_healthy);
     }
 
     #[test]
