@@ -245,9 +245,9 @@ fn number(value: f64) -> String {
     }
 }
 
-/// Overflow's `keep`: the fraction of the traffic reaching `cluster` that it keeps
-/// (1 when it has room for all of it). [`overflow`] and [`PointRouter`] share it.
-fn overflow_keep(cluster: &ClusterView, threshold: f64) -> f64 {
+/// Overflow's view of `cluster`: its reported load (0 when not a positive number) and the
+/// load above which it spills (`capacity × threshold`; `None` without a capacity).
+fn overflow_load_limit(cluster: &ClusterView, threshold: f64) -> (f64, Option<f64>) {
     let load = if cluster.load.is_finite() && cluster.load > 0.0 {
         cluster.load
     } else {
@@ -257,6 +257,13 @@ fn overflow_keep(cluster: &ClusterView, threshold: f64) -> f64 {
         .capacity
         .filter(|c| c.is_finite() && *c >= 0.0)
         .map(|c| c * threshold);
+    (load, limit)
+}
+
+/// Overflow's `keep`: the fraction of the traffic reaching `cluster` that it keeps
+/// (1 when it has room for all of it). [`overflow`] and [`PointRouter`] share it.
+fn overflow_keep(cluster: &ClusterView, threshold: f64) -> f64 {
+    let (load, limit) = overflow_load_limit(cluster, threshold);
     match limit {
         Some(limit) if load > limit => limit / load,
         _ => 1.0,
@@ -641,15 +648,7 @@ fn overflow(ctx: &mut Ctx<'_>) -> Picked {
             shares.push((i, 0.0));
             continue;
         }
-        let load = if cluster.load.is_finite() && cluster.load > 0.0 {
-            cluster.load
-        } else {
-            0.0
-        };
-        let limit = cluster
-            .capacity
-            .filter(|c| c.is_finite() && *c >= 0.0)
-            .map(|c| c * threshold);
+        let (load, limit) = overflow_load_limit(cluster, threshold);
         let keep = overflow_keep(cluster, threshold);
         let share = if position == last {
             remaining

@@ -149,6 +149,23 @@ pub struct ClusterSpec {
     pub capacity_rps: Option<u32>,
 }
 
+impl ClusterSpec {
+    /// Cluster `c<n>` of a test's loopback block `127.0.<block>.x`: it serves on
+    /// `.1<n>` and its echo backend listens on `.2<n>:9000`.
+    pub fn numbered(block: u8, n: u8, region: &str, latitude: f64, longitude: f64) -> Self {
+        ClusterSpec {
+            name: format!("c{n}"),
+            region: region.into(),
+            latitude,
+            longitude,
+            bind: format!("127.0.{block}.{}", 10 + n).parse().unwrap(),
+            backend: format!("127.0.{block}.{}:9000", 20 + n).parse().unwrap(),
+            advertise: None,
+            capacity_rps: None,
+        }
+    }
+}
+
 /// Creates the Cluster object (with kubectl).
 pub fn create_cluster(k: &Kubectl, dir: &Path, spec: &ClusterSpec) {
     let path = dir.join(format!("cluster-{}.yaml", spec.name));

@@ -18,19 +18,6 @@ use fedingress_tests::{Kubectl, Process, eventually};
 /// Generous: timing is measured by the benchmarks, not here.
 const WAIT: Duration = Duration::from_secs(30);
 
-fn spec(block: u8, n: u8, region: &str) -> ClusterSpec {
-    ClusterSpec {
-        name: format!("c{n}"),
-        region: region.to_string(),
-        latitude: f64::from(n) * 10.0,
-        longitude: f64::from(n) * 20.0,
-        bind: format!("127.0.{block}.{}", 10 + n).parse().unwrap(),
-        backend: format!("127.0.{block}.{}:9000", 20 + n).parse().unwrap(),
-        advertise: None,
-        capacity_rps: None,
-    }
-}
-
 struct Member {
     spec: ClusterSpec,
     config: std::path::PathBuf,
@@ -120,9 +107,9 @@ fn ingresses_reach_every_cluster_and_follow_health_changes_and_deletion() {
     let hub = start_hub(dir, 11);
     let k = kubectl(dir, &hub.api);
     let mut specs = vec![
-        spec(11, 1, "europe-west1"),
-        spec(11, 2, "us-east1"),
-        spec(11, 3, "asia-south1"),
+        ClusterSpec::numbered(11, 1, "europe-west1", 10.0, 20.0),
+        ClusterSpec::numbered(11, 2, "us-east1", 20.0, 40.0),
+        ClusterSpec::numbered(11, 3, "asia-south1", 30.0, 60.0),
     ];
     specs.push(ClusterSpec {
         name: "c4".into(),
@@ -224,9 +211,9 @@ fn agents_fail_static_and_leases_mark_clusters_offline() {
     let hub = start_hub(dir, 12);
     let k = kubectl(dir, &hub.api);
     let specs = vec![
-        spec(12, 1, "europe-west1"),
-        spec(12, 2, "us-east1"),
-        spec(12, 3, "asia-south1"),
+        ClusterSpec::numbered(12, 1, "europe-west1", 10.0, 20.0),
+        ClusterSpec::numbered(12, 2, "us-east1", 20.0, 40.0),
+        ClusterSpec::numbered(12, 3, "asia-south1", 30.0, 60.0),
     ];
     let mut members = members(dir, &hub, &k, specs);
     let names = ["c1", "c2", "c3"];
@@ -322,7 +309,7 @@ fn agent_tokens_are_checked_and_revocable() {
     let dir = dir.path();
     let hub = start_hub(dir, 13);
     let k = kubectl(dir, &hub.api);
-    let spec = spec(13, 1, "europe-west1");
+    let spec = ClusterSpec::numbered(13, 1, "europe-west1", 10.0, 20.0);
     let _echo = Echo::start(spec.backend).unwrap();
     create_cluster(&k, dir, &spec);
     let connected = || get_json(&k, &["cluster", "c1"])["status"]["connected"] == true;
@@ -406,7 +393,10 @@ fn cordon_and_conflicts() {
         dir,
         &hub,
         &k,
-        vec![spec(14, 1, "europe-west1"), spec(14, 2, "us-east1")],
+        vec![
+            ClusterSpec::numbered(14, 1, "europe-west1", 10.0, 20.0),
+            ClusterSpec::numbered(14, 2, "us-east1", 20.0, 40.0),
+        ],
     );
     let first = ingress_yaml(dir, "first", &[17041], "");
     k.ok(&["apply", "-f", &first]);

@@ -110,15 +110,8 @@ impl Federation {
         let specs: Vec<ClusterSpec> = REGIONS
             .iter()
             .zip(1u8..)
-            .map(|(&(_, region, latitude, longitude, _), n)| ClusterSpec {
-                name: format!("c{n}"),
-                region: region.into(),
-                latitude,
-                longitude,
-                bind: format!("127.0.{block}.{}", 10 + n).parse().unwrap(),
-                backend: format!("127.0.{block}.{}:9000", 20 + n).parse().unwrap(),
-                advertise: None,
-                capacity_rps: None,
+            .map(|(&(_, region, latitude, longitude, _), n)| {
+                ClusterSpec::numbered(block, n, region, latitude, longitude)
             })
             .collect();
         let dns_config = dns_config(block);

@@ -39,24 +39,11 @@ fn dns_config(block: u8) -> String {
     )
 }
 
-fn spec(block: u8, n: u8, region: &str, latitude: f64, longitude: f64) -> ClusterSpec {
-    ClusterSpec {
-        name: format!("c{n}"),
-        region: region.into(),
-        latitude,
-        longitude,
-        bind: format!("127.0.{block}.{}", 10 + n).parse().unwrap(),
-        backend: format!("127.0.{block}.{}:9000", 20 + n).parse().unwrap(),
-        advertise: None,
-        capacity_rps: None,
-    }
-}
-
 fn three_regions(block: u8) -> Vec<ClusterSpec> {
     vec![
-        spec(block, 1, "europe-west1", 50.4, 3.8),
-        spec(block, 2, "us-east1", 39.0, -77.5),
-        spec(block, 3, "asia-south1", 19.1, 72.9),
+        ClusterSpec::numbered(block, 1, "europe-west1", 50.4, 3.8),
+        ClusterSpec::numbered(block, 2, "us-east1", 39.0, -77.5),
+        ClusterSpec::numbered(block, 3, "asia-south1", 19.1, 72.9),
     ]
 }
 

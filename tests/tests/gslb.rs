@@ -40,24 +40,11 @@ struct Gslb {
     specs: Vec<ClusterSpec>,
 }
 
-fn spec(block: u8, n: u8, region: &str, latitude: f64, longitude: f64) -> ClusterSpec {
-    ClusterSpec {
-        name: format!("c{n}"),
-        region: region.into(),
-        latitude,
-        longitude,
-        bind: format!("127.0.{block}.{}", 10 + n).parse().unwrap(),
-        backend: format!("127.0.{block}.{}:9000", 20 + n).parse().unwrap(),
-        advertise: None,
-        capacity_rps: None,
-    }
-}
-
 fn three_regions(block: u8) -> Vec<ClusterSpec> {
     vec![
-        spec(block, 1, "europe-west1", 50.4, 3.8),
-        spec(block, 2, "us-east1", 39.0, -77.5),
-        spec(block, 3, "asia-south1", 19.1, 72.9),
+        ClusterSpec::numbered(block, 1, "europe-west1", 50.4, 3.8),
+        ClusterSpec::numbered(block, 2, "us-east1", 39.0, -77.5),
+        ClusterSpec::numbered(block, 3, "asia-south1", 19.1, 72.9),
     ]
 }
 
@@ -409,7 +396,7 @@ fn weighted_split_aaaa_cname_and_overflow() {
     specs[2].backend = "[::1]:19123".parse().unwrap();
     specs.push(ClusterSpec {
         advertise: Some("lb.c4.example.net".into()),
-        ..spec(23, 4, "europe-west1", 51.0, 4.0)
+        ..ClusterSpec::numbered(23, 4, "europe-west1", 51.0, 4.0)
     });
     let g = start(dir, 23, specs);
     apply_ingress(
