@@ -416,6 +416,18 @@ pub struct IngressReport {
     pub backends: Vec<BackendHealth>,
     pub listeners: Vec<ListenerLoad>,
     pub rule_errors: Vec<RuleError>,
+    /// Rules served on addresses other than `addresses` (a split TCP or UDP load
+    /// balancer, say), by rule index; rules not listed are served on `addresses`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<RuleAddresses>,
+}
+
+/// Where one rule of a share is served, when that differs from the share's addresses.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RuleAddresses {
+    /// Index into the share's `rules`.
+    pub rule: u32,
+    pub addresses: Vec<Address>,
 }
 
 /// An agent's report: per share, plus the cluster's addresses and load.

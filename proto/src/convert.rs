@@ -362,6 +362,8 @@ fn report_from_pb(report: pb::Report) -> Result<AgentReport, ConvertError> {
                 .collect(),
             listeners,
             rule_errors: rule_errors_from_pb(r.rule_errors, &format!("{field}.ruleErrors"))?,
+            // Carried on the wire once the protocol has per-rule addresses (issue 10).
+            rules: Vec::new(),
         });
     }
     if !report.requests_per_second.is_finite() || report.requests_per_second < 0.0 {
@@ -610,6 +612,7 @@ mod tests {
                     rule: 1,
                     message: "HTTP is not served yet".into(),
                 }],
+                rules: Vec::new(),
             }],
             addresses: vec![Address::hostname("lb.example.com")],
             requests_per_second: 3.0,

@@ -688,6 +688,8 @@ impl Standalone {
                         })
                         .collect(),
                     rule_errors: share.errors.clone(),
+                    // Every rule is served on the agent's own addresses.
+                    rules: Vec::new(),
                 },
             })
             .collect();

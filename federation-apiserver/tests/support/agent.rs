@@ -204,6 +204,7 @@ impl FakeAgent {
                 }],
                 listeners: Vec::new(),
                 rule_errors: Vec::new(),
+                rules: Vec::new(),
             })
             .collect();
         self.send(AgentToHub::Report(AgentReport {

@@ -188,6 +188,7 @@ mod tests {
                     }],
                     listeners: Vec::new(),
                     rule_errors: Vec::new(),
+                    rules: Vec::new(),
                 }],
                 ..AgentReport::default()
             })

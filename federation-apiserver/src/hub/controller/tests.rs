@@ -77,6 +77,7 @@ fn agent(ip: &str, shares: &[(&str, i64)], ready: u32, connected: bool) -> Agent
             }],
             listeners: Vec::new(),
             rule_errors: Vec::new(),
+            rules: Vec::new(),
         });
     }
     AgentState {
