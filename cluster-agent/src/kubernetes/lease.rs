@@ -1,0 +1,1 @@
+//! Leader election among agent replicas with a `coordination.k8s.io/v1` Lease.
