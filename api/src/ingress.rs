@@ -6,7 +6,7 @@
 //! which clusters carry them ([`Placement`], [`ClusterOverride`]) and how clients are
 //! steered between clusters ([`Traffic`], [`Strategy`]). The hub writes the status: the
 //! per-cluster state, the DNS records it serves, and the `Placed`, `Propagated`,
-//! `Healthy`, `DNSReady` and `Ready` conditions.
+//! `Healthy`, `DNSReady`, `Ready` and `Servable` conditions.
 //!
 //! Defaulting happens in two places: decoding fills the unconditional defaults (path `/`,
 //! pathType `Prefix`, ttl 30, strategy `RoundRobin`, whenAllUnhealthy `ServeAll`,
@@ -42,6 +42,14 @@ pub const CONDITION_DNS_READY: &str = "DNSReady";
 pub const CONDITION_READY: &str = "Ready";
 /// Condition reason: another (older) object holds a listener or DNS name this one needs.
 pub const REASON_CONFLICT: &str = "Conflict";
+/// Condition type: every placed cluster's driver can serve every rule (`False` with
+/// reason [`REASON_UNSUPPORTED_RULES`] naming the clusters and rules it cannot; see
+/// [`crate::capability`]). Informational: `Ready` does not wait for it.
+pub const CONDITION_SERVABLE: &str = "Servable";
+/// Condition reason: some placed cluster's driver lacks a capability a rule needs.
+pub const REASON_UNSUPPORTED_RULES: &str = "UnsupportedRules";
+/// Condition reason: no placed cluster lacks a capability a rule needs.
+pub const REASON_ALL_RULES_SERVABLE: &str = "AllRulesServable";
 
 /// Port range of rules and backends.
 const PORT_RANGE: std::ops::RangeInclusive<i32> = 1..=65535;
@@ -588,7 +596,7 @@ pub struct FederatedIngressStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dns: Option<DnsStatus>,
 
-    /// `Placed`, `Propagated`, `Healthy`, `DNSReady` and `Ready`.
+    /// `Placed`, `Propagated`, `Healthy`, `DNSReady`, `Ready` and `Servable`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }
@@ -609,6 +617,12 @@ pub struct ClusterIngressStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub addresses: Vec<Address>,
 
+    /// Rules served on other addresses than `addresses` on this cluster, e.g. a UDP rule
+    /// behind its own cloud load balancer (split TCP/UDP Services). Only rules whose
+    /// addresses differ are listed; SRV records of such a rule point at these.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<RuleAddressStatus>,
+
     /// Readiness of each backend on this cluster.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub backends: Vec<BackendStatus>,
@@ -625,6 +639,19 @@ pub struct ClusterIngressStatus {
     /// When this entry last changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_update_time: Option<Time>,
+}
+
+/// Where one rule of an ingress is served on one cluster, when that is not the
+/// cluster's `addresses`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RuleAddressStatus {
+    /// Index of the rule in `spec.rules`.
+    #[serde(default)]
+    pub rule: i32,
+    /// Addresses the rule is served on: IPs or load balancer host names.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub addresses: Vec<Address>,
 }
 
 /// Readiness of one backend on one cluster.

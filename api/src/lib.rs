@@ -8,7 +8,8 @@
 //! The hub's pure decisions live here too: which clusters carry an ingress
 //! ([`placement::place`]), which ingresses contest a listener or DNS name
 //! ([`conflict::find_conflicts`]), and what each cluster's agent serves
-//! ([`plan::cluster_plans`], [`plan::ClusterPlan`]).
+//! ([`plan::cluster_plans`], [`plan::ClusterPlan`]), and which rules an agent's driver
+//! can serve ([`capability::missing`]).
 //!
 //! Decoding is lenient where Kubernetes is (unknown fields are ignored; strict field
 //! validation is the API server's job), and every enum accepts any capitalisation and is
@@ -19,6 +20,7 @@
 //! own (callers pass `now`), and anything async. This crate never depends on tokio,
 //! tonic, hyper or kube-client; CI checks that.
 
+pub mod capability;
 pub mod cluster;
 pub mod conflict;
 pub mod event;
