@@ -81,6 +81,7 @@ fn report(plan: &BTreeMap<(String, String), i64>, ip: Ipv4Addr) -> pb::AgentMess
             }],
             listeners: Vec::new(),
             rule_errors: Vec::new(),
+            rules: Vec::new(),
         })
         .collect();
     pb::AgentMessage {

@@ -556,12 +556,14 @@ impl Agent {
             HubToAgent::Welcome {
                 heartbeat_interval_ms,
                 lease_ms,
+                provider,
             } => {
                 tracing::info!(
                     cluster = %cluster,
                     version = self.applied_version(),
                     heartbeat_interval_ms,
                     lease_ms,
+                    provider = provider.map(|p| p.as_str()).unwrap_or(""),
                     "hub welcomed the agent"
                 );
                 if heartbeat_interval_ms > 0 {

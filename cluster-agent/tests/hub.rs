@@ -366,6 +366,7 @@ fn welcome(heartbeat_interval_ms: u32) -> HubToAgent {
     HubToAgent::Welcome {
         heartbeat_interval_ms,
         lease_ms: heartbeat_interval_ms * 3,
+        provider: None,
     }
 }
 

@@ -7,6 +7,7 @@
 
 mod support;
 
+use fedingress_api::cluster::Provider;
 use fedingress_api::plan::IngressKey;
 use fedingress_proto::{AgentToHub, HubToAgent};
 use serde_json::json;
@@ -241,5 +242,30 @@ async fn the_first_message_must_be_a_hello() {
         .err()
         .expect("a session without Hello was accepted");
     assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status}");
+    hub.stop().await;
+}
+
+#[tokio::test]
+async fn welcome_carries_the_provider_and_a_provider_change_ends_the_session() {
+    let hub = TestHub::start().await;
+    hub.create_cluster("eu-west").await;
+    let cluster = format!("{}/clusters/eu-west", support::GROUP);
+    let first = FakeAgent::connect(&hub, "eu-west").await;
+    assert_eq!(
+        first.welcome.provider,
+        Some(Provider::Other),
+        "the default provider"
+    );
+    drop(first);
+
+    hub.merge_patch(&cluster, &json!({"spec": {"provider": "GCP"}}))
+        .await;
+    let mut agent = FakeAgent::connect(&hub, "eu-west").await;
+    assert_eq!(agent.welcome.provider, Some(Provider::Gcp));
+    hub.merge_patch(&cluster, &json!({"spec": {"provider": "aws"}}))
+        .await;
+    agent.expect_closed().await;
+    let again = FakeAgent::connect(&hub, "eu-west").await;
+    assert_eq!(again.welcome.provider, Some(Provider::Aws));
     hub.stop().await;
 }

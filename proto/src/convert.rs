@@ -5,13 +5,13 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use fedingress_api::cluster::Address;
+use fedingress_api::cluster::{Address, Provider};
 use fedingress_api::ingress::{
     Backend, ClusterOverride, HttpPath, IngressRule, IngressTls, PathType, Protocol, TlsMode,
 };
 use fedingress_api::plan::{
     AgentReport, BackendHealth, ClusterPlan, IngressKey, IngressReport, IngressShare, ListenerLoad,
-    PlanDelta, RuleError,
+    PlanDelta, RuleAddresses, RuleError,
 };
 
 use crate::{AgentToHub, Hello, HubToAgent, pb};
@@ -315,12 +315,46 @@ fn report_to_pb(report: &AgentReport) -> pb::Report {
                     })
                     .collect(),
                 rule_errors: r.rule_errors.iter().map(rule_error_to_pb).collect(),
+                rules: r
+                    .rules
+                    .iter()
+                    .map(|rule| pb::RuleAddresses {
+                        rule: rule.rule,
+                        addresses: rule.addresses.iter().map(address_to_pb).collect(),
+                    })
+                    .collect(),
             })
             .collect(),
         addresses: report.addresses.iter().map(address_to_pb).collect(),
         requests_per_second: report.requests_per_second,
         active_connections: report.active_connections,
     }
+}
+
+/// Per-rule addresses: each rule listed once, with at least one address (a rule served
+/// on the share's addresses is simply not listed).
+fn rule_addresses_from_pb(
+    rules: Vec<pb::RuleAddresses>,
+    field: &str,
+) -> Result<Vec<RuleAddresses>, ConvertError> {
+    let mut out: Vec<RuleAddresses> = Vec::with_capacity(rules.len());
+    for (j, rule) in rules.into_iter().enumerate() {
+        let at = format!("{field}[{j}]");
+        if out.iter().any(|r| r.rule == rule.rule) {
+            return Err(ConvertError::new(
+                &format!("{at}.rule"),
+                format!("rule {} is listed twice", rule.rule),
+            ));
+        }
+        if rule.addresses.is_empty() {
+            return Err(ConvertError::new(&format!("{at}.addresses"), "empty"));
+        }
+        out.push(RuleAddresses {
+            rule: rule.rule,
+            addresses: addresses_from_pb(rule.addresses, &format!("{at}.addresses"))?,
+        });
+    }
+    Ok(out)
 }
 
 fn report_from_pb(report: pb::Report) -> Result<AgentReport, ConvertError> {
@@ -362,8 +396,7 @@ fn report_from_pb(report: pb::Report) -> Result<AgentReport, ConvertError> {
                 .collect(),
             listeners,
             rule_errors: rule_errors_from_pb(r.rule_errors, &format!("{field}.ruleErrors"))?,
-            // Carried on the wire once the protocol has per-rule addresses (issue 10).
-            rules: Vec::new(),
+            rules: rule_addresses_from_pb(r.rules, &format!("{field}.rules"))?,
         });
     }
     if !report.requests_per_second.is_finite() || report.requests_per_second < 0.0 {
@@ -449,9 +482,14 @@ pub fn hub_to_pb(message: &HubToAgent) -> pb::HubMessage {
         HubToAgent::Welcome {
             heartbeat_interval_ms,
             lease_ms,
+            provider,
         } => Kind::Welcome(pb::Welcome {
             heartbeat_interval_ms: *heartbeat_interval_ms,
             lease_ms: *lease_ms,
+            provider: provider
+                .map(Provider::as_str)
+                .unwrap_or_default()
+                .to_owned(),
         }),
         HubToAgent::Snapshot {
             version,
@@ -493,6 +531,9 @@ pub fn hub_from_pb(message: pb::HubMessage) -> Result<HubToAgent, ConvertError> 
             HubToAgent::Welcome {
                 heartbeat_interval_ms: welcome.heartbeat_interval_ms,
                 lease_ms: welcome.lease_ms,
+                // "" (not known) and values of a newer hub this build does not know are
+                // both `None`: never an error, so a new cloud never breaks old agents.
+                provider: welcome.provider.parse().ok(),
             }
         }
         Kind::Snapshot(snapshot) => HubToAgent::Snapshot {
@@ -564,6 +605,12 @@ mod tests {
             HubToAgent::Welcome {
                 heartbeat_interval_ms: 2000,
                 lease_ms: 6000,
+                provider: Some(Provider::Gcp),
+            },
+            HubToAgent::Welcome {
+                heartbeat_interval_ms: 2000,
+                lease_ms: 6000,
+                provider: None,
             },
             HubToAgent::Snapshot {
                 version: 7,
@@ -612,7 +659,20 @@ mod tests {
                     rule: 1,
                     message: "HTTP is not served yet".into(),
                 }],
-                rules: Vec::new(),
+                // The UDP rule (index 2) behind its own load balancer.
+                rules: vec![
+                    RuleAddresses {
+                        rule: 2,
+                        addresses: vec![Address::hostname("udp-lb.example.com")],
+                    },
+                    RuleAddresses {
+                        rule: 0,
+                        addresses: vec![
+                            Address::ip("192.0.2.7".parse().unwrap()),
+                            Address::ip("2001:db8::7".parse().unwrap()),
+                        ],
+                    },
+                ],
             }],
             addresses: vec![Address::hostname("lb.example.com")],
             requests_per_second: 3.0,
@@ -684,5 +744,93 @@ mod tests {
         );
         let status: tonic::Status = err.into();
         assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    }
+
+    fn report_with_rules(rules: Vec<pb::RuleAddresses>) -> pb::AgentMessage {
+        pb::AgentMessage {
+            kind: Some(pb::agent_message::Kind::Report(pb::Report {
+                ingresses: vec![pb::IngressReport {
+                    key: Some(pb::IngressKey {
+                        namespace: "d".into(),
+                        name: "x".into(),
+                    }),
+                    rules,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            })),
+        }
+    }
+
+    #[test]
+    fn invalid_rule_addresses_are_errors_with_their_field() {
+        let ip = |text: &str| pb::Address {
+            kind: Some(pb::address::Kind::Ip(text.into())),
+        };
+        let cases = [
+            (
+                vec![pb::RuleAddresses {
+                    rule: 1,
+                    addresses: vec![ip("192.0.2.1"), ip("no")],
+                }],
+                "report.ingresses[0].rules[0].addresses[1]",
+            ),
+            (
+                vec![pb::RuleAddresses {
+                    rule: 1,
+                    addresses: Vec::new(),
+                }],
+                "report.ingresses[0].rules[0].addresses",
+            ),
+            (
+                vec![
+                    pb::RuleAddresses {
+                        rule: 1,
+                        addresses: vec![ip("192.0.2.1")],
+                    },
+                    pb::RuleAddresses {
+                        rule: 1,
+                        addresses: vec![ip("192.0.2.2")],
+                    },
+                ],
+                "report.ingresses[0].rules[1].rule",
+            ),
+        ];
+        for (rules, field) in cases {
+            let err = agent_from_pb(report_with_rules(rules)).unwrap_err();
+            assert_eq!(err.field, field, "{err}");
+        }
+    }
+
+    #[test]
+    fn an_unknown_provider_is_none_not_an_error() {
+        for (text, expected) in [
+            ("aws", Some(Provider::Aws)),
+            ("onprem", Some(Provider::OnPrem)),
+            ("GCP", Some(Provider::Gcp)),
+            ("", None),
+            ("alibaba", None),
+        ] {
+            let welcome = pb::HubMessage {
+                kind: Some(pb::hub_message::Kind::Welcome(pb::Welcome {
+                    heartbeat_interval_ms: 1,
+                    lease_ms: 3,
+                    provider: text.into(),
+                })),
+            };
+            match hub_from_pb(welcome).unwrap() {
+                HubToAgent::Welcome { provider, .. } => assert_eq!(provider, expected, "{text}"),
+                other => panic!("{other:?}"),
+            }
+        }
+        let sent = hub_to_pb(&HubToAgent::Welcome {
+            heartbeat_interval_ms: 1,
+            lease_ms: 3,
+            provider: Some(Provider::OnPrem),
+        });
+        match sent.kind {
+            Some(pb::hub_message::Kind::Welcome(w)) => assert_eq!(w.provider, "onprem"),
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -18,6 +18,7 @@ pub mod pb {
     include!("generated/fedingress.v1.rs");
 }
 
+use fedingress_api::cluster::Provider;
 use fedingress_api::plan::{AgentReport, ClusterPlan, PlanDelta, RuleError};
 
 /// What an agent says when it connects.
@@ -27,6 +28,7 @@ pub struct Hello {
     pub token: String,
     pub agent_version: String,
     pub driver: String,
+    /// Rule kinds the driver serves (see `fedingress_api::capability`); empty: not said.
     pub capabilities: Vec<String>,
     /// Version and digest of the plan applied last (0 and "" when none).
     pub applied_version: u64,
@@ -58,6 +60,11 @@ pub enum HubToAgent {
     Welcome {
         heartbeat_interval_ms: u32,
         lease_ms: u32,
+        /// The Cluster's `spec.provider`; `None` when the hub does not know it, or sent a
+        /// value this build does not know (forward compatible: a newer hub may know more
+        /// clouds). A change of the Cluster's provider ends the session, so the agent
+        /// learns the new value on its next connection.
+        provider: Option<Provider>,
     },
     /// The whole plan.
     Snapshot {

@@ -9,12 +9,16 @@
 //!   on this stream.
 //! - A session that sends nothing for one lease is ended (the agent reconnects); a
 //!   newer session of the same cluster replaces the older.
+//! - Welcome carries the Cluster's `spec.provider` as stored when the session started; a
+//!   later change of it ends the session ([`Hub::end_session`], called by the
+//!   controller), so the agent reconnects and is welcomed with the new value.
 
 use std::collections::BTreeMap;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use fedingress_api::cluster::Provider;
 use fedingress_proto::convert::{agent_from_pb, hub_to_pb};
 use fedingress_proto::pb::agent_gateway_server::{AgentGateway, AgentGatewayServer};
 use fedingress_proto::pb::{AgentMessage, HubMessage};
@@ -92,14 +96,33 @@ impl AgentGateway for Gateway {
                 "invalid or revoked token for cluster {cluster:?} (or no such cluster)"
             )));
         }
-        let (session, kill) = self
-            .hub
-            .connect(&cluster, &hello.agent_version, &hello.driver);
-        tracing::info!(cluster, session, peer = ?peer, agent_version = %hello.agent_version, driver = %hello.driver, applied_version = hello.applied_version, "agent connected");
+        let (session, kill) = self.hub.connect(
+            &cluster,
+            &hello.agent_version,
+            &hello.driver,
+            &hello.capabilities,
+        );
+        // Read after the session is registered: a provider change stored later ends this
+        // session (the controller sees it after this read), one stored earlier is read here.
+        let provider = match self
+            .registry
+            .get::<fedingress_api::Cluster>(None, &cluster)
+            .await
+        {
+            Ok(object) => Some(object.spec.provider),
+            Err(e) => {
+                tracing::warn!(cluster, error = %e.message, "reading the cluster's provider failed; Welcome says none");
+                None
+            }
+        };
+        tracing::info!(cluster, session, peer = ?peer, agent_version = %hello.agent_version, driver = %hello.driver, capabilities = ?hello.capabilities, applied_version = hello.applied_version, "agent connected");
         let (tx, rx) = mpsc::channel::<Result<HubMessage, Status>>(64);
         let hub = self.hub.clone();
         tokio::spawn(async move {
-            let end = session_loop(&hub, &cluster, session, &hello, inbound, &tx, kill).await;
+            let end = session_loop(
+                &hub, &cluster, session, &hello, provider, inbound, &tx, kill,
+            )
+            .await;
             tracing::info!(cluster, session, reason = %end, "agent session ended");
             hub.disconnect(&cluster, session);
         });
@@ -117,20 +140,23 @@ async fn send(
 }
 
 /// Runs one agent session; returns why it ended.
+#[allow(clippy::too_many_arguments)]
 async fn session_loop(
     hub: &Hub,
     cluster: &str,
     session: u64,
     hello: &fedingress_proto::Hello,
+    provider: Option<Provider>,
     mut inbound: Streaming<AgentMessage>,
     tx: &mpsc::Sender<Result<HubMessage, Status>>,
-    mut kill: tokio::sync::watch::Receiver<()>,
+    mut kill: tokio::sync::watch::Receiver<&'static str>,
 ) -> String {
     let settings = hub.settings;
     let welcome = HubToAgent::Welcome {
         heartbeat_interval_ms: u32::try_from(settings.heartbeat_interval.as_millis())
             .unwrap_or(u32::MAX),
         lease_ms: u32::try_from(settings.lease.as_millis()).unwrap_or(u32::MAX),
+        provider,
     };
     if let Err(e) = send(tx, &welcome).await {
         return e;
@@ -226,7 +252,14 @@ async fn session_loop(
                     AgentToHub::Heartbeat => {}
                 }
             }
-            _ = kill.changed() => return "replaced by a newer session".into(),
+            ended = kill.changed() => {
+                // A reason sent by the hub (`Hub::end_session`), or the sender dropped by a
+                // newer session of the same cluster.
+                return match ended {
+                    Ok(()) => (*kill.borrow()).to_string(),
+                    Err(_) => "replaced by a newer session".into(),
+                };
+            }
         }
     }
 }

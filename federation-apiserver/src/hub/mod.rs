@@ -58,6 +58,9 @@ pub struct AgentState {
     pub connected: bool,
     pub agent_version: String,
     pub driver: String,
+    /// What the driver serves, from the session's Hello (see
+    /// `fedingress_api::capability`); kept while the cluster is offline. Empty: unknown.
+    pub capabilities: Vec<String>,
     pub last_seen: Instant,
     pub last_seen_time: Time,
     /// The plan the agent last acknowledged (fully or with rule errors).
@@ -70,8 +73,9 @@ pub struct AgentState {
 struct ClusterEntry {
     plan: watch::Sender<Published>,
     agent: Option<AgentState>,
-    /// Dropping it tells the current session it was replaced.
-    kill: Option<watch::Sender<()>>,
+    /// Dropping it tells the current session it was replaced; a value sent on it ends
+    /// the session with that reason ([`Hub::end_session`]).
+    kill: Option<watch::Sender<&'static str>>,
 }
 
 impl ClusterEntry {
@@ -179,19 +183,22 @@ impl Hub {
     }
 
     /// Registers a new session for `cluster`, replacing (ending) any previous one.
-    /// Returns the session id and the receiver that fires when it is replaced.
+    /// Returns the session id and the receiver that fires when it is replaced or ended.
+    /// The cluster is marked dirty, so the ingresses there are recomputed with the
+    /// driver's (possibly new) `capabilities`.
     pub fn connect(
         &self,
         cluster: &str,
         agent_version: &str,
         driver: &str,
-    ) -> (u64, watch::Receiver<()>) {
+        capabilities: &[String],
+    ) -> (u64, watch::Receiver<&'static str>) {
         let session = {
             let mut next = self.next_session.lock().unwrap_or_else(|p| p.into_inner());
             *next += 1;
             *next
         };
-        let (kill_tx, kill_rx) = watch::channel(());
+        let (kill_tx, kill_rx) = watch::channel("");
         {
             let mut clusters = self.lock();
             let entry = clusters
@@ -204,6 +211,7 @@ impl Hub {
                 connected: true,
                 agent_version: agent_version.to_string(),
                 driver: driver.to_string(),
+                capabilities: capabilities.to_vec(),
                 last_seen: Instant::now(),
                 last_seen_time: Time(chrono::Utc::now()),
                 applied: previous.as_ref().and_then(|p| p.applied.clone()),
@@ -263,6 +271,15 @@ impl Hub {
         });
         if changed {
             self.notify(cluster);
+        }
+    }
+
+    /// Ends the live session of `cluster`, if any, with `reason` (its agent reconnects),
+    /// e.g. when the Cluster's provider changed and the agent must be welcomed again.
+    pub fn end_session(&self, cluster: &str, reason: &'static str) {
+        let clusters = self.lock();
+        if let Some(kill) = clusters.get(cluster).and_then(|e| e.kill.as_ref()) {
+            kill.send_replace(reason);
         }
     }
 

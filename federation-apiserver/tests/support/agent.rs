@@ -13,7 +13,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use fedingress_api::cluster::Address;
+use fedingress_api::cluster::{Address, Provider};
 use fedingress_api::plan::{
     AgentReport, BackendHealth, ClusterPlan, IngressKey, IngressReport, PlanDelta, RuleError,
 };
@@ -46,6 +46,7 @@ pub fn hello(cluster: &str, token: &str) -> Hello {
 pub struct Welcome {
     pub heartbeat_interval_ms: u32,
     pub lease_ms: u32,
+    pub provider: Option<Provider>,
 }
 
 /// One agent session, scripted by the test. Dropping it closes the stream.
@@ -123,6 +124,7 @@ impl FakeAgent {
         let HubToAgent::Welcome {
             heartbeat_interval_ms,
             lease_ms,
+            provider,
         } = hub_from_pb(first).expect("the hub sent an invalid message")
         else {
             panic!("the hub's first message is not a Welcome");
@@ -143,6 +145,7 @@ impl FakeAgent {
             welcome: Welcome {
                 heartbeat_interval_ms,
                 lease_ms,
+                provider,
             },
             plan: ClusterPlan::default(),
             version: 0,

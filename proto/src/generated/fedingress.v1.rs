@@ -51,7 +51,9 @@ pub struct Hello {
     /// "standalone" or "kubernetes".
     #[prost(string, tag = "4")]
     pub driver: ::prost::alloc::string::String,
-    /// Rule kinds the agent serves, e.g. "TCP", "UDP".
+    /// Rule kinds the agent's driver serves: "HTTP", "HTTPS", "TCP", "UDP", "TLS" (both
+    /// TLS modes), "TLS/Passthrough", "TLS/Terminate". Empty: not said (the hub assumes
+    /// nothing is missing).
     #[prost(string, repeated, tag = "5")]
     pub capabilities: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
     /// Version and digest of the plan the agent applied last (0 and "" when none).
@@ -60,12 +62,18 @@ pub struct Hello {
     #[prost(string, tag = "7")]
     pub applied_digest: ::prost::alloc::string::String,
 }
-#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct Welcome {
     #[prost(uint32, tag = "1")]
     pub heartbeat_interval_ms: u32,
     #[prost(uint32, tag = "2")]
     pub lease_ms: u32,
+    /// The Cluster's spec.provider: "aws", "gcp", "azure", "onprem" or "other" (lower
+    /// case); "" when the hub does not know. Agents treat a value they do not know as "".
+    /// A change of the Cluster's provider ends the session: the agent reconnects and gets
+    /// a Welcome with the new value.
+    #[prost(string, tag = "3")]
+    pub provider: ::prost::alloc::string::String,
 }
 /// The cluster's whole plan.
 #[derive(Clone, PartialEq, ::prost::Message)]
@@ -230,6 +238,16 @@ pub struct ListenerLoad {
     #[prost(uint64, tag = "4")]
     pub active_connections: u64,
 }
+/// Where one rule of a share is served, when that is not the share's addresses (e.g. a
+/// UDP rule behind its own load balancer when TCP and UDP could not share one).
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct RuleAddresses {
+    /// Index into the share's rules.
+    #[prost(uint32, tag = "1")]
+    pub rule: u32,
+    #[prost(message, repeated, tag = "2")]
+    pub addresses: ::prost::alloc::vec::Vec<Address>,
+}
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct IngressReport {
     #[prost(message, optional, tag = "1")]
@@ -244,6 +262,9 @@ pub struct IngressReport {
     pub listeners: ::prost::alloc::vec::Vec<ListenerLoad>,
     #[prost(message, repeated, tag = "6")]
     pub rule_errors: ::prost::alloc::vec::Vec<RuleError>,
+    /// Rules served elsewhere than `addresses`; rules not listed are served on `addresses`.
+    #[prost(message, repeated, tag = "7")]
+    pub rules: ::prost::alloc::vec::Vec<RuleAddresses>,
 }
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct Report {

@@ -55,6 +55,8 @@ use crate::status::ApiError;
 const DEBOUNCE: Duration = Duration::from_millis(20);
 /// Status writes in flight at once.
 const WRITE_CONCURRENCY: usize = 32;
+/// Why a session ends when its Cluster's provider changed.
+const PROVIDER_CHANGED: &str = "the cluster's provider changed: reconnect for a new Welcome";
 
 pub struct Controller {
     registry: Registry,
@@ -216,6 +218,10 @@ impl Controller {
                 }
             }
         }
+        for cluster in observed.provider_changed {
+            tracing::info!(cluster, "cluster provider changed: ending its agent's session");
+            self.hub.end_session(&cluster, PROVIDER_CHANGED);
+        }
         self.pending.merge(observed.dirty);
     }
 
@@ -225,6 +231,12 @@ impl Controller {
         loop {
             match Cache::list(&self.registry).await {
                 Ok(cache) => {
+                    for (name, cluster) in &cache.clusters {
+                        let before = self.cache.clusters.get(name).map(|c| c.spec.provider);
+                        if before.is_some_and(|p| p != cluster.spec.provider) {
+                            self.hub.end_session(name, PROVIDER_CHANGED);
+                        }
+                    }
                     let gone: Vec<String> = self
                         .cache
                         .clusters

@@ -27,6 +27,9 @@ pub struct Observed {
     pub dirty: Dirty,
     /// Clusters deleted (their agents' tokens are revoked).
     pub deleted_clusters: Vec<String>,
+    /// Clusters whose `spec.provider` changed: their agents' sessions end, so that they
+    /// reconnect and are welcomed with the new provider.
+    pub provider_changed: Vec<String>,
 }
 
 impl Cache {
@@ -94,6 +97,9 @@ impl Cache {
                 let placement_inputs = before.spec != after.spec
                     || before.metadata.labels != after.metadata.labels
                     || before.metadata.deletion_timestamp != after.metadata.deletion_timestamp;
+                if before.spec.provider != after.spec.provider {
+                    observed.provider_changed.push(name.clone());
+                }
                 if placement_inputs {
                     observed.dirty.all = true;
                 } else if before.is_connected() != after.is_connected() {

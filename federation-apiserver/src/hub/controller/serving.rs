@@ -198,6 +198,7 @@ mod tests {
             connected,
             agent_version: String::new(),
             driver: String::new(),
+            capabilities: Vec::new(),
             last_seen: Instant::now(),
             last_seen_time: Time(chrono::Utc::now()),
             applied: Some(Published {

@@ -85,6 +85,7 @@ fn agent(ip: &str, shares: &[(&str, i64)], ready: u32, connected: bool) -> Agent
         connected,
         agent_version: "test".into(),
         driver: "standalone".into(),
+        capabilities: Vec::new(),
         last_seen: Instant::now(),
         last_seen_time: at(T0),
         applied: Some(Published {
