@@ -1,1 +1,519 @@
 //! Pure rendering: a plan share → the Kubernetes objects that serve it, per profile.
+//!
+//! Entry point: [`render_plan`] (a [`ClusterPlan`], the [`RenderSettings`] of the agent
+//! config, and what the cluster holds through [`ClusterFacts`]) → [`PlanRender`]: per
+//! share the desired objects, which object serves which rule ([`RuleTarget`]) and the
+//! rules that cannot be rendered ([`RuleError`]); plus the objects shared by every share
+//! (the `nginx-configmap` profile's ConfigMaps). No I/O happens here and no kube client
+//! is used: the objects are plain k8s-openapi types, applied elsewhere with server-side
+//! apply under [`FIELD_MANAGER`].
+//!
+//! Submodules, one per kind of rule:
+//! - [`http`]: HTTP and HTTPS rules → one `networking.k8s.io/v1` Ingress per share.
+//! - [`l4`]: TCP, UDP and TLS passthrough rules → `Service type=LoadBalancer` per
+//!   profile (mixed, aws, gcp, azure, metallb).
+//! - [`nginx`]: the same rules → entries of ingress-nginx's `tcp-services` /
+//!   `udp-services` ConfigMaps (profile `nginx-configmap`).
+//! - [`names`]: object names and label values (DNS-1035 labels, stable hash suffixes).
+//!
+//! # Guarantees
+//!
+//! - Every rule of every share either renders (and has a [`RuleTarget`]) or has a
+//!   [`RuleError`] saying why; an HTTP rule may have both (one path conflicts, the others
+//!   render).
+//! - Output is deterministic: objects, ports, paths, map keys, targets and errors are
+//!   sorted, so server-side apply patches are stable.
+//! - Per-share objects live in the FederatedIngress's namespace (namespaces are never
+//!   created), carry the labels [`MANAGED_BY_LABEL`]`=`[`MANAGED_BY`] and
+//!   [`INGRESS_LABEL`]`=<namespace>.<name>` ([`ingress_label_value`]) and the annotation
+//!   [`UID_ANNOTATION`]`=<uid>`. The share's cluster override annotations go on every
+//!   object rendered for that share (Ingress and Services; not on the shared ConfigMaps);
+//!   [`RenderSettings::service_annotations`] go on every LoadBalancer Service. When keys
+//!   collide: profile annotations < settings' service annotations < override
+//!   annotations < the fedingress annotation.
+//!
+//! # Assumptions
+//!
+//! Shares come from the hub and were validated there; anything validation should have
+//! caught but did not (a TCP rule without a port, say) becomes a rule error, never a
+//! panic.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::IpAddr;
+use std::str::FromStr;
+
+use fedingress_api::capability;
+use fedingress_api::cluster::Provider;
+use fedingress_api::plan::{ClusterPlan, IngressKey, IngressShare, RuleError};
+use k8s_openapi::api::core::v1::{ConfigMap, Service, ServicePort};
+use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::{Deserialize, Serialize};
+
+pub mod http;
+pub mod l4;
+pub mod names;
+pub mod nginx;
+
+pub use names::ingress_label_value;
+
+/// The server-side apply field manager of every object the agent writes.
+pub const FIELD_MANAGER: &str = "fedingress-agent";
+/// Label marking objects the agent owns (and may delete).
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+/// Value of [`MANAGED_BY_LABEL`].
+pub const MANAGED_BY: &str = "fedingress";
+/// Label naming the FederatedIngress an object serves: `<namespace>.<name>`
+/// ([`ingress_label_value`]; shortened with a hash when longer than a label value may be).
+pub const INGRESS_LABEL: &str = "fedingress.io/ingress";
+/// Annotation with the `metadata.uid` of the FederatedIngress an object serves.
+pub const UID_ANNOTATION: &str = "fedingress.io/ingress-uid";
+
+/// How L4 rules (TCP, UDP, TLS passthrough) become Kubernetes objects: one rendering per
+/// row of KEP-1435's cloud survey and the bare TCP/UDP blog, plus the L4 proposal's
+/// ingress-nginx ConfigMaps. HTTP and HTTPS rules become an Ingress in every profile.
+/// See docs/cluster-agent.md ("kubernetes driver: rendering profiles").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Profile {
+    /// One LoadBalancer Service per backend carrying TCP and UDP ports (Kubernetes ≥ 1.26,
+    /// `MixedProtocolLBService` GA) and a load balancer implementation that supports it.
+    Mixed,
+    /// AWS Load Balancer Controller NLB (`loadBalancerClass: service.k8s.aws/nlb`): TCP
+    /// and UDP on one NLB; a `TCP_UDP` listener where a port has both.
+    Aws,
+    /// GKE / GCE: split TCP and UDP Services that share a reserved static IP
+    /// (`spec.loadBalancerIP`) when one is configured.
+    Gcp,
+    /// cloud-provider-azure: one Service with both protocols (the old mixed-protocol
+    /// annotation was removed in favour of `MixedProtocolLBService`).
+    Azure,
+    /// MetalLB: split TCP and UDP Services sharing an IP through
+    /// `metallb.io/allow-shared-ip` (KEP-1435's "merging services" alternative).
+    Metallb,
+    /// ingress-nginx `tcp-services` / `udp-services` ConfigMaps owned by the agent; the
+    /// ingress controller's own Service carries the ports.
+    NginxConfigmap,
+}
+
+impl Profile {
+    /// Every profile, in declaration order.
+    pub const ALL: [Profile; 6] = [
+        Profile::Mixed,
+        Profile::Aws,
+        Profile::Gcp,
+        Profile::Azure,
+        Profile::Metallb,
+        Profile::NginxConfigmap,
+    ];
+
+    /// The profile for a Cluster's `spec.provider` (`profile: auto`): aws → aws,
+    /// gcp → gcp, azure → azure, onprem → metallb, other → mixed.
+    pub fn from_provider(provider: Provider) -> Profile {
+        match provider {
+            Provider::Aws => Profile::Aws,
+            Provider::Gcp => Profile::Gcp,
+            Provider::Azure => Profile::Azure,
+            Provider::OnPrem => Profile::Metallb,
+            Provider::Other => Profile::Mixed,
+        }
+    }
+
+    /// The name as written in the config (`nginx-configmap`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Profile::Mixed => "mixed",
+            Profile::Aws => "aws",
+            Profile::Gcp => "gcp",
+            Profile::Azure => "azure",
+            Profile::Metallb => "metallb",
+            Profile::NginxConfigmap => "nginx-configmap",
+        }
+    }
+
+    /// What the profile renders, in the vocabulary of [`fedingress_api::capability`]
+    /// (sent in `Hello`): HTTP and HTTPS (an Ingress), TCP, UDP and TLS passthrough (a
+    /// TCP port). No profile terminates TLS for a TLS rule: a Kubernetes Secret cannot be
+    /// put on an L4 load balancer.
+    pub fn capabilities(self) -> Vec<String> {
+        [
+            capability::HTTP,
+            capability::HTTPS,
+            capability::TCP,
+            capability::UDP,
+            capability::TLS_PASSTHROUGH,
+        ]
+        .iter()
+        .map(|c| (*c).to_owned())
+        .collect()
+    }
+
+    /// Whether [`RenderSettings::load_balancer_ip`] means anything to this profile (gcp:
+    /// `spec.loadBalancerIP`; metallb: `metallb.io/loadBalancerIPs`; azure:
+    /// `service.beta.kubernetes.io/azure-load-balancer-ipv4`/`-ipv6`). The other
+    /// profiles ignore it; a config check may reject it there.
+    pub fn uses_load_balancer_ip(self) -> bool {
+        matches!(self, Profile::Gcp | Profile::Metallb | Profile::Azure)
+    }
+
+    /// Whether TCP and UDP ports of one backend go to separate Services (`-tcp`, `-udp`).
+    pub fn splits_protocols(self) -> bool {
+        matches!(self, Profile::Gcp | Profile::Metallb)
+    }
+}
+
+impl fmt::Display for Profile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A namespaced object's `namespace/name`, as written in the agent config
+/// (`ingress-nginx/tcp-services`).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ObjectName {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ObjectName {
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        ObjectName {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+}
+
+/// Text that is not `namespace/name`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not namespace/name")]
+pub struct InvalidObjectName(String);
+
+impl FromStr for ObjectName {
+    type Err = InvalidObjectName;
+
+    /// `namespace/name`, both non-empty, no further `/`.
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text.split_once('/') {
+            Some((namespace, name))
+                if !namespace.is_empty() && !name.is_empty() && !name.contains('/') =>
+            {
+                Ok(ObjectName::new(namespace, name))
+            }
+            _ => Err(InvalidObjectName(text.to_owned())),
+        }
+    }
+}
+
+impl fmt::Display for ObjectName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// The kinds of object the agent renders.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    Ingress,
+    Service,
+    ConfigMap,
+}
+
+impl Kind {
+    /// `Ingress`, `Service`, `ConfigMap`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Ingress => "Ingress",
+            Kind::Service => "Service",
+            Kind::ConfigMap => "ConfigMap",
+        }
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One object: kind, namespace, name.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ObjectRef {
+    pub kind: Kind,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ObjectRef {
+    pub fn new(kind: Kind, namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        ObjectRef {
+            kind,
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+
+    /// The Service `name`.
+    pub fn service(name: &ObjectName) -> Self {
+        ObjectRef::new(Kind::Service, &name.namespace, &name.name)
+    }
+}
+
+impl fmt::Display for ObjectRef {
+    /// `Service default/fedingress-shop-mysql`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
+    }
+}
+
+/// What the agent config says about rendering (its `kubernetes:` section).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RenderSettings {
+    pub profile: Profile,
+    /// The Ingress class when the share's override names none; none: omitted.
+    pub ingress_class_name: Option<String>,
+    /// gcp: the reserved static IP every split Service asks for; metallb: the IP to
+    /// request; azure: the public IP to share. One IP for the whole cluster: every L4
+    /// port of every share must then be distinct (later shares get rule errors).
+    pub load_balancer_ip: Option<IpAddr>,
+    /// metallb: the `metallb.io/allow-shared-ip` key of every Service (the whole cluster
+    /// may share one IP). Default: one key per share, or `fedingress` with
+    /// `load_balancer_ip`.
+    pub metallb_sharing_key: Option<String>,
+    /// Put on every LoadBalancer Service (an internal load balancer, say).
+    pub service_annotations: BTreeMap<String, String>,
+    /// nginx-configmap: the ConfigMap ingress-nginx reads with `--tcp-services-configmap`
+    /// (owned by the agent, whole).
+    pub nginx_tcp_services: Option<ObjectName>,
+    /// nginx-configmap: the ConfigMap read with `--udp-services-configmap`.
+    pub nginx_udp_services: Option<ObjectName>,
+    /// The ingress controller's Service (nginx-configmap: where L4 rules are served).
+    pub ingress_controller: Option<ObjectName>,
+}
+
+impl RenderSettings {
+    /// Settings of `profile` with nothing else set.
+    pub fn new(profile: Profile) -> Self {
+        RenderSettings {
+            profile,
+            ingress_class_name: None,
+            load_balancer_ip: None,
+            metallb_sharing_key: None,
+            service_annotations: BTreeMap::new(),
+            nginx_tcp_services: None,
+            nginx_udp_services: None,
+            ingress_controller: None,
+        }
+    }
+}
+
+/// A backend (or ingress-controller) Service as the member cluster has it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ServiceFacts {
+    pub selector: Option<BTreeMap<String, String>>,
+    pub ports: Vec<ServicePort>,
+}
+
+impl ServiceFacts {
+    /// The facts of `service` as read from the cluster.
+    pub fn of(service: &Service) -> Self {
+        let spec = service.spec.as_ref();
+        ServiceFacts {
+            selector: spec.and_then(|s| s.selector.clone()),
+            ports: spec.and_then(|s| s.ports.clone()).unwrap_or_default(),
+        }
+    }
+}
+
+/// What rendering needs to know about the member cluster.
+pub trait ClusterFacts {
+    /// The Service `namespace/name`, if the cluster has it.
+    fn service(&self, namespace: &str, name: &str) -> Option<ServiceFacts>;
+}
+
+/// Facts from a fixed table (tests, dry runs).
+impl ClusterFacts for BTreeMap<ObjectName, ServiceFacts> {
+    fn service(&self, namespace: &str, name: &str) -> Option<ServiceFacts> {
+        self.get(&ObjectName::new(namespace, name)).cloned()
+    }
+}
+
+/// One object to apply.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Desired {
+    Ingress(Ingress),
+    Service(Service),
+    ConfigMap(ConfigMap),
+}
+
+impl Desired {
+    pub fn object_ref(&self) -> ObjectRef {
+        let (kind, meta) = match self {
+            Desired::Ingress(o) => (Kind::Ingress, &o.metadata),
+            Desired::Service(o) => (Kind::Service, &o.metadata),
+            Desired::ConfigMap(o) => (Kind::ConfigMap, &o.metadata),
+        };
+        ObjectRef::new(
+            kind,
+            meta.namespace.clone().unwrap_or_default(),
+            meta.name.clone().unwrap_or_default(),
+        )
+    }
+
+    /// The object's metadata.
+    pub fn metadata(&self) -> &ObjectMeta {
+        match self {
+            Desired::Ingress(o) => &o.metadata,
+            Desired::Service(o) => &o.metadata,
+            Desired::ConfigMap(o) => &o.metadata,
+        }
+    }
+}
+
+/// The object whose `status.loadBalancer.ingress` gives rule `rule`'s addresses.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct RuleTarget {
+    /// Index into the share's `rules`.
+    pub rule: u32,
+    pub object: ObjectRef,
+}
+
+/// One share rendered.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ShareRender {
+    /// The share's own objects: its Ingress first, then its Services by name.
+    pub objects: Vec<Desired>,
+    /// Rules that rendered, by rule index.
+    pub targets: Vec<RuleTarget>,
+    /// Rules (or paths of HTTP rules) that cannot be rendered, by rule index.
+    pub errors: Vec<RuleError>,
+}
+
+/// A whole plan rendered.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PlanRender {
+    pub shares: BTreeMap<IngressKey, ShareRender>,
+    /// Objects serving several shares: the nginx-configmap profile's ConfigMaps, rendered
+    /// whole from the whole plan (empty when no rule uses them).
+    pub shared: Vec<Desired>,
+}
+
+impl PlanRender {
+    /// Every object to apply: each share's, then the shared ones.
+    pub fn objects(&self) -> impl Iterator<Item = &Desired> {
+        self.shares
+            .values()
+            .flat_map(|s| s.objects.iter())
+            .chain(self.shared.iter())
+    }
+}
+
+/// Renders every share of `plan` (see the module docs for the guarantees). Shares are
+/// rendered in key order: where shares compete for one port (the nginx-configmap
+/// profile's ConfigMaps, a cluster-wide load balancer IP) the first in key order keeps
+/// it and the others get rule errors.
+pub fn render_plan(
+    plan: &ClusterPlan,
+    settings: &RenderSettings,
+    facts: &dyn ClusterFacts,
+) -> PlanRender {
+    let mut out = PlanRender::default();
+    let mut cluster_ports = l4::ClusterPorts::default();
+    let mut nginx_maps = nginx::ServicesMaps::default();
+    for (key, share) in plan.ingresses.iter() {
+        let ctx = ShareContext {
+            share,
+            settings,
+            facts,
+        };
+        let mut render = ShareRender::default();
+        http::render(&ctx, &mut render);
+        match settings.profile {
+            Profile::NginxConfigmap => nginx::render(&ctx, &mut nginx_maps, &mut render),
+            _ => l4::render(&ctx, &mut cluster_ports, &mut render),
+        }
+        render.targets.sort();
+        render.errors.sort_by_key(|e| e.rule);
+        out.shares.insert(key.clone(), render);
+    }
+    if settings.profile == Profile::NginxConfigmap {
+        out.shared = nginx_maps.into_objects(settings);
+    }
+    out
+}
+
+/// One share being rendered, and what it is rendered with.
+pub(crate) struct ShareContext<'a> {
+    pub share: &'a IngressShare,
+    pub settings: &'a RenderSettings,
+    pub facts: &'a dyn ClusterFacts,
+}
+
+impl ShareContext<'_> {
+    /// The FederatedIngress namespace: where every per-share object lives.
+    pub fn namespace(&self) -> &str {
+        &self.share.key.namespace
+    }
+
+    /// Metadata of an object rendered for this share: its name and namespace, the
+    /// ownership labels, and the annotations in rising precedence: `own` (the
+    /// profile's), for LoadBalancer Services the settings' `service_annotations`, the
+    /// cluster override's annotations, and [`UID_ANNOTATION`].
+    pub fn metadata(
+        &self,
+        name: String,
+        own: BTreeMap<String, String>,
+        load_balancer: bool,
+    ) -> ObjectMeta {
+        let mut annotations = own;
+        if load_balancer {
+            annotations.extend(self.settings.service_annotations.clone());
+        }
+        if let Some(over) = &self.share.cluster_override {
+            annotations.extend(over.annotations.clone());
+        }
+        annotations.insert(UID_ANNOTATION.to_owned(), self.share.uid.clone());
+        ObjectMeta {
+            name: Some(name),
+            namespace: Some(self.namespace().to_owned()),
+            labels: Some(BTreeMap::from([
+                (MANAGED_BY_LABEL.to_owned(), MANAGED_BY.to_owned()),
+                (
+                    INGRESS_LABEL.to_owned(),
+                    ingress_label_value(&self.share.key),
+                ),
+            ])),
+            annotations: Some(annotations),
+            ..ObjectMeta::default()
+        }
+    }
+
+    /// A rule error of this share.
+    pub fn error(&self, rule: usize, message: impl Into<String>) -> RuleError {
+        RuleError {
+            ingress: self.share.key.clone(),
+            rule: rule_index(rule),
+            message: message.into(),
+        }
+    }
+}
+
+/// A rule's index as the protocol carries it (plans never hold 2^32 rules).
+pub(crate) fn rule_index(rule: usize) -> u32 {
+    u32::try_from(rule).unwrap_or(u32::MAX)
+}
+
+/// Labels of the objects shared by every share (only the ownership label).
+pub(crate) fn shared_metadata(name: &ObjectName) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.name.clone()),
+        namespace: Some(name.namespace.clone()),
+        labels: Some(BTreeMap::from([(
+            MANAGED_BY_LABEL.to_owned(),
+            MANAGED_BY.to_owned(),
+        )])),
+        ..ObjectMeta::default()
+    }
+}

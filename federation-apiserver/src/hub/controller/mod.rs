@@ -219,7 +219,10 @@ impl Controller {
             }
         }
         for cluster in observed.provider_changed {
-            tracing::info!(cluster, "cluster provider changed: ending its agent's session");
+            tracing::info!(
+                cluster,
+                "cluster provider changed: ending its agent's session"
+            );
             self.hub.end_session(&cluster, PROVIDER_CHANGED);
         }
         self.pending.merge(observed.dirty);
