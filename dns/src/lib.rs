@@ -17,6 +17,7 @@ pub mod routing;
 pub mod server;
 pub mod zone;
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 use fedingress_api::ingress::Traffic;
@@ -57,12 +58,48 @@ pub struct ClusterView {
 }
 
 /// An L4 rule that carries a `name`: served as SRV `_<name>._tcp|_udp.<dnsName>`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// Each cluster in the answer serves the rule on its [`ClusterView`] addresses unless it
+/// is listed in `addresses` (the rule has a load balancer of its own there, e.g. UDP split
+/// from TCP on a cloud that cannot mix them). Clusters in `excluded` are left out of this
+/// service's answers, which are then routed among the other clusters; they stay in the
+/// dnsName's A/AAAA answers.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SrvService {
     pub name: String,
     /// `tcp` or `udp`.
     pub transport: String,
     pub port: u16,
+    /// Where this rule is served, by cluster name, for clusters that serve it elsewhere
+    /// than on their `ClusterView` addresses.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub addresses: BTreeMap<String, ServiceAddresses>,
+    /// Clusters that cannot serve this rule (their driver lacks it, or their agent
+    /// reported an error for it).
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub excluded: BTreeSet<String>,
+}
+
+impl SrvService {
+    /// A service served by every cluster on its own addresses.
+    pub fn new(name: impl Into<String>, transport: impl Into<String>, port: u16) -> Self {
+        SrvService {
+            name: name.into(),
+            transport: transport.into(),
+            port,
+            addresses: BTreeMap::new(),
+            excluded: BTreeSet::new(),
+        }
+    }
+}
+
+/// Where one cluster serves one SRV service: IPs (answered through a target name of
+/// their own, `<cluster>.<transport>-<name>.<dnsName>`) or load balancer host names (the
+/// SRV target itself).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServiceAddresses {
+    pub ips: Vec<IpAddr>,
+    pub hostnames: Vec<String>,
 }
 
 /// Everything needed to serve one FederatedIngress's DNS name.

@@ -12,18 +12,26 @@
 //! [`RoutedIngress`], under its `dnsName` (the record table of the bare TCP/UDP ingress
 //! blog):
 //!
-//! | cluster address | name        | records                                        |
-//! |-----------------|-------------|------------------------------------------------|
-//! | IP              | `dnsName`   | A / AAAA                                       |
-//! | host name       | `dnsName`   | CNAME                                          |
-//! | IP              | SRV service | SRV → `<cluster>.<dnsName>`, which has A / AAAA |
-//! | host name       | SRV service | SRV → the host name                            |
+//! | cluster address          | name        | records                                     |
+//! |--------------------------|-------------|---------------------------------------------|
+//! | IP                       | `dnsName`   | A / AAAA                                    |
+//! | host name                | `dnsName`   | CNAME                                       |
+//! | IP                       | SRV service | SRV → `<cluster>.<dnsName>` (A / AAAA)      |
+//! | host name                | SRV service | SRV → the host name                         |
+//! | rule's own IP            | SRV service | SRV → `<cluster>.<transport>-<name>.<dnsName>` (A / AAAA) |
+//! | rule's own host name     | SRV service | SRV → that host name                        |
 //!
 //! SRV services are `_<name>._<tcp|udp>.<dnsName>` (RFC 2782: priority 0, weight,
 //! port, target); the per-cluster target names `<cluster>.<dnsName>` exist only when
 //! the ingress has SRV services, hold all of that cluster's IPs (no steering), and are
-//! returned as additional records with the SRV answer. Every record has the ingress's
-//! `traffic.ttl`.
+//! returned as additional records with the SRV answer. A cluster that serves one rule
+//! on addresses of its own ([`crate::SrvService::addresses`]: a UDP load balancer split
+//! from the TCP one) gets a target name per rule, `<cluster>.<transport>-<name>.<dnsName>`
+//! (e.g. `eu-west.udp-dns.shop.example.com`), holding that rule's IPs, so `_dns._udp`
+//! never points at the TCP load balancer. A service some clusters cannot serve
+//! ([`crate::SrvService::excluded`]) is routed among the others: its SRV answers have
+//! renderings of their own (a *service view*), while the dnsName's A/AAAA answers keep
+//! every cluster. Every record has the ingress's `traffic.ttl`.
 //!
 //! # Routing and pre-encoding
 //!
@@ -695,6 +703,26 @@ struct Target {
     aaaa: Prepared,
 }
 
+/// The SRV answers of one service routed among the clusters that can serve it (the
+/// ingress's clusters minus [`crate::SrvService::excluded`]).
+#[derive(Debug)]
+struct ServiceView {
+    /// The ingress with only those clusters.
+    routed: RoutedIngress,
+    /// Renderings of this service's SRV answer only (`targets` is empty: target names
+    /// belong to the ingress's own [`Answers`]).
+    answers: Arc<Answers>,
+}
+
+/// What a lookup renders from: the ingress's own answers, or a service view's.
+#[derive(Clone, Copy)]
+struct View<'a> {
+    routed: &'a RoutedIngress,
+    answers: &'a Answers,
+    /// A service view renders only this service.
+    only_service: Option<usize>,
+}
+
 #[derive(Debug)]
 struct IngressEntry {
     routed: RoutedIngress,
@@ -708,9 +736,37 @@ struct IngressEntry {
     srv_names: Vec<Option<Name>>,
     /// Target name per cluster name (clusters with IPs, not cordoned).
     target_names: BTreeMap<String, Name>,
+    /// Parallel to `routed.srv`: target name per cluster that serves that rule on IPs of
+    /// its own ([`crate::SrvService::addresses`]).
+    rule_targets: Vec<BTreeMap<String, Name>>,
     /// The encoded answers: shared with the next snapshot when nothing they depend on
     /// changed ([`Snapshot::rebuild`]).
     answers: Arc<Answers>,
+    /// Parallel to `routed.srv`: the service's own routing when some clusters cannot
+    /// serve it; `None`: it follows `answers`. Shared like `answers`.
+    services: Vec<Option<Arc<ServiceView>>>,
+}
+
+impl IngressEntry {
+    fn view(&self) -> View<'_> {
+        View {
+            routed: &self.routed,
+            answers: &self.answers,
+            only_service: None,
+        }
+    }
+
+    /// What SRV service `k` is answered from.
+    fn service_view(&self, k: usize) -> View<'_> {
+        match self.services.get(k) {
+            Some(Some(service)) => View {
+                routed: &service.routed,
+                answers: &service.answers,
+                only_service: Some(k),
+            },
+            _ => self.view(),
+        }
+    }
 }
 
 /// Everything encoded for one ingress.
@@ -1200,24 +1256,86 @@ impl Builder<'_> {
                 let t = target_clusters.len();
                 self.claim(target_key, target.clone(), zone, Owner::Target(index, t));
                 target_names.insert(cluster.name.clone(), target.clone());
-                target_clusters.push((cluster, target));
+                target_clusters.push((cluster.ips.clone(), target));
+            }
+        }
+
+        // Per-rule target names: clusters that serve a rule on IPs of its own.
+        let mut rule_targets = vec![BTreeMap::new(); routed.srv.len()];
+        for (k, service) in routed.srv.iter().enumerate() {
+            if srv_names.get(k).is_none_or(Option::is_none) {
+                continue;
+            }
+            for (cluster_name, own) in &service.addresses {
+                let serves = routed
+                    .clusters
+                    .iter()
+                    .any(|c| &c.name == cluster_name && !c.cordoned);
+                if !serves || own.ips.is_empty() || service.excluded.contains(cluster_name) {
+                    continue;
+                }
+                let text = format!(
+                    "{cluster_name}.{}-{}.{}",
+                    service.transport,
+                    service.name,
+                    display(&name)
+                );
+                let target = match parse_name(&text) {
+                    Ok(n) => n,
+                    Err(reason) => {
+                        self.problem(
+                            routed,
+                            format!("SRV target name {text} is not valid: {reason}"),
+                        );
+                        continue;
+                    }
+                };
+                let target_key = name_key(&target);
+                if let Some(owner) = self.holder(&target_key) {
+                    let what = Self::describe_holder(owner);
+                    self.problem(
+                        routed,
+                        format!("SRV target name {text} is already served as {what}"),
+                    );
+                    continue;
+                }
+                let t = target_clusters.len();
+                self.claim(target_key, target.clone(), zone, Owner::Target(index, t));
+                if let Some(names) = rule_targets.get_mut(k) {
+                    names.insert(cluster_name.clone(), target.clone());
+                }
+                target_clusters.push((own.ips.clone(), target));
             }
         }
 
         let cname_allowed = !apex;
-        let answers = match self.reusable(routed, zone, cname_allowed, &srv_names, &target_names) {
-            Some(answers) => answers,
-            None => Arc::new(self.encode_answers(
-                routed,
-                &name,
-                zone,
-                ttl,
-                cname_allowed,
-                &srv_names,
-                &target_names,
-                &target_clusters,
-                location_dependent,
-            )?),
+        let reused = self.reusable(
+            routed,
+            zone,
+            cname_allowed,
+            &srv_names,
+            &target_names,
+            &rule_targets,
+        );
+        let (answers, services) = match reused {
+            Some(reused) => reused,
+            None => {
+                let ctx = RenderCtx {
+                    routed,
+                    name: &name,
+                    ttl,
+                    zone: self.zones.get(zone)?,
+                    cname_allowed,
+                    srv_names: &srv_names,
+                    target_names: &target_names,
+                    rule_targets: &rule_targets,
+                    only_service: None,
+                };
+                let answers =
+                    Arc::new(self.encode_answers(&ctx, &target_clusters, location_dependent));
+                let services = self.encode_services(&ctx, location_dependent);
+                (answers, services)
+            }
         };
         Some(IngressEntry {
             routed: routed.clone(),
@@ -1228,7 +1346,9 @@ impl Builder<'_> {
             cname_allowed,
             srv_names,
             target_names,
+            rule_targets,
             answers,
+            services,
         })
     }
 
@@ -1236,6 +1356,7 @@ impl Builder<'_> {
     /// were encoded from is the same (the routed ingress, the zone, the names taken).
     /// Negative answers carry the zone's SOA, whose serial the server patches per query,
     /// so they stay right in the new snapshot.
+    #[allow(clippy::type_complexity)]
     fn reusable(
         &self,
         routed: &RoutedIngress,
@@ -1243,7 +1364,8 @@ impl Builder<'_> {
         cname_allowed: bool,
         srv_names: &[Option<Name>],
         target_names: &BTreeMap<String, Name>,
-    ) -> Option<Arc<Answers>> {
+        rule_targets: &[BTreeMap<String, Name>],
+    ) -> Option<(Arc<Answers>, Vec<Option<Arc<ServiceView>>>)> {
         let previous = self.previous?;
         if !Arc::ptr_eq(&previous.locator, self.locator) {
             return None;
@@ -1265,66 +1387,83 @@ impl Builder<'_> {
             && entry.routed == *routed
             && entry.cname_allowed == cname_allowed
             && entry.srv_names == srv_names
-            && entry.target_names == *target_names)
-            .then(|| entry.answers.clone())
+            && entry.target_names == *target_names
+            && entry.rule_targets == rule_targets)
+            .then(|| (entry.answers.clone(), entry.services.clone()))
     }
 
-    /// Encodes every answer of one ingress.
-    #[allow(clippy::too_many_arguments)]
+    /// Encodes every answer of one ingress (`ctx.routed`) and of its SRV target names
+    /// (`targets`: the IPs each holds).
     fn encode_answers(
         &self,
-        routed: &RoutedIngress,
-        name: &Name,
-        zone: usize,
-        ttl: u32,
-        cname_allowed: bool,
-        srv_names: &[Option<Name>],
-        target_names: &BTreeMap<String, Name>,
-        target_clusters: &[(&ClusterView, Name)],
+        ctx: &RenderCtx<'_>,
+        targets: &[(Vec<IpAddr>, Name)],
         location_dependent: bool,
-    ) -> Option<Answers> {
-        let zone_ref = self.zones.get(zone)?;
-        let ctx = RenderCtx {
-            routed,
-            name,
-            ttl,
-            zone: zone_ref,
-            cname_allowed,
-            srv_names,
-            target_names,
-        };
-        let targets = target_clusters
+    ) -> Answers {
+        let ttl = ctx.ttl;
+        let targets = targets
             .iter()
-            .map(|(cluster, target)| Target {
+            .map(|(ips, target)| Target {
                 a: ctx.encode(
                     target,
                     RecordType::A,
-                    fixed_or_nodata(address_records(target, ttl, &cluster.ips, RecordType::A)),
+                    fixed_or_nodata(address_records(target, ttl, ips, RecordType::A)),
                 ),
                 aaaa: ctx.encode(
                     target,
                     RecordType::AAAA,
-                    fixed_or_nodata(address_records(target, ttl, &cluster.ips, RecordType::AAAA)),
+                    fixed_or_nodata(address_records(target, ttl, ips, RecordType::AAAA)),
                 ),
             })
             .collect();
         let (rendered, per_bucket, keyed) = if location_dependent {
-            self.render_keyed(routed, &ctx)
+            self.render_keyed(ctx.routed, ctx)
         } else {
             // One decision for everyone (the default location's).
-            let decision = decide(routed, None, &self.default_located());
+            let decision = decide(ctx.routed, None, &self.default_located());
             (
                 vec![Arc::new(ctx.render(decision.answer))],
                 Vec::new(),
                 None,
             )
         };
-        Some(Answers {
+        Answers {
             targets,
             rendered,
             per_bucket,
             keyed,
-        })
+        }
+    }
+
+    /// The service views of the SRV services some clusters cannot serve (see
+    /// [`ServiceView`]); `None` for the others.
+    fn encode_services(
+        &self,
+        ctx: &RenderCtx<'_>,
+        location_dependent: bool,
+    ) -> Vec<Option<Arc<ServiceView>>> {
+        ctx.routed
+            .srv
+            .iter()
+            .enumerate()
+            .map(|(k, service)| {
+                let claimed = ctx.srv_names.get(k).is_some_and(Option::is_some);
+                if !claimed || service.excluded.is_empty() {
+                    return None;
+                }
+                let mut routed = ctx.routed.clone();
+                routed
+                    .clusters
+                    .retain(|c| !service.excluded.contains(&c.name));
+                let view_ctx = RenderCtx {
+                    routed: &routed,
+                    only_service: Some(k),
+                    ..*ctx
+                };
+                let answers = Arc::new(self.encode_answers(&view_ctx, &[], location_dependent));
+                Some(Arc::new(ServiceView { routed, answers }))
+            })
+            .collect()
     }
 
     /// The default bucket's client (always among the locator's buckets).
@@ -1509,6 +1648,19 @@ struct RenderCtx<'a> {
     cname_allowed: bool,
     srv_names: &'a [Option<Name>],
     target_names: &'a BTreeMap<String, Name>,
+    rule_targets: &'a [BTreeMap<String, Name>],
+    /// Render only this SRV service (a [`ServiceView`]): everything else is NODATA,
+    /// never served from this rendering.
+    only_service: Option<usize>,
+}
+
+/// Where one chosen cluster serves one SRV service.
+struct ServiceTarget<'c> {
+    ips: &'c [IpAddr],
+    hostnames: &'c [String],
+    /// The target name holding `ips`: the rule's own or the cluster's.
+    target: Option<&'c Name>,
+    weight: f64,
 }
 
 impl RenderCtx<'_> {
@@ -1634,7 +1786,39 @@ impl RenderCtx<'_> {
         }
     }
 
-    /// The plan for the SRV question of service `k`.
+    /// Where `cluster` serves SRV service `k`: the rule's own addresses and target name
+    /// when it has some, else the cluster's.
+    fn service_target<'c>(
+        &'c self,
+        k: usize,
+        cluster: &'c ClusterView,
+        weight: f64,
+    ) -> ServiceTarget<'c> {
+        let own = self
+            .routed
+            .srv
+            .get(k)
+            .and_then(|service| service.addresses.get(&cluster.name));
+        match own {
+            Some(own) => ServiceTarget {
+                ips: &own.ips,
+                hostnames: &own.hostnames,
+                target: self.rule_targets.get(k).and_then(|t| t.get(&cluster.name)),
+                weight,
+            },
+            None => ServiceTarget {
+                ips: &cluster.ips,
+                hostnames: &cluster.hostnames,
+                target: self.target_names.get(&cluster.name),
+                weight,
+            },
+        }
+    }
+
+    /// The plan for the SRV question of service `k`: one record per chosen cluster that
+    /// can serve it, pointing where that cluster serves this rule. As for A/AAAA, IPs
+    /// win: when some chosen cluster serves it on IPs, the clusters that serve it only on
+    /// host names are left out.
     fn srv_plan(&self, answer: &Answer, k: usize) -> Plan {
         let (Some(Some(owner)), Some(service)) = (self.srv_names.get(k), self.routed.srv.get(k))
         else {
@@ -1667,8 +1851,25 @@ impl RenderCtx<'_> {
             }
             Answer::All(_) | Answer::Weighted(_) => {
                 let weighted = matches!(answer, Answer::Weighted(_));
-                let chosen = self.chosen(answer);
-                let total: f64 = chosen.iter().map(|(_, w)| w).sum();
+                let chosen: Vec<ServiceTarget<'_>> = self
+                    .chosen(answer)
+                    .into_iter()
+                    .filter(|(c, _)| !service.excluded.contains(&c.name))
+                    .map(|(c, w)| self.service_target(k, c, w))
+                    .collect();
+                let with_ips = chosen.iter().any(|t| !t.ips.is_empty());
+                let chosen: Vec<(&ServiceTarget<'_>, Option<Name>)> = chosen
+                    .iter()
+                    .filter_map(|t| {
+                        if with_ips {
+                            (!t.ips.is_empty()).then_some((t, None))
+                        } else {
+                            let host = t.hostnames.iter().find_map(|h| parse_name(h).ok())?;
+                            Some((t, Some(host)))
+                        }
+                    })
+                    .collect();
+                let total: f64 = chosen.iter().map(|(t, _)| t.weight).sum();
                 let weight = |w: f64| -> u16 {
                     if !weighted || total <= 0.0 {
                         return 1;
@@ -1681,34 +1882,31 @@ impl RenderCtx<'_> {
                         1
                     }
                 };
-                match self.mode(chosen) {
-                    Mode::Nothing => return Plan::NoData,
-                    Mode::Ips(clusters) => {
-                        for (cluster, w) in clusters {
-                            let Some(target) = self.target_names.get(&cluster.name) else {
+                let mut seen = BTreeSet::new();
+                for (t, host) in chosen {
+                    match host {
+                        Some(host) => {
+                            if seen.insert(host.clone()) {
+                                section.answers.push(srv(weight(t.weight), &host));
+                            }
+                        }
+                        None => {
+                            let Some(target) = t.target else {
                                 continue;
                             };
-                            section.answers.push(srv(weight(w), target));
+                            section.answers.push(srv(weight(t.weight), target));
                             section.additional.extend(address_records(
                                 target,
                                 self.ttl,
-                                &cluster.ips,
+                                t.ips,
                                 RecordType::A,
                             ));
                             section.additional.extend(address_records(
                                 target,
                                 self.ttl,
-                                &cluster.ips,
+                                t.ips,
                                 RecordType::AAAA,
                             ));
-                        }
-                    }
-                    Mode::Hostnames(hosts) => {
-                        let mut seen = BTreeSet::new();
-                        for (_, host, w) in hosts {
-                            if seen.insert(host.clone()) {
-                                section.answers.push(srv(weight(w), &host));
-                            }
                         }
                     }
                 }
@@ -1722,21 +1920,20 @@ impl RenderCtx<'_> {
     }
 
     fn render(&self, answer: Answer) -> Rendered {
-        let a = self.encode(
-            self.name,
-            RecordType::A,
-            self.address_plan(&answer, RecordType::A),
-        );
-        let aaaa = self.encode(
-            self.name,
-            RecordType::AAAA,
-            self.address_plan(&answer, RecordType::AAAA),
-        );
+        let addresses = |rtype| match self.only_service {
+            Some(_) => Plan::NoData,
+            None => self.address_plan(&answer, rtype),
+        };
+        let a = self.encode(self.name, RecordType::A, addresses(RecordType::A));
+        let aaaa = self.encode(self.name, RecordType::AAAA, addresses(RecordType::AAAA));
         let srv = (0..self.routed.srv.len())
             .map(|k| {
-                let plan = self.srv_plan(&answer, k);
+                let rendered = self.only_service.is_none_or(|only| only == k);
                 match self.srv_names.get(k) {
-                    Some(Some(owner)) => self.encode(owner, RecordType::SRV, plan),
+                    Some(Some(owner)) if rendered => {
+                        self.encode(owner, RecordType::SRV, self.srv_plan(&answer, k))
+                    }
+                    Some(Some(owner)) => self.encode(owner, RecordType::SRV, Plan::NoData),
                     _ => self.encode(self.name, RecordType::SRV, Plan::NoData),
                 }
             })
@@ -1826,8 +2023,29 @@ impl Snapshot {
     /// location), with the ECS scope prefix it holds for.
     fn rendered(&self, index: usize, client: Option<IpAddr>) -> Option<(RenderedRef<'_>, u8)> {
         let entry = self.ingresses.get(index)?;
+        self.rendered_in(entry, entry.view(), client)
+    }
+
+    /// [`Snapshot::rendered`] for the SRV answer of service `k` of ingress `index` (its
+    /// service view when it has one).
+    fn rendered_service(
+        &self,
+        index: usize,
+        k: usize,
+        client: Option<IpAddr>,
+    ) -> Option<(RenderedRef<'_>, u8)> {
+        let entry = self.ingresses.get(index)?;
+        self.rendered_in(entry, entry.service_view(k), client)
+    }
+
+    fn rendered_in<'a>(
+        &'a self,
+        entry: &'a IngressEntry,
+        view: View<'a>,
+        client: Option<IpAddr>,
+    ) -> Option<(RenderedRef<'a>, u8)> {
         if !entry.location_dependent {
-            return entry
+            return view
                 .answers
                 .rendered
                 .first()
@@ -1839,13 +2057,13 @@ impl Snapshot {
         };
         // Table entries and the default: precomputed.
         if bucket.is_enumerable()
-            && !entry.answers.per_bucket.is_empty()
+            && !view.answers.per_bucket.is_empty()
             && let Some(&b) = self.bucket_index.get(&bucket)
-            && let Some(r) = entry
+            && let Some(r) = view
                 .answers
                 .per_bucket
                 .get(b)
-                .and_then(|&slot| entry.answers.rendered.get(slot as usize))
+                .and_then(|&slot| view.answers.rendered.get(slot as usize))
         {
             return Some((RenderedRef::Borrowed(r), scope));
         }
@@ -1855,21 +2073,22 @@ impl Snapshot {
             .rtt_row
             .and_then(|row| self.locator.rtt().rows().get(row))
             .map(|row| &row.rtt_ms);
-        let rendered = self.rendered_for_key(entry, client, latitude, longitude, rtt)?;
+        let rendered = self.rendered_for_key(entry, view, client, latitude, longitude, rtt)?;
         Some((rendered, scope))
     }
 
-    /// The rendering of a location-dependent `entry` for a client at (`latitude`,
-    /// `longitude`) with RTT row `rtt`.
+    /// The rendering of a location-dependent `entry` (in `view`) for a client at
+    /// (`latitude`, `longitude`) with RTT row `rtt`.
     fn rendered_for_key<'a>(
         &'a self,
         entry: &'a IngressEntry,
+        view: View<'a>,
         client: Option<IpAddr>,
         latitude: f64,
         longitude: f64,
         rtt: Option<&BTreeMap<String, f64>>,
     ) -> Option<RenderedRef<'a>> {
-        let keyed = entry.answers.keyed.as_ref()?;
+        let keyed = view.answers.keyed.as_ref()?;
         let key = keyed.router.key(latitude, longitude, rtt);
         let known = match &key {
             RouteKey::Cluster(index) => keyed.by_cluster.get(*index as usize).copied().flatten(),
@@ -1885,7 +2104,7 @@ impl Snapshot {
                 None
             }
         };
-        if let Some(r) = known.and_then(|slot| entry.answers.rendered.get(slot as usize)) {
+        if let Some(r) = known.and_then(|slot| view.answers.rendered.get(slot as usize)) {
             return Some(RenderedRef::Borrowed(r));
         }
         // A new Overflow order (or a key the build did not foresee): decide for this
@@ -1899,7 +2118,7 @@ impl Snapshot {
             },
             rtt: rtt.cloned(),
         };
-        let routed = &entry.routed;
+        let routed = view.routed;
         let decision = routing::decide(
             &routed.traffic,
             &routed.clusters,
@@ -1910,7 +2129,7 @@ impl Snapshot {
             .orders
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let existing = entry
+        let existing = view
             .answers
             .rendered
             .iter()
@@ -1929,6 +2148,8 @@ impl Snapshot {
                     cname_allowed: entry.cname_allowed,
                     srv_names: &entry.srv_names,
                     target_names: &entry.target_names,
+                    rule_targets: &entry.rule_targets,
+                    only_service: view.only_service,
                 };
                 Arc::new(ctx.render(decision.answer))
             }
@@ -1964,7 +2185,7 @@ impl Snapshot {
                 Some(f(prepared.pick(), scope))
             }
             (Owner::Srv(i, k), RecordType::SRV) => {
-                let (rendered, scope) = self.rendered(i, Some(client))?;
+                let (rendered, scope) = self.rendered_service(i, k, Some(client))?;
                 Some(f(rendered.srv.get(k)?.pick(), scope))
             }
             (Owner::Target(i, t), RecordType::A | RecordType::AAAA) => {
@@ -2081,7 +2302,7 @@ impl Snapshot {
                 if qtype != RecordType::SRV {
                     return nodata(0);
                 }
-                match self.rendered(i, client) {
+                match self.rendered_service(i, k, client) {
                     Some((rendered, scope)) => match rendered.srv.get(k) {
                         Some(prepared) => Lookup::from_encoded(prepared.pick(), scope, self.serial),
                         None => nodata(0),
@@ -2147,20 +2368,72 @@ impl Snapshot {
             return Vec::new();
         };
         let mut out = Vec::new();
-        // The renderings the enumerable buckets get, in order of first appearance, with
-        // the regions that get each.
+        let push = |out: &mut Vec<DnsRecordStatus>, prepared: &Prepared, scope: &str| {
+            for (encoded, share) in prepared.variants() {
+                if let Some(status) = status_record(&encoded.answers, scope, share) {
+                    out.push(status);
+                }
+            }
+        };
+        for (rendered, scope) in &self.status_groups(entry, entry.view()) {
+            push(&mut out, &rendered.a, scope);
+            // A CNAME answers AAAA as well: do not list it twice.
+            let a_is_cname = rendered
+                .a
+                .pick_first()
+                .answers
+                .first()
+                .is_some_and(|r| r.record_type() == RecordType::CNAME);
+            if !a_is_cname {
+                push(&mut out, &rendered.aaaa, scope);
+            }
+            for (k, prepared) in rendered.srv.iter().enumerate() {
+                if entry.services.get(k).is_none_or(Option::is_none) {
+                    push(&mut out, prepared, scope);
+                }
+            }
+        }
+        // Services routed among the clusters that can serve them.
+        for (k, service) in entry.services.iter().enumerate() {
+            if service.is_none() {
+                continue;
+            }
+            for (rendered, scope) in &self.status_groups(entry, entry.service_view(k)) {
+                if let Some(prepared) = rendered.srv.get(k) {
+                    push(&mut out, prepared, scope);
+                }
+            }
+        }
+        for target in &entry.answers.targets {
+            for prepared in [&target.a, &target.aaaa] {
+                if let Some(status) = status_record(&prepared.pick_first().answers, "", None) {
+                    out.push(status);
+                }
+            }
+        }
+        out
+    }
+
+    /// The renderings of `view` that the enumerable buckets get, in order of first
+    /// appearance, with the regions that get each (`scope`: empty for everyone).
+    fn status_groups<'a>(
+        &'a self,
+        entry: &'a IngressEntry,
+        view: View<'a>,
+    ) -> Vec<(RenderedRef<'a>, String)> {
         let mut groups: Vec<(RenderedRef<'_>, BTreeSet<String>)> = Vec::new();
         if entry.location_dependent {
             for (b, located) in self.buckets.iter().enumerate() {
-                let rendered = match entry
+                let rendered = match view
                     .answers
                     .per_bucket
                     .get(b)
-                    .and_then(|&slot| entry.answers.rendered.get(slot as usize))
+                    .and_then(|&slot| view.answers.rendered.get(slot as usize))
                 {
                     Some(r) => RenderedRef::Borrowed(r),
                     None => match self.rendered_for_key(
                         entry,
+                        view,
                         None,
                         located.location.latitude,
                         located.location.longitude,
@@ -2182,41 +2455,16 @@ impl Snapshot {
                     None => groups.push((rendered, BTreeSet::from([region]))),
                 }
             }
-        } else if let Some(r) = entry.answers.rendered.first() {
+        } else if let Some(r) = view.answers.rendered.first() {
             groups.push((RenderedRef::Borrowed(r), BTreeSet::new()));
         }
-        for (rendered, regions) in &groups {
-            let scope = regions.iter().cloned().collect::<Vec<_>>().join(", ");
-            let mut push = |prepared: &Prepared| {
-                for (encoded, share) in prepared.variants() {
-                    if let Some(status) = status_record(&encoded.answers, &scope, share) {
-                        out.push(status);
-                    }
-                }
-            };
-            push(&rendered.a);
-            // A CNAME answers AAAA as well: do not list it twice.
-            let a_is_cname = rendered
-                .a
-                .pick_first()
-                .answers
-                .first()
-                .is_some_and(|r| r.record_type() == RecordType::CNAME);
-            if !a_is_cname {
-                push(&rendered.aaaa);
-            }
-            for prepared in &rendered.srv {
-                push(prepared);
-            }
-        }
-        for target in &entry.answers.targets {
-            for prepared in [&target.a, &target.aaaa] {
-                if let Some(status) = status_record(&prepared.pick_first().answers, "", None) {
-                    out.push(status);
-                }
-            }
-        }
-        out
+        groups
+            .into_iter()
+            .map(|(rendered, regions)| {
+                let scope = regions.into_iter().collect::<Vec<_>>().join(", ");
+                (rendered, scope)
+            })
+            .collect()
     }
 
     /// Every record of the zone with apex `key` for a zone transfer, between two SOAs.
@@ -2250,7 +2498,7 @@ impl Snapshot {
                     }
                 }
                 Owner::Srv(i, k) => {
-                    if let Some((rendered, _)) = self.rendered(i, None)
+                    if let Some((rendered, _)) = self.rendered_service(i, k, None)
                         && let Some(prepared) = rendered.srv.get(k)
                     {
                         records.extend(transfer_view(prepared));
@@ -2542,6 +2790,57 @@ mod tests {
         assert_eq!(&wire[at..at + 4], &1u32.to_be_bytes());
     }
 
+    #[test]
+    fn service_views_are_served_on_the_fast_path_and_reused_by_rebuild() {
+        let locator = Arc::new(Locator::new(Vec::new(), location("eu", 50.0, 4.0), None).unwrap());
+        let eu = cluster("eu", location("eu", 50.0, 4.0), &[ip("192.0.2.1")]);
+        let us = cluster("us", location("us", 39.0, -77.0), &[ip("192.0.2.2")]);
+        let mut udp = crate::SrvService::new("dns", "udp", 53);
+        udp.excluded.insert("eu".to_owned());
+        let mut ingress = routed(StrategyType::Geo, vec![eu, us]);
+        ingress.srv = vec![crate::SrvService::new("dns", "tcp", 53), udp];
+        let (snapshot, problems) = Snapshot::build(&zones(), 1, &[ingress.clone()], locator);
+        assert!(problems.is_empty(), "{problems:?}");
+        let entry = &snapshot.ingresses[0];
+        assert!(entry.services[0].is_none());
+        assert!(entry.services[1].is_some());
+        let target = |key: &[u8]| {
+            snapshot
+                .with_fast_answer(key, RecordType::SRV, ip("192.0.2.9"), |e, _| {
+                    match &e.answers[0].data {
+                        RData::SRV(srv) => srv.target.to_ascii(),
+                        other => panic!("{other:?}"),
+                    }
+                })
+                .unwrap()
+        };
+        let udp_key = name_key(&parse_name("_dns._udp.x.test").unwrap());
+        let tcp_key = name_key(&parse_name("_dns._tcp.x.test").unwrap());
+        assert_eq!(target(&udp_key), "us.x.test.");
+        assert_eq!(target(&tcp_key), "eu.x.test.");
+        // Unchanged: the service view is shared with the next snapshot.
+        let (next, _) = snapshot.rebuild(&zones(), 2, &[ingress]);
+        match (
+            &snapshot.ingresses[0].services[1],
+            &next.ingresses[0].services[1],
+        ) {
+            (Some(a), Some(b)) => assert!(Arc::ptr_eq(a, b)),
+            other => panic!("{other:?}"),
+        }
+        // A zone transfer lists the service view's answer.
+        let zone = name_key(&parse_name("test").unwrap());
+        let records = next.transfer(&zone).unwrap();
+        let udp: Vec<String> = records
+            .iter()
+            .filter(|r| {
+                r.record_type() == RecordType::SRV && r.name.to_ascii().starts_with("_dns._udp")
+            })
+            .map(|r| r.data.to_string())
+            .collect();
+        assert_eq!(udp.len(), 1, "{udp:?}");
+        assert!(udp[0].ends_with("us.x.test."), "{udp:?}");
+    }
+
     /// A small deterministic generator (xorshift64*).
     struct Rng(u64);
 
@@ -2595,7 +2894,7 @@ mod tests {
                 let latitude = rng.unit() * 180.0 - 90.0;
                 let longitude = rng.unit() * 360.0 - 180.0;
                 let rendered = snapshot
-                    .rendered_for_key(entry, None, latitude, longitude, None)
+                    .rendered_for_key(entry, entry.view(), None, latitude, longitude, None)
                     .unwrap();
                 answers.insert(format!("{:?}", rendered.answer));
             }

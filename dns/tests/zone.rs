@@ -10,8 +10,8 @@ use std::net::IpAddr;
 
 use common::*;
 use fedingress_api::ingress::{RecordType as ApiRecordType, StrategyType};
-use fedingress_dns::SrvService;
 use fedingress_dns::zone::{Snapshot, ZoneConfig, ZoneConfigError, validate_zones};
+use fedingress_dns::{ServiceAddresses, SrvService};
 use hickory_proto::op::ResponseCode;
 use hickory_proto::rr::{RData, RecordType};
 
@@ -97,11 +97,7 @@ fn weighted_srv_carries_rfc2782_weights() {
     weights.insert("us-east".to_owned(), 1);
     let mut strategy = strategy(StrategyType::Weighted);
     strategy.weights = Some(weights);
-    let srv = vec![SrvService {
-        name: "dns".to_owned(),
-        transport: "udp".to_owned(),
-        port: 53,
-    }];
+    let srv = vec![SrvService::new("dns", "udp", 53)];
     let ingress = ingress(
         "w",
         &format!("w.{ZONE}"),
@@ -300,4 +296,271 @@ soa: {rname: hostmaster@fedingress.test, minimum: 60}
         validate_zones(&[zone.clone(), zone]),
         Err(ZoneConfigError::Duplicate { .. })
     ));
+}
+
+/// `_dns._tcp` and `_dns._udp` of one ingress: TCP on the clusters' own addresses, UDP
+/// on a load balancer of its own where the cluster reports one.
+fn split_services(udp_own: Vec<(&str, ServiceAddresses)>) -> Vec<SrvService> {
+    let tcp = SrvService::new("dns", "tcp", 53);
+    let mut udp = SrvService::new("dns", "udp", 53);
+    udp.addresses = udp_own
+        .into_iter()
+        .map(|(cluster, own)| (cluster.to_owned(), own))
+        .collect();
+    vec![tcp, udp]
+}
+
+fn own_ips(ips: &[&str]) -> ServiceAddresses {
+    ServiceAddresses {
+        ips: ips.iter().map(|ip| ip.parse().unwrap()).collect(),
+        hostnames: Vec::new(),
+    }
+}
+
+fn own_hostname(host: &str) -> ServiceAddresses {
+    ServiceAddresses {
+        ips: Vec::new(),
+        hostnames: vec![host.to_owned()],
+    }
+}
+
+/// (weight, port, target) of each SRV answer, sorted by target.
+fn srv_targets(lookup: &fedingress_dns::zone::Lookup) -> Vec<String> {
+    let mut out: Vec<String> = lookup
+        .answers
+        .iter()
+        .map(|r| match &r.data {
+            RData::SRV(srv) => format!("{} {}", srv.port, srv.target.to_ascii()),
+            other => panic!("not SRV: {other:?}"),
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// (owner, address) of the additional records, sorted.
+fn additional(lookup: &fedingress_dns::zone::Lookup) -> Vec<String> {
+    let mut out: Vec<String> = lookup
+        .additional
+        .iter()
+        .map(|r| format!("{} {}", r.name.to_ascii(), r.data))
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn udp_srv_points_at_the_udp_load_balancer_through_a_per_rule_target_name() {
+    let name = format!("split.{ZONE}");
+    let ingress = ingress(
+        "split",
+        &name,
+        strategy(StrategyType::RoundRobin),
+        vec![eu_west(), us_east()],
+        // eu-west's UDP rule has its own load balancer; us-east serves both on one.
+        split_services(vec![(
+            "eu-west",
+            own_ips(&["192.0.2.101", "2001:db8::101"]),
+        )]),
+    );
+    let (snapshot, problems) = Snapshot::build(&zones(), 1, &[ingress], locator());
+    assert!(problems.is_empty(), "{problems:?}");
+
+    let udp = snapshot.lookup(&format!("_dns._udp.{name}"), RecordType::SRV, None);
+    assert_eq!(
+        srv_targets(&udp),
+        [
+            format!("53 eu-west.udp-dns.{name}."),
+            format!("53 us-east.{name}.")
+        ]
+    );
+    assert_eq!(
+        additional(&udp),
+        [
+            format!("eu-west.udp-dns.{name}. 192.0.2.101"),
+            format!("eu-west.udp-dns.{name}. 2001:db8::101"),
+            format!("us-east.{name}. 192.0.2.2"),
+            format!("us-east.{name}. 2001:db8::2"),
+        ]
+    );
+    // The per-rule target name is served with A/AAAA of the UDP load balancer only.
+    let target = format!("eu-west.udp-dns.{name}");
+    assert_eq!(
+        values(&snapshot.lookup(&target, RecordType::A, None)),
+        ["192.0.2.101"]
+    );
+    assert_eq!(
+        values(&snapshot.lookup(&target, RecordType::AAAA, None)),
+        ["2001:db8::101"]
+    );
+
+    // TCP stays on the cluster's own addresses: never the UDP load balancer.
+    let tcp = snapshot.lookup(&format!("_dns._tcp.{name}"), RecordType::SRV, None);
+    assert_eq!(
+        srv_targets(&tcp),
+        [format!("53 eu-west.{name}."), format!("53 us-east.{name}.")]
+    );
+    assert!(!additional(&tcp).iter().any(|a| a.contains("192.0.2.101")));
+    assert_eq!(
+        values(&snapshot.lookup(&format!("eu-west.{name}"), RecordType::A, None)),
+        ["192.0.2.1"]
+    );
+    // The name itself keeps answering the share's addresses.
+    let mut a = values(&snapshot.lookup(&name, RecordType::A, None));
+    a.sort();
+    assert_eq!(a, ["192.0.2.1", "192.0.2.2"]);
+
+    // status.dns.records lists the per-rule target name too.
+    let status = snapshot.records_for_status(&name);
+    assert!(
+        status
+            .iter()
+            .any(|r| r.name == target && r.values == ["192.0.2.101"]),
+        "{status:?}"
+    );
+}
+
+#[test]
+fn host_name_load_balancers_are_srv_targets_themselves() {
+    let name = format!("aws.{ZONE}");
+    let tcp_lb = |region: &str| format!("tcp-{region}.elb.amazonaws.com");
+    let ingress = ingress(
+        "aws",
+        &name,
+        strategy(StrategyType::RoundRobin),
+        vec![
+            cluster("eu-west", eu(), &[], &[&tcp_lb("eu")]),
+            cluster("us-east", us(), &[], &[&tcp_lb("us")]),
+        ],
+        split_services(vec![
+            ("eu-west", own_hostname("udp-eu.elb.amazonaws.com")),
+            ("us-east", own_hostname("udp-us.elb.amazonaws.com")),
+        ]),
+    );
+    let (snapshot, problems) = Snapshot::build(&zones(), 1, &[ingress], locator());
+    assert!(problems.is_empty(), "{problems:?}");
+    let udp = snapshot.lookup(&format!("_dns._udp.{name}"), RecordType::SRV, None);
+    assert_eq!(
+        srv_targets(&udp),
+        [
+            "53 udp-eu.elb.amazonaws.com.",
+            "53 udp-us.elb.amazonaws.com."
+        ]
+    );
+    assert!(udp.additional.is_empty(), "{:?}", udp.additional);
+    let tcp = snapshot.lookup(&format!("_dns._tcp.{name}"), RecordType::SRV, None);
+    assert_eq!(
+        srv_targets(&tcp),
+        [
+            "53 tcp-eu.elb.amazonaws.com.",
+            "53 tcp-us.elb.amazonaws.com."
+        ]
+    );
+    // No per-rule target name for host names.
+    let nx = snapshot.lookup(&format!("eu-west.udp-dns.{name}"), RecordType::A, None);
+    assert_eq!(nx.rcode, ResponseCode::NXDomain);
+    // The name is a CNAME to a TCP (share) load balancer.
+    let cname = snapshot.lookup(&name, RecordType::A, None);
+    assert_eq!(cname.answers[0].record_type(), RecordType::CNAME);
+    assert!(values(&cname)[0].starts_with("tcp-"), "{cname:?}");
+}
+
+#[test]
+fn a_cluster_that_cannot_serve_a_rule_leaves_only_that_rules_srv_answers() {
+    let name = format!("excl.{ZONE}");
+    let mut services = split_services(Vec::new());
+    // eu-west reported an error for the UDP rule (or its driver lacks UDP).
+    services[1].excluded.insert("eu-west".to_owned());
+    let geo = ingress(
+        "excl",
+        &name,
+        strategy(StrategyType::Geo),
+        vec![eu_west(), us_east()],
+        services,
+    );
+    let (snapshot, problems) = Snapshot::build(&zones(), 1, std::slice::from_ref(&geo), locator());
+    assert!(problems.is_empty(), "{problems:?}");
+    let europe = ip("203.0.113.9");
+    // European clients: A and _tcp go to eu-west, the nearest ...
+    assert_eq!(
+        values(&snapshot.lookup(&name, RecordType::A, europe)),
+        ["192.0.2.1"]
+    );
+    let tcp = snapshot.lookup(&format!("_dns._tcp.{name}"), RecordType::SRV, europe);
+    assert_eq!(srv_targets(&tcp), [format!("53 eu-west.{name}.")]);
+    // ... but _udp is routed among the clusters that serve it: us-east.
+    let udp = snapshot.lookup(&format!("_dns._udp.{name}"), RecordType::SRV, europe);
+    assert_eq!(srv_targets(&udp), [format!("53 us-east.{name}.")]);
+    assert_eq!(udp.scope_prefix, 24);
+    // status lists the UDP answer once per scope, never with eu-west.
+    let status = snapshot.records_for_status(&name);
+    let udp_records: Vec<_> = status
+        .iter()
+        .filter(|r| r.name == format!("_dns._udp.{name}"))
+        .collect();
+    assert!(!udp_records.is_empty(), "{status:?}");
+    assert!(
+        udp_records
+            .iter()
+            .all(|r| r.values == [format!("0 1 53 us-east.{name}")]),
+        "{udp_records:?}"
+    );
+
+    // RoundRobin: eu-west is simply not among the _udp targets; the name keeps both.
+    let mut rr = geo.clone();
+    rr.traffic.strategy = strategy(StrategyType::RoundRobin);
+    let (snapshot, _) = Snapshot::build(&zones(), 1, &[rr], locator());
+    let udp = snapshot.lookup(&format!("_dns._udp.{name}"), RecordType::SRV, None);
+    assert_eq!(srv_targets(&udp), [format!("53 us-east.{name}.")]);
+    assert_eq!(snapshot.lookup(&name, RecordType::A, None).answers.len(), 2);
+
+    // No cluster can serve it: NODATA for _udp only.
+    let mut none = geo;
+    none.srv[1].excluded.insert("us-east".to_owned());
+    let (snapshot, _) = Snapshot::build(&zones(), 1, &[none], locator());
+    let udp = snapshot.lookup(&format!("_dns._udp.{name}"), RecordType::SRV, europe);
+    assert_eq!(udp.rcode, ResponseCode::NoError);
+    assert!(udp.answers.is_empty());
+    let tcp = snapshot.lookup(&format!("_dns._tcp.{name}"), RecordType::SRV, europe);
+    assert_eq!(tcp.answers.len(), 1);
+}
+
+#[test]
+fn rebuild_follows_a_change_of_per_rule_addresses() {
+    let name = format!("split.{ZONE}");
+    let before = ingress(
+        "split",
+        &name,
+        strategy(StrategyType::RoundRobin),
+        vec![eu_west()],
+        split_services(vec![("eu-west", own_ips(&["192.0.2.101"]))]),
+    );
+    let mut after = before.clone();
+    after.srv[1]
+        .addresses
+        .insert("eu-west".into(), own_ips(&["192.0.2.102"]));
+    let (first, _) = Snapshot::build(&zones(), 1, &[before], locator());
+    let target = format!("eu-west.udp-dns.{name}");
+    assert_eq!(
+        values(&first.lookup(&target, RecordType::A, None)),
+        ["192.0.2.101"]
+    );
+    let (second, problems) = first.rebuild(&zones(), 2, std::slice::from_ref(&after));
+    assert!(problems.is_empty(), "{problems:?}");
+    assert_eq!(
+        values(&second.lookup(&target, RecordType::A, None)),
+        ["192.0.2.102"]
+    );
+    let udp = second.lookup(&format!("_dns._udp.{name}"), RecordType::SRV, None);
+    assert_eq!(additional(&udp), [format!("{target}. 192.0.2.102")]);
+    // The rule's own addresses go away: back to the cluster's target.
+    let mut back = after;
+    back.srv[1].addresses.clear();
+    let (third, _) = second.rebuild(&zones(), 3, &[back]);
+    let udp = third.lookup(&format!("_dns._udp.{name}"), RecordType::SRV, None);
+    assert_eq!(srv_targets(&udp), [format!("53 eu-west.{name}.")]);
+    assert_eq!(
+        third.lookup(&target, RecordType::A, None).rcode,
+        ResponseCode::NXDomain
+    );
 }

@@ -99,11 +99,7 @@ fn server() -> DnsServer {
             "srv.test",
             StrategyType::RoundRobin,
             srv_clusters,
-            vec![SrvService {
-                name: "x".to_owned(),
-                transport: "udp".to_owned(),
-                port: 53,
-            }],
+            vec![SrvService::new("x", "udp", 53)],
         ),
     ];
     let (snapshot, problems) = Snapshot::build(&zones, 1, &ingresses, Arc::new(locator));

@@ -194,11 +194,7 @@ pub fn ingresses() -> Vec<RoutedIngress> {
             &format!("svc.{ZONE}"),
             strategy(StrategyType::Geo),
             vec![eu_west(), us_east()],
-            vec![SrvService {
-                name: "mysql".to_owned(),
-                transport: "tcp".to_owned(),
-                port: 3306,
-            }],
+            vec![SrvService::new("mysql", "tcp", 3306)],
         ),
         ingress(
             "big",

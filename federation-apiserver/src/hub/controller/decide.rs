@@ -744,11 +744,11 @@ fn routed_ingress(
         .iter()
         .filter(|r| r.protocol.is_l4())
         .filter_map(|r| {
-            Some(SrvService {
-                name: r.name.clone()?,
-                transport: r.protocol.as_str().to_ascii_lowercase(),
-                port: u16::try_from(r.effective_port()?).ok()?,
-            })
+            Some(SrvService::new(
+                r.name.clone()?,
+                r.protocol.as_str().to_ascii_lowercase(),
+                u16::try_from(r.effective_port()?).ok()?,
+            ))
         })
         .collect();
     srv.dedup();
