@@ -423,8 +423,10 @@ impl LeaderElector {
     /// Renews every `retry_period` while leading and returns when leadership is lost:
     /// another holder observed, a 409 on renew, or no successful renew for
     /// `renew_deadline` (counted from the start of the last successful renew; a renew
-    /// still in flight at that moment is abandoned). Returns at once when this replica
-    /// does not lead. See the [module docs](self) for what the caller must do next.
+    /// still in flight at that moment is abandoned). A Lease found with an empty
+    /// `holderIdentity` is taken again (as client-go does), since nobody else can have
+    /// led meanwhile. Returns at once when this replica does not lead. See the
+    /// [module docs](self) for what the caller must do next.
     pub async fn hold(&self) {
         let Some(mut renewed_at) = self.leading_since() else {
             tracing::warn!(lease = %self.lease_ref, "not leading; nothing to hold");
