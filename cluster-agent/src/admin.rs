@@ -1,6 +1,7 @@
 //! The agent's admin HTTP endpoint: `GET /healthz` (the process is alive: always
 //! 200 `ok`), `GET /readyz` (200 once a plan, persisted or from the hub, is applied; 503
-//! before, and again while the data plane drains on shutdown) and `GET /metrics` (the
+//! before, while the driver reports a problem — the member cluster's API refusing the
+//! agent, say — and again while the data plane drains on shutdown) and `GET /metrics` (the
 //! data plane's counters and the applied plan version, Prometheus text format 0.0.4).
 //! [`router`] and [`router_with_driver`] are used by `main` and by tests alike.
 //!
@@ -24,6 +25,16 @@ use crate::hub::Applied;
 struct Admin {
     applied: watch::Receiver<Option<Applied>>,
     driver: Option<Arc<dyn Driver>>,
+    role: Option<watch::Receiver<Role>>,
+}
+
+/// An agent replica's part in leader election (the kubernetes driver's replicas).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Applies the plan and holds the hub session.
+    Leader,
+    /// Waits to take over; `holder` leads as last observed.
+    Standby { holder: Option<String> },
 }
 
 /// The admin routes; readiness follows `applied` ([`crate::hub::Agent::applied`]).
@@ -31,6 +42,7 @@ pub fn router(applied: watch::Receiver<Option<Applied>>) -> Router {
     app(Admin {
         applied,
         driver: None,
+        role: None,
     })
 }
 
@@ -42,6 +54,22 @@ pub fn router_with_driver(
     app(Admin {
         applied,
         driver: Some(driver),
+        role: None,
+    })
+}
+
+/// The admin routes of a replica taking part in leader election: a standby replica is
+/// ready (it is healthy and waits to take over), so rollouts and disruption budgets
+/// count it; its `/readyz` says who leads.
+pub fn router_with_role(
+    applied: watch::Receiver<Option<Applied>>,
+    driver: Arc<dyn Driver>,
+    role: watch::Receiver<Role>,
+) -> Router {
+    app(Admin {
+        applied,
+        driver: Some(driver),
+        role: Some(role),
     })
 }
 
@@ -58,6 +86,21 @@ async fn readyz(State(admin): State<Admin>) -> (StatusCode, String) {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
             "draining: the agent is shutting down\n".to_owned(),
+        );
+    }
+    if let Some(Role::Standby { holder }) = admin.role.as_ref().map(|r| r.borrow().clone()) {
+        return (
+            StatusCode::OK,
+            format!(
+                "standby: {} leads\n",
+                holder.as_deref().unwrap_or("no replica yet")
+            ),
+        );
+    }
+    if let Some(Err(problem)) = admin.driver.as_ref().map(|d| d.readiness()) {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {problem}\n"),
         );
     }
     match admin.applied.borrow().as_ref() {

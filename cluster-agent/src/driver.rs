@@ -2,10 +2,11 @@
 //! applies the cluster's plan, reports how it is doing and says when that changed.
 //!
 //! Implementations: [`crate::standalone::Standalone`] (the agent serves the plan
-//! itself). The hub loop only ever sees `Arc<dyn Driver>`, so tests drive it with a
+//! itself) and [`crate::kubernetes::KubernetesDriver`] (the member cluster serves it). The hub loop only ever sees `Arc<dyn Driver>`, so tests drive it with a
 //! fake. What does not belong here: protocol handling, persistence, retries.
 
 use async_trait::async_trait;
+use fedingress_api::cluster::Provider;
 use fedingress_api::plan::{AgentReport, ClusterPlan, RuleError};
 use tokio::sync::watch;
 
@@ -46,6 +47,19 @@ pub trait Driver: Send + Sync {
     /// Whether the driver is shutting down (readiness turns false).
     fn is_draining(&self) -> bool {
         false
+    }
+
+    /// The hub said which provider the cluster runs on (`Welcome`). Returns true when
+    /// that changed [`Driver::capabilities`]: the agent then reconnects, so that its
+    /// `Hello` tells the hub what it can serve.
+    fn set_provider(&self, _provider: Option<Provider>) -> bool {
+        false
+    }
+
+    /// Whether the data plane can do its work; `Err` says what is wrong (the member
+    /// cluster's API refuses the agent, say). `/readyz` fails with it.
+    fn readiness(&self) -> Result<(), String> {
+        Ok(())
     }
 }
 

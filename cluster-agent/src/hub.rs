@@ -16,6 +16,9 @@
 //!   equal to the applied version, and the result's digest equal to the hub's when the
 //!   hub sends one); otherwise the agent drops the stream and reconnects, and its
 //!   `Hello` (still carrying the old version) makes the hub send a snapshot.
+//! - The hub's `Welcome` names the cluster's provider; a driver whose capabilities
+//!   follow it (the kubernetes driver's `auto` profile) makes the agent reconnect at
+//!   once, so the hub always judges rules by what the driver really serves.
 //! - Heartbeats are sent by their own task, so a slow apply does not cost the lease.
 //! - Reports go out right after every apply, when the driver signals a change (at most
 //!   one per [`REPORT_COALESCE`]), when a hub welcomes the agent, and at least every
@@ -290,6 +293,8 @@ enum End {
     Closed,
     /// A delta did not fit the applied plan: reconnect for a snapshot.
     Resync,
+    /// The driver's capabilities changed: reconnect at once with a new Hello.
+    Renegotiate,
 }
 
 impl Agent {
@@ -354,6 +359,7 @@ impl Agent {
                     policy.max
                 }
                 End::Resync => policy.max,
+                End::Renegotiate => continue,
             };
             let delay = backoff.next_delay(cap, &mut rand::rng());
             tracing::debug!(cluster = %cluster, delay_ms = delay.as_millis(), "reconnecting");
@@ -569,6 +575,16 @@ impl Agent {
                 if heartbeat_interval_ms > 0 {
                     heartbeat_period
                         .send_replace(Duration::from_millis(heartbeat_interval_ms.into()));
+                }
+                if self.driver.set_provider(provider) {
+                    // The Hello told the hub less (or more) than the driver serves now:
+                    // say it again. Happens once, the first time the provider is heard.
+                    tracing::info!(
+                        cluster = %cluster,
+                        capabilities = ?self.driver.capabilities(),
+                        "capabilities changed with the cluster's provider; reconnecting to announce them"
+                    );
+                    return Err(End::Renegotiate);
                 }
                 // Report at once: the hub learns addresses and health on (re)connect
                 // even when the plan it has is current and nothing is applied.

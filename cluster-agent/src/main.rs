@@ -1,6 +1,9 @@
 //! `cluster-agent --config FILE`: parse flags and config (exit 64 with one line on
-//! stderr when they are bad, before binding anything), build the driver, bind the admin
-//! endpoint, print `READY {"admin":"ADDR"}`, follow the hub until SIGTERM/SIGINT, then
+//! stderr when they are bad, before binding anything; for the kubernetes driver also
+//! when no member cluster client can be built), build the driver, bind the admin
+//! endpoint, print `READY {"admin":"ADDR"}`, with leader election wait for the Lease as
+//! a ready standby, follow the hub until SIGTERM/SIGINT (then release the Lease) or
+//! until the Lease is lost (then exit 1, as client-go's controllers do), then
 //! shut the driver down — listeners close, connections drain for at most
 //! `drainTimeoutMs` (a second signal skips the rest of the drain) — and exit 0.
 
@@ -11,9 +14,14 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Parser;
+use fedingress_agent::admin::Role;
+use fedingress_agent::config::{self, KubernetesConfig};
 use fedingress_agent::driver::Driver;
 use fedingress_agent::hub::{Agent, HubSettings};
+use fedingress_agent::kubernetes::lease::{self, LeaderElector, LeaseSettings};
+use fedingress_agent::kubernetes::{self, KubernetesDriver};
 use fedingress_agent::{Config, Standalone, admin};
+use tokio::sync::watch;
 
 /// mimalloc instead of the system allocator: the HTTP proxy allocates per request, and
 /// glibc's malloc cost it about a tenth of its CPU in `l7-bench` (docs/benchmarks.md).
@@ -78,7 +86,20 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(config, settings)) {
+    // A member cluster the agent cannot talk to with this config is a config error.
+    let client = match config.driver {
+        config::Driver::Standalone => None,
+        config::Driver::Kubernetes => {
+            match runtime.block_on(kubernetes::client(&config.kubernetes())) {
+                Ok(client) => Some(client),
+                Err(e) => {
+                    eprintln!("cluster-agent: kubernetes: {}", chain(&e));
+                    return ExitCode::from(EXIT_CONFIG);
+                }
+            }
+        }
+    };
+    match runtime.block_on(run(config, settings, client)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("cluster-agent: {e:#}");
@@ -87,15 +108,39 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(config: Config, settings: HubSettings) -> anyhow::Result<()> {
-    let driver: Arc<dyn Driver> = Arc::new(Standalone::new(&config));
+async fn run(
+    config: Config,
+    settings: HubSettings,
+    client: Option<kube::Client>,
+) -> anyhow::Result<()> {
+    let (driver, election) = match client {
+        None => (Arc::new(Standalone::new(&config)) as Arc<dyn Driver>, None),
+        Some(client) => {
+            let k = config.kubernetes();
+            let election = k
+                .leader_election
+                .enabled
+                .then(|| lease_settings(&k, &client))
+                .transpose()?
+                .map(|s| Arc::new(LeaderElector::new(client.clone(), s)));
+            let driver = KubernetesDriver::start(client, k, &config.state_dir);
+            (driver as Arc<dyn Driver>, election)
+        }
+    };
     let agent = Agent::new(settings, Arc::clone(&driver));
 
     let listener = tokio::net::TcpListener::bind(config.admin)
         .await
         .with_context(|| format!("binding the admin address {}", config.admin))?;
     let admin_addr = listener.local_addr().context("reading the admin address")?;
-    let app = admin::router_with_driver(agent.applied(), Arc::clone(&driver));
+    let role = watch::Sender::new(match &election {
+        Some(_) => Role::Standby { holder: None },
+        None => Role::Leader,
+    });
+    let app = match &election {
+        Some(_) => admin::router_with_role(agent.applied(), Arc::clone(&driver), role.subscribe()),
+        None => admin::router_with_driver(agent.applied(), Arc::clone(&driver)),
+    };
     tokio::spawn(async move {
         if let Err(error) = axum::serve(listener, app).await {
             tracing::error!(error = %error, "admin endpoint failed");
@@ -114,7 +159,37 @@ async fn run(config: Config, settings: HubSettings) -> anyhow::Result<()> {
         "agent started"
     );
 
-    agent.run(shutdown_signal()).await;
+    let lost = match &election {
+        None => {
+            agent.run(shutdown_signal()).await;
+            false
+        }
+        Some(elector) => {
+            if !lead(elector, &role).await {
+                driver.shutdown().await;
+                return Ok(());
+            }
+            role.send_replace(Role::Leader);
+            let lost = std::sync::atomic::AtomicBool::new(false);
+            let stop = async {
+                tokio::select! {
+                    () = shutdown_signal() => {}
+                    () = elector.hold() => lost.store(true, std::sync::atomic::Ordering::Relaxed),
+                }
+            };
+            agent.run(stop).await;
+            lost.load(std::sync::atomic::Ordering::Relaxed)
+        }
+    };
+    if lost {
+        // client-go's contract: a replica that lost the lease stops at once; Kubernetes
+        // restarts it as a standby. The member cluster's objects stay as they are.
+        driver.shutdown().await;
+        anyhow::bail!("lost the leader lease; exiting so that the new leader alone applies");
+    }
+    if let Some(elector) = &election {
+        elector.release().await;
+    }
     tracing::info!(
         cluster = %config.cluster,
         drain_timeout_ms = config.drain_timeout_ms,
@@ -127,6 +202,46 @@ async fn run(config: Config, settings: HubSettings) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Waits for the lease as a standby (publishing who leads); false when a signal came
+/// first.
+async fn lead(elector: &LeaderElector, role: &watch::Sender<Role>) -> bool {
+    let publish = async {
+        loop {
+            role.send_replace(Role::Standby {
+                holder: elector.observed_holder(),
+            });
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        }
+    };
+    tokio::select! {
+        () = elector.acquire() => true,
+        () = publish => false,
+        () = shutdown_signal() => false,
+    }
+}
+
+/// The election's settings from the config: the Lease's namespace defaults to the
+/// client's (the Pod's own, in a cluster); renew deadline and retry period scale
+/// with the lease as client-go's defaults do (15 s / 10 s / 2 s).
+fn lease_settings(k: &KubernetesConfig, client: &kube::Client) -> anyhow::Result<LeaseSettings> {
+    let election = &k.leader_election;
+    let namespace = election
+        .namespace
+        .clone()
+        .unwrap_or_else(|| client.default_namespace().to_owned());
+    let lease = election.lease_duration();
+    let settings = LeaseSettings {
+        namespace,
+        name: election.lease_name.clone(),
+        identity: lease::default_identity(),
+        lease_duration: lease,
+        renew_deadline: lease * 2 / 3,
+        retry_period: lease * 2 / 15,
+    };
+    settings.validate().context("kubernetes.leaderElection")?;
+    Ok(settings)
 }
 
 /// Completes on SIGTERM or SIGINT.

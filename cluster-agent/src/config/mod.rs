@@ -41,6 +41,10 @@ use fedingress_api::cluster::Address;
 use fedingress_api::names;
 use serde::Deserialize;
 
+pub mod kubernetes;
+
+pub use kubernetes::{KubernetesConfig, ProfileSetting};
+
 /// The whole config file. Build it with [`Config::load`] (file, fully checked) or
 /// [`Config::from_yaml`] (text, every check that needs no file system).
 #[derive(Clone, Debug, Deserialize)]
@@ -63,6 +67,9 @@ pub struct Config {
     /// Active health checks of service endpoints.
     #[serde(default)]
     pub health_check: HealthCheckConfig,
+    /// The kubernetes driver's settings (driver `kubernetes` only; defaults when absent).
+    #[serde(default)]
+    pub kubernetes: Option<KubernetesConfig>,
     /// How long a proxied UDP session lives without traffic in either direction.
     #[serde(default = "default_udp_idle_timeout_ms")]
     pub udp_idle_timeout_ms: u64,
@@ -103,7 +110,8 @@ pub struct HubConfig {
 pub enum Driver {
     /// The agent serves the plan itself (see [`crate::standalone`]).
     Standalone,
-    /// The agent renders Kubernetes objects (not built yet; rejected by the checks).
+    /// The agent renders Kubernetes objects in its member cluster (see
+    /// [`crate::kubernetes`]).
     Kubernetes,
 }
 
@@ -500,8 +508,14 @@ pub enum ConfigError {
         path: PathBuf,
         message: &'static str,
     },
-    #[error("driver {0} is not built yet")]
-    DriverNotBuilt(Driver),
+    #[error("kubernetes.kubeconfig: {}", path.display())]
+    Kubeconfig {
+        path: PathBuf,
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    #[error("kubernetes.context: context {context:?} is not in {}", path.display())]
+    KubeContext { path: PathBuf, context: String },
     #[error("tlsSecrets.{secret}")]
     TlsSecret {
         secret: String,
@@ -534,7 +548,15 @@ impl Config {
             files.cert_file = base.join(&files.cert_file);
             files.key_file = base.join(&files.key_file);
         }
+        if let Some(path) = config
+            .kubernetes
+            .as_mut()
+            .and_then(|k| k.kubeconfig.as_mut())
+        {
+            *path = base.join(&*path);
+        }
         config.read_token()?;
+        config.check_kubeconfig()?;
         for (secret, files) in &config.tls_secrets {
             files.load().map_err(|source| ConfigError::TlsSecret {
                 secret: secret.clone(),
@@ -565,11 +587,11 @@ impl Config {
     ///
     /// # Errors
     /// [`ConfigError::Parse`] for YAML that does not fit (unknown keys, bad endpoints),
-    /// [`ConfigError::DriverNotBuilt`], or [`ConfigError::Invalid`] with every problem.
+    /// or [`ConfigError::Invalid`] with every problem.
     pub fn from_yaml(text: &str) -> Result<Config, ConfigError> {
-        let config: Config = yaml_serde::from_str(text).map_err(ConfigError::Parse)?;
-        if config.driver != Driver::Standalone {
-            return Err(ConfigError::DriverNotBuilt(config.driver));
+        let mut config: Config = yaml_serde::from_str(text).map_err(ConfigError::Parse)?;
+        if config.driver == Driver::Kubernetes && config.kubernetes.is_none() {
+            config.kubernetes = Some(KubernetesConfig::default());
         }
         let problems = config.problems();
         if problems.is_empty() {
@@ -577,6 +599,36 @@ impl Config {
         } else {
             Err(ConfigError::Invalid { problems })
         }
+    }
+
+    /// The kubernetes section (defaults when the file has none).
+    pub fn kubernetes(&self) -> KubernetesConfig {
+        self.kubernetes.clone().unwrap_or_default()
+    }
+
+    /// A given kubeconfig must parse and hold the named context.
+    fn check_kubeconfig(&self) -> Result<(), ConfigError> {
+        let Some(settings) = &self.kubernetes else {
+            return Ok(());
+        };
+        let Some(path) = &settings.kubeconfig else {
+            return Ok(());
+        };
+        let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(|source| {
+            ConfigError::Kubeconfig {
+                path: path.clone(),
+                source,
+            }
+        })?;
+        if let Some(context) = &settings.context
+            && !kubeconfig.contexts.iter().any(|c| &c.name == context)
+        {
+            return Err(ConfigError::KubeContext {
+                path: path.clone(),
+                context: context.clone(),
+            });
+        }
+        Ok(())
     }
 
     /// Reads the agent token (trimmed).
@@ -651,8 +703,31 @@ impl Config {
         if self.state_dir.as_os_str().is_empty() {
             problems.push("stateDir: required".to_owned());
         }
-        if self.listen.is_empty() {
-            problems.push("listen: at least one listen address is required".to_owned());
+        match self.driver {
+            Driver::Standalone => {
+                if self.listen.is_empty() {
+                    problems.push("listen: at least one listen address is required".to_owned());
+                }
+                if self.kubernetes.is_some() {
+                    problems.push("kubernetes: only used with driver kubernetes".to_owned());
+                }
+            }
+            Driver::Kubernetes => {
+                // The member cluster's load balancers and Services take the place of
+                // listeners, endpoints and certificate files.
+                for (field, given) in [
+                    ("listen", !self.listen.is_empty()),
+                    ("services", !self.services.is_empty()),
+                    ("tlsSecrets", !self.tls_secrets.is_empty()),
+                ] {
+                    if given {
+                        problems.push(format!("{field}: only used with driver standalone"));
+                    }
+                }
+                if let Some(settings) = &self.kubernetes {
+                    problems.extend(settings.problems());
+                }
+            }
         }
         let mut binds = BTreeSet::new();
         for (i, listen) in self.listen.iter().enumerate() {
@@ -903,11 +978,115 @@ stateDir: state
         assert!(matches!(err, ConfigError::Parse(_)), "{err:?}");
     }
 
+    const KUBERNETES: &str = "
+hub: {address: http://127.0.0.1:6444}
+cluster: eu-west
+tokenFile: token
+driver: kubernetes
+stateDir: state
+";
+
     #[test]
-    fn kubernetes_driver_is_not_built_yet() {
-        let err = Config::from_yaml(&MINIMAL.replace("standalone", "kubernetes")).unwrap_err();
-        assert_eq!(err.to_string(), "driver kubernetes is not built yet");
+    fn kubernetes_driver_takes_defaults_and_needs_no_listeners() {
+        let config = Config::from_yaml(KUBERNETES).unwrap();
+        let k = config.kubernetes();
+        assert_eq!(k.profile, ProfileSetting::Auto);
+        assert!(k.kubeconfig.is_none());
+        assert!(k.leader_election.enabled);
+        assert_eq!(k.leader_election.lease_name, "fedingress-agent");
         assert!(Config::from_yaml(&MINIMAL.replace("standalone", "magic")).is_err());
+
+        let full = format!(
+            "{KUBERNETES}kubernetes:
+  kubeconfig: member.kubeconfig
+  profile: nginx-configmap
+  ingressClassName: nginx
+  loadBalancerIP: 203.0.113.7
+  nginx: {{tcpServicesConfigMap: ingress-nginx/fi-tcp, udpServicesConfigMap: ingress-nginx/fi-udp}}
+  ingressController: {{service: ingress-nginx/ingress-nginx-controller}}
+  leaderElection: {{namespace: fedingress-system, leaseDurationSeconds: 20}}
+"
+        );
+        let k = Config::from_yaml(&full).unwrap().kubernetes();
+        assert_eq!(
+            k.profile,
+            ProfileSetting::Fixed(crate::kubernetes::render::Profile::NginxConfigmap)
+        );
+        assert_eq!(
+            k.ingress_controller.unwrap().service.to_string(),
+            "ingress-nginx/ingress-nginx-controller"
+        );
+        assert_eq!(k.leader_election.lease_duration(), Duration::from_secs(20));
+    }
+
+    #[test]
+    fn kubernetes_section_problems_name_their_fields() {
+        let bad = format!(
+            "{KUBERNETES}listen: [{{bind: 127.0.0.11}}]
+kubernetes:
+  profile: nginx-configmap
+  ingressClassName: Not_A_Class
+  loadBalancerPendingSeconds: 0
+"
+        );
+        let text = Config::from_yaml(&bad).unwrap_err().to_string();
+        for needle in [
+            "listen: only used with driver standalone",
+            "kubernetes.nginx: required by profile nginx-configmap",
+            "kubernetes.ingressController: required",
+            "kubernetes.ingressClassName:",
+            "kubernetes.loadBalancerPendingSeconds: must be positive",
+        ] {
+            assert!(text.contains(needle), "{needle} missing from {text}");
+        }
+        let err = Config::from_yaml(&format!("{KUBERNETES}kubernetes: {{profile: openstack}}"))
+            .unwrap_err();
+        let chain = format!("{err}: {}", std::error::Error::source(&err).unwrap());
+        assert!(chain.contains("unknown profile \"openstack\""), "{chain}");
+        let err = Config::from_yaml(&format!(
+            "{KUBERNETES}kubernetes: {{ingressController: {{service: no-namespace}}}}"
+        ))
+        .unwrap_err();
+        assert!(matches!(err, ConfigError::Parse(_)), "{err:?}");
+        let standalone_with_section = format!("{MINIMAL}kubernetes: {{}}\n");
+        let text = Config::from_yaml(&standalone_with_section)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            text.contains("kubernetes: only used with driver kubernetes"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_malformed_kubeconfig_is_a_config_error() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("token"), "t0ken\n").unwrap();
+        std::fs::write(dir.path().join("member.kubeconfig"), "clusters: [garbage\n").unwrap();
+        let path = dir.path().join("agent.yaml");
+        std::fs::write(
+            &path,
+            format!("{KUBERNETES}kubernetes: {{kubeconfig: member.kubeconfig}}\n"),
+        )
+        .unwrap();
+        let err = Config::load(&path).unwrap_err();
+        assert!(
+            err.to_string().starts_with("kubernetes.kubeconfig: ")
+                && err.to_string().ends_with("member.kubeconfig"),
+            "{err}"
+        );
+        std::fs::write(
+            dir.path().join("member.kubeconfig"),
+            "apiVersion: v1\nkind: Config\nclusters: []\ncontexts: [{name: a, context: {cluster: c, user: u}}]\nusers: []\n",
+        )
+        .unwrap();
+        std::fs::write(
+            &path,
+            format!("{KUBERNETES}kubernetes: {{kubeconfig: member.kubeconfig, context: b}}\n"),
+        )
+        .unwrap();
+        let err = Config::load(&path).unwrap_err();
+        assert!(err.to_string().contains("context \"b\" is not in"), "{err}");
     }
 
     #[test]

@@ -1,0 +1,249 @@
+//! Writing to the member cluster: server-side apply of the rendered objects (field
+//! manager [`FIELD_MANAGER`], `force`, as controllers do), an ownership check before
+//! every write, and garbage collection of owned objects the plan no longer holds.
+//!
+//! # Guarantees
+//!
+//! - An object that exists without `app.kubernetes.io/managed-by=fedingress` is never
+//!   written or deleted: the clash is an [`ApplyError::Foreign`] naming it.
+//! - Deletes carry the owned object's uid as a precondition, so an object re-created
+//!   by someone else under the same name in between is left alone.
+//! - Garbage collection runs only when the stores of owned kinds have listed once, so a
+//!   watch that never worked cannot make the driver forget what it owns.
+
+use std::collections::BTreeSet;
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::networking::v1::Ingress;
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::{Api, Client, Resource};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::render::{Desired, FIELD_MANAGER, Kind, MANAGED_BY, MANAGED_BY_LABEL, ObjectRef};
+use super::world::World;
+
+/// Why one object could not be written or deleted.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    #[error(
+        "{kind} {namespace}/{name} exists and is not managed by fedingress (no label {MANAGED_BY_LABEL}={MANAGED_BY}); rename or remove it"
+    )]
+    Foreign {
+        kind: &'static str,
+        namespace: String,
+        name: String,
+    },
+    #[error("{verb} {kind} {namespace}/{name}: {message}")]
+    Api {
+        verb: &'static str,
+        kind: &'static str,
+        namespace: String,
+        name: String,
+        message: String,
+    },
+}
+
+impl ApplyError {
+    fn api(verb: &'static str, object: &ObjectRef, error: &kube::Error) -> Self {
+        ApplyError::Api {
+            verb,
+            kind: kind_name(object.kind),
+            namespace: object.namespace.clone(),
+            name: object.name.clone(),
+            message: describe_kube_error(error),
+        }
+    }
+}
+
+/// The API server's words for an error, with what to do for the common ones.
+pub fn describe_kube_error(error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) if status.code == 403 => format!(
+            "forbidden: {} (grant the agent's ClusterRole, deploy/kubernetes/clusterrole.yaml)",
+            status.message
+        ),
+        kube::Error::Api(status) => {
+            format!("{} ({} {})", status.message, status.code, status.reason)
+        }
+        kube::Error::HyperError(_) | kube::Error::Service(_) => {
+            format!("member cluster API unreachable: {}", error_chain(error))
+        }
+        other => error_chain(other),
+    }
+}
+
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+pub fn kind_name(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Ingress => "Ingress",
+        Kind::Service => "Service",
+        Kind::ConfigMap => "ConfigMap",
+    }
+}
+
+/// Writes objects to the member cluster.
+#[derive(Clone)]
+pub struct Applier {
+    client: Client,
+    world: Arc<World>,
+}
+
+impl Applier {
+    pub fn new(client: Client, world: Arc<World>) -> Self {
+        Applier { client, world }
+    }
+
+    /// Server-side applies `desired` unless an object of that name exists that
+    /// fedingress does not manage.
+    pub async fn apply(&self, desired: &Desired) -> Result<(), ApplyError> {
+        match desired {
+            Desired::Ingress(object) => self.apply_one(desired.object_ref(), object).await,
+            Desired::Service(object) => self.apply_one(desired.object_ref(), object).await,
+            Desired::ConfigMap(object) => self.apply_one(desired.object_ref(), object).await,
+        }
+    }
+
+    async fn apply_one<K>(&self, target: ObjectRef, object: &K) -> Result<(), ApplyError>
+    where
+        K: Resource<Scope = NamespaceResourceScope> + Clone + DeserializeOwned + Serialize + Debug,
+        K::DynamicType: Default,
+    {
+        let api: Api<K> = Api::namespaced(self.client.clone(), &target.namespace);
+        if !self.owned_or_absent(&target, &api).await? {
+            return Err(ApplyError::Foreign {
+                kind: kind_name(target.kind),
+                namespace: target.namespace.clone(),
+                name: target.name.clone(),
+            });
+        }
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        api.patch(&target.name, &params, &Patch::Apply(object))
+            .await
+            .map(|_| ())
+            .map_err(|e| ApplyError::api("applying", &target, &e))
+    }
+
+    /// Whether the object is absent or carries the managed-by label: from the watch
+    /// store when it has the object, else from a GET (stores of Ingresses and
+    /// ConfigMaps only hold managed objects).
+    async fn owned_or_absent<K>(&self, target: &ObjectRef, api: &Api<K>) -> Result<bool, ApplyError>
+    where
+        K: Resource + Clone + DeserializeOwned + Debug,
+    {
+        if let Some(labels) = self.stored_labels(target) {
+            return Ok(is_managed(labels.as_ref()));
+        }
+        match api.get_opt(&target.name).await {
+            Ok(None) => Ok(true),
+            Ok(Some(existing)) => Ok(is_managed(existing.meta().labels.as_ref())),
+            Err(e) => Err(ApplyError::api("reading", target, &e)),
+        }
+    }
+
+    fn stored_labels(
+        &self,
+        target: &ObjectRef,
+    ) -> Option<Option<std::collections::BTreeMap<String, String>>> {
+        let (namespace, name) = (&target.namespace, &target.name);
+        match target.kind {
+            Kind::Service => self
+                .world
+                .service(namespace, name)
+                .map(|o| o.metadata.labels.clone()),
+            Kind::Ingress => self
+                .world
+                .ingress(namespace, name)
+                .map(|o| o.metadata.labels.clone()),
+            Kind::ConfigMap => self
+                .world
+                .config_map(namespace, name)
+                .map(|o| o.metadata.labels.clone()),
+        }
+    }
+
+    /// Owned objects in the stores that `keep` does not hold, sorted.
+    pub fn garbage(&self, keep: &BTreeSet<ObjectRef>) -> Vec<(ObjectRef, Option<String>)> {
+        let mut out = Vec::new();
+        let mut consider = |kind: Kind, meta: &kube::api::ObjectMeta| {
+            if !is_managed(meta.labels.as_ref()) {
+                return;
+            }
+            let (Some(namespace), Some(name)) = (&meta.namespace, &meta.name) else {
+                return;
+            };
+            let object = ObjectRef {
+                kind,
+                namespace: namespace.clone(),
+                name: name.clone(),
+            };
+            if !keep.contains(&object) && meta.deletion_timestamp.is_none() {
+                out.push((object, meta.uid.clone()));
+            }
+        };
+        for o in self.world.services.state() {
+            consider(Kind::Service, &o.metadata);
+        }
+        for o in self.world.ingresses.state() {
+            consider(Kind::Ingress, &o.metadata);
+        }
+        for o in self.world.config_maps.state() {
+            consider(Kind::ConfigMap, &o.metadata);
+        }
+        out.sort();
+        out
+    }
+
+    /// Deletes an owned object (uid precondition); an object already gone is fine.
+    pub async fn delete(&self, object: &ObjectRef, uid: Option<String>) -> Result<(), ApplyError> {
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid,
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        let result = match object.kind {
+            Kind::Service => Api::<Service>::namespaced(self.client.clone(), &object.namespace)
+                .delete(&object.name, &params)
+                .await
+                .map(|_| ()),
+            Kind::Ingress => Api::<Ingress>::namespaced(self.client.clone(), &object.namespace)
+                .delete(&object.name, &params)
+                .await
+                .map(|_| ()),
+            Kind::ConfigMap => Api::<ConfigMap>::namespaced(self.client.clone(), &object.namespace)
+                .delete(&object.name, &params)
+                .await
+                .map(|_| ()),
+        };
+        match result {
+            Ok(()) => Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+            Err(e) => Err(ApplyError::api("deleting", object, &e)),
+        }
+    }
+}
+
+/// Whether labels say fedingress manages the object.
+pub fn is_managed(labels: Option<&std::collections::BTreeMap<String, String>>) -> bool {
+    labels
+        .and_then(|l| l.get(MANAGED_BY_LABEL))
+        .is_some_and(|v| v == MANAGED_BY)
+}
