@@ -342,6 +342,10 @@ impl ClusterFacts for BTreeMap<ObjectName, ServiceFacts> {
 
 /// One object to apply.
 #[derive(Clone, Debug, PartialEq)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "a plan renders a few objects per share, all kept at once; boxes would only add indirection"
+)]
 pub enum Desired {
     Ingress(Ingress),
     Service(Service),
@@ -517,3 +521,6 @@ pub(crate) fn shared_metadata(name: &ObjectName) -> ObjectMeta {
         ..ObjectMeta::default()
     }
 }
+
+#[cfg(test)]
+mod tests;

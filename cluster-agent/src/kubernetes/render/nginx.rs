@@ -115,15 +115,16 @@ pub(super) fn render(ctx: &ShareContext<'_>, maps: &mut ServicesMaps, out: &mut 
             )));
             continue;
         };
+        let service = &l4.backend.service;
+        let value = format!("{}/{service}:{}", ctx.namespace(), l4.backend.port);
         let described = format!("ingress controller Service {controller}");
         if l4::service_port(controller_facts, &described, l4.transport, port).is_err() {
             out.errors.push(error(format!(
-                "{described} does not expose {proto} port {port}: add it to that Service (ingress-nginx Helm values: {}: {{\"{port}\": ...}})",
+                "{described} does not expose {proto} port {port}: add it to that Service (ingress-nginx Helm values: {}: {{\"{port}\": \"{value}\"}})",
                 l4.transport.lower()
             )));
             continue;
         }
-        let service = &l4.backend.service;
         let backend = format!("backend Service {}/{service}", ctx.namespace());
         let Some(backend_facts) = ctx.facts.service(ctx.namespace(), service) else {
             out.errors
@@ -144,11 +145,7 @@ pub(super) fn render(ctx: &ShareContext<'_>, maps: &mut ServicesMaps, out: &mut 
         }
         maps.entries.insert(
             (l4.transport, port),
-            (
-                format!("{}/{service}:{}", ctx.namespace(), l4.backend.port),
-                ctx.share.key.clone(),
-                l4.rule,
-            ),
+            (value, ctx.share.key.clone(), l4.rule),
         );
         out.targets.push(RuleTarget {
             rule: rule_index(l4.rule),
