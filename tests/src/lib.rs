@@ -5,7 +5,8 @@
 //! sets `CARGO_BIN_EXE_*` only inside the package that owns a binary), [`Process`]
 //! (a child started on port 0 that prints a `READY {json}` line, killed by PID on drop),
 //! [`Kubectl`], [`TestPki`] and [`eventually`]; [`dnsprobe`] records a steady stream of
-//! DNS queries and judges every answer against the steady state. The tests themselves
+//! DNS queries and judges every answer against the steady state; [`kubeapi`] is a
+//! scripted Kubernetes API server for kube-rs clients. The tests themselves
 //! live in `tests/`. What does not belong here: product logic. Tests talk to the
 //! product only through its binaries and network APIs.
 
@@ -15,6 +16,7 @@ pub mod dnsprobe;
 pub mod echo;
 pub mod fedctl;
 pub mod federation;
+pub mod kubeapi;
 pub mod web;
 
 use std::io::{BufRead, BufReader};
