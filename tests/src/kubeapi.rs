@@ -341,6 +341,8 @@ impl FakeKubeApi {
 
     /// The (group, resource, verb) triples of every request that named a resource, to
     /// compare with a ClusterRole's rules. Resource is `plural` or `plural/status`.
+    /// Requests that failed (403, 404, 503, ...) count too: they are what the client
+    /// needs permission for.
     pub fn verbs_used(&self) -> BTreeSet<(String, String, String)> {
         lock(&self.shared.requests)
             .iter()
