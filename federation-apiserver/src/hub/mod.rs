@@ -317,3 +317,42 @@ impl Hub {
         self.lock().get(cluster).map(|e| e.plan.borrow().clone())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hello_records_capabilities_marks_the_cluster_dirty_and_keeps_them_offline() {
+        let hub = Hub::new(HubSettings::default());
+        let capabilities = vec!["TCP".to_string(), "TLS/Passthrough".to_string()];
+        let (session, _kill) = hub.connect("eu-west", "0.1.0", "kubernetes", &capabilities);
+        assert!(hub.take_dirty().contains("eu-west"));
+        assert_eq!(hub.agents()["eu-west"].capabilities, capabilities);
+        hub.disconnect("eu-west", session);
+        let offline = &hub.agents()["eu-west"];
+        assert!(!offline.connected);
+        assert_eq!(
+            offline.capabilities, capabilities,
+            "last known while offline"
+        );
+        // A newer agent says more: the cluster is dirty again, with the new list.
+        let _ = hub.take_dirty();
+        hub.connect("eu-west", "0.2.0", "kubernetes", &["UDP".to_string()]);
+        assert!(hub.take_dirty().contains("eu-west"));
+        assert_eq!(hub.agents()["eu-west"].capabilities, ["UDP"]);
+    }
+
+    #[tokio::test]
+    async fn end_session_tells_the_session_why() {
+        let hub = Hub::new(HubSettings::default());
+        let (_, mut kill) = hub.connect("eu-west", "0.1.0", "standalone", &[]);
+        hub.end_session("eu-west", "the cluster's provider changed");
+        kill.changed().await.unwrap();
+        assert_eq!(*kill.borrow(), "the cluster's provider changed");
+        // A replaced session sees its sender dropped instead.
+        let (_, mut replaced) = hub.connect("eu-west", "0.1.0", "standalone", &[]);
+        hub.connect("eu-west", "0.1.0", "standalone", &[]);
+        assert!(replaced.changed().await.is_err());
+    }
+}

@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use fedingress_api::cluster::Address;
+use fedingress_api::ingress::{IngressRule, Protocol};
 use fedingress_api::plan::IngressKey;
 use fedingress_dns::routing::FailoverState;
 use fedingress_store::{Precondition, Store, StoreError};
@@ -48,12 +49,49 @@ pub struct Serving {
     /// healthy a recovery (a new listener's first health checks are not).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub was_healthy: bool,
+    /// Rules not simply served on `addresses`: served on addresses of their own (a split
+    /// TCP/UDP load balancer), or failed (the agent reported an error for them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<RuleServing>,
+}
+
+/// One rule of an ingress on one cluster, when it is not simply served on the share's
+/// addresses. Identified by its listener (protocol, port, host), not by its index: an
+/// edited spec may move rules while the previous generation still serves.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RuleServing {
+    pub protocol: Protocol,
+    pub port: i32,
+    /// The rule's host (HTTP, HTTPS, TLS rules that name one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// Where the rule is served, when not on the share's addresses.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub addresses: Vec<Address>,
+    /// The agent reported an error for the rule: it is not served there.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub failed: bool,
+}
+
+impl RuleServing {
+    /// Whether this is the listener of `rule`.
+    pub fn matches(&self, rule: &IngressRule) -> bool {
+        self.protocol == rule.protocol
+            && Some(self.port) == rule.effective_port()
+            && self.host.as_deref() == rule.host()
+    }
 }
 
 impl Serving {
     /// Healthy and not held back by the failback delay at `now_ms`.
     pub fn routable(&self, now_ms: u64) -> bool {
         self.healthy == Some(true) && self.held_until_ms.is_none_or(|until| now_ms >= until)
+    }
+
+    /// What is known of `rule` beyond the share's addresses (`None`: served there).
+    pub fn rule(&self, rule: &IngressRule) -> Option<&RuleServing> {
+        self.rules.iter().find(|r| r.matches(rule))
     }
 }
 
@@ -193,6 +231,13 @@ mod tests {
                 healthy: Some(true),
                 held_until_ms: Some(5),
                 was_healthy: true,
+                rules: vec![RuleServing {
+                    protocol: Protocol::Udp,
+                    port: 53,
+                    host: None,
+                    addresses: vec![Address::hostname("udp.elb.example.com")],
+                    failed: false,
+                }],
             },
         );
         state.failover.active_tier = 1;
@@ -215,5 +260,27 @@ mod tests {
         assert!(serving.routable(1000));
         let unhealthy = Serving::default();
         assert!(!unhealthy.routable(u64::MAX));
+    }
+
+    #[test]
+    fn state_written_before_per_rule_addresses_still_loads() {
+        let old = r#"{"clusters":{"eu":{"appliedGeneration":2,"addresses":[{"ip":"127.0.0.1"}],"healthy":true}},"failover":{"activeTier":0}}"#;
+        let routing: IngressRouting = serde_json::from_str(old).unwrap();
+        assert!(routing.clusters["eu"].rules.is_empty());
+        let mut rule = IngressRule::new(Protocol::Tcp);
+        rule.port = Some(53);
+        let serving = Serving {
+            rules: vec![RuleServing {
+                protocol: Protocol::Tcp,
+                port: 53,
+                host: None,
+                addresses: Vec::new(),
+                failed: true,
+            }],
+            ..Serving::default()
+        };
+        assert!(serving.rule(&rule).is_some_and(|r| r.failed));
+        rule.protocol = Protocol::Udp;
+        assert!(serving.rule(&rule).is_none(), "UDP 53 is another listener");
     }
 }

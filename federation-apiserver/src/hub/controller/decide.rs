@@ -9,23 +9,28 @@
 //! - Routing works from serving state (see [`super::serving`]): a Pending generation, a
 //!   hub restart or a new ingress never takes a serving cluster out of the answers, and a
 //!   cluster that never served is never answered.
+//! - The plans do not depend on capabilities: a cluster whose driver lacks a rule's
+//!   capability gets the rule anyway (its agent reports the rule error); the hub sets
+//!   `Servable=False` and leaves the cluster out of that rule's SRV answers.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use fedingress_api::capability;
 use fedingress_api::cluster::{CONDITION_CONNECTED, CONDITION_READY as CLUSTER_READY, ClusterLoad};
 use fedingress_api::conflict::{Conflict, PlacedIngress, find_conflicts};
 use fedingress_api::ingress::{
     BackendStatus, CONDITION_DNS_READY, CONDITION_HEALTHY, CONDITION_PLACED, CONDITION_PROPAGATED,
-    CONDITION_READY, ClusterIngressStatus, ClusterPhase, DnsProviderStatus, DnsStatus,
-    FederatedIngressStatus, REASON_CONFLICT, StrategyType,
+    CONDITION_READY, CONDITION_SERVABLE, ClusterIngressStatus, ClusterPhase, DnsProviderStatus,
+    DnsStatus, FederatedIngressStatus, IngressRule, REASON_ALL_RULES_SERVABLE, REASON_CONFLICT,
+    REASON_UNSUPPORTED_RULES, RuleAddressStatus, StrategyType,
 };
 use fedingress_api::meta::{Condition, ConditionStatus, set_condition};
 use fedingress_api::plan::{ClusterPlan, IngressKey, cluster_plans};
 use fedingress_api::{Cluster, ClusterStatus, FederatedIngress, Resource, Time};
 use fedingress_dns::routing::failover_step;
 use fedingress_dns::zone::Snapshot;
-use fedingress_dns::{ClusterView, Location, RoutedIngress, SrvService};
+use fedingress_dns::{ClusterView, Location, RoutedIngress, ServiceAddresses, SrvService};
 
 use super::super::AgentState;
 use super::super::routing_state::{IngressRouting, Serving};
@@ -62,6 +67,13 @@ impl World<'_> {
 
     fn knowledge(&self, cluster: &str) -> AgentKnowledge<'_> {
         AgentKnowledge::of(self.agents.get(cluster), self.restoring)
+    }
+
+    /// The capability rule `rule` needs that `cluster`'s driver does not offer (from its
+    /// agent's last Hello; `None` when it can serve it or its capabilities are unknown).
+    fn missing(&self, cluster: &str, rule: &IngressRule) -> Option<&'static str> {
+        let agent = self.agents.get(cluster)?;
+        capability::missing(rule, &agent.capabilities)
     }
 }
 
@@ -411,6 +423,7 @@ fn ingress_status(
 ) {
     let now = world.now;
     let generation = ingress.metadata().generation.unwrap_or(0);
+    let unsupported = unsupported_rules(world, ingress, placed, conflicts);
     let previous_entries = std::mem::take(&mut status.clusters);
     status.observed_generation = Some(generation);
     for name in placed {
@@ -424,7 +437,7 @@ fn ingress_status(
                     .clusters
                     .get(name.as_str())
                     .is_some_and(|c| c.spec.unschedulable);
-                cluster_entry(
+                let mut entry = cluster_entry(
                     key,
                     generation,
                     name,
@@ -432,7 +445,29 @@ fn ingress_status(
                     knowledge,
                     routing.clusters.get(name),
                     cordoned,
-                )
+                    &ingress.spec.rules,
+                );
+                if conflict.is_none() {
+                    let lacking: Vec<String> = unsupported
+                        .iter()
+                        .filter(|u| &u.cluster == name)
+                        .map(|u| {
+                            format!(
+                                "driver {} cannot serve rule {} ({})",
+                                u.driver, u.rule, u.capability
+                            )
+                        })
+                        .collect();
+                    if !lacking.is_empty() {
+                        let mut parts: Vec<String> = Vec::new();
+                        if !entry.message.is_empty() {
+                            parts.push(std::mem::take(&mut entry.message));
+                        }
+                        parts.extend(lacking);
+                        entry.message = parts.join("; ");
+                    }
+                }
+                entry
             }
         };
         status.clusters.push(entry);
@@ -525,6 +560,42 @@ fn ingress_status(
     };
     set_condition(&mut status.conditions, observed(health), now);
 
+    // Servable: informational (Ready does not wait for it).
+    let servable = if unsupported.is_empty() {
+        let unknown: Vec<&str> = placed
+            .iter()
+            .filter(|c| !conflicts.iter().any(|x| x.applies_to(c)))
+            .filter(|c| {
+                world
+                    .agents
+                    .get(c.as_str())
+                    .is_none_or(|a| a.capabilities.is_empty())
+            })
+            .map(String::as_str)
+            .collect();
+        let mut message = "every placed cluster's driver can serve every rule".to_string();
+        if !unknown.is_empty() {
+            message = format!(
+                "no placed cluster is known to lack a capability the rules need (not known for {}: no agent said)",
+                unknown.join(", ")
+            );
+        }
+        condition(CONDITION_SERVABLE, true, REASON_ALL_RULES_SERVABLE, message)
+    } else {
+        let text = unsupported
+            .iter()
+            .map(|u| {
+                format!(
+                    "cluster {} (driver {}) cannot serve rule {} ({})",
+                    u.cluster, u.driver, u.rule, u.capability
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        condition(CONDITION_SERVABLE, false, REASON_UNSUPPORTED_RULES, text)
+    };
+    set_condition(&mut status.conditions, observed(servable), now);
+
     let ready = placed_ok && propagated_ok && healthy_ok;
     let ready_condition = if ready {
         condition(
@@ -544,8 +615,53 @@ fn ingress_status(
     set_condition(&mut status.conditions, observed(ready_condition), now);
 }
 
+/// A rule a placed cluster's driver cannot serve.
+struct Unsupported {
+    cluster: String,
+    driver: String,
+    /// Index into `spec.rules`.
+    rule: usize,
+    capability: &'static str,
+}
+
+/// Every (placed cluster, rule) whose driver lacks the capability the rule needs, by
+/// cluster then rule. Clusters with a conflict (nothing is applied there) and clusters
+/// whose capabilities are unknown are left out.
+fn unsupported_rules(
+    world: &World<'_>,
+    ingress: &FederatedIngress,
+    placed: &[String],
+    conflicts: &[Conflict],
+) -> Vec<Unsupported> {
+    let mut out = Vec::new();
+    for cluster in placed {
+        if conflicts.iter().any(|c| c.applies_to(cluster)) {
+            continue;
+        }
+        let driver = world
+            .agents
+            .get(cluster.as_str())
+            .map(|a| a.driver.clone())
+            .filter(|d| !d.is_empty())
+            .unwrap_or_else(|| "unknown".into());
+        for (rule, spec) in ingress.spec.rules.iter().enumerate() {
+            if let Some(capability) = world.missing(cluster, spec) {
+                out.push(Unsupported {
+                    cluster: cluster.clone(),
+                    driver: driver.clone(),
+                    rule,
+                    capability,
+                });
+            }
+        }
+    }
+    out
+}
+
 /// One placed cluster's entry in the ingress status. `healthy` is the serving state's
-/// health: a Pending new generation keeps the previous generation's.
+/// health: a Pending new generation keeps the previous generation's, and a cluster that
+/// failed only some rules stays healthy (phase Failed names them).
+#[allow(clippy::too_many_arguments)]
 fn cluster_entry(
     key: &IngressKey,
     generation: i64,
@@ -554,6 +670,7 @@ fn cluster_entry(
     knowledge: AgentKnowledge<'_>,
     serving: Option<&Serving>,
     cordoned: bool,
+    rules: &[IngressRule],
 ) -> ClusterIngressStatus {
     let mut entry = ClusterIngressStatus {
         name: name.to_string(),
@@ -569,6 +686,17 @@ fn cluster_entry(
     }
     if let Some(serving) = serving {
         entry.addresses = serving.addresses.clone();
+        entry.rules = rules
+            .iter()
+            .enumerate()
+            .filter_map(|(i, rule)| {
+                let own = serving.rule(rule).filter(|r| !r.addresses.is_empty())?;
+                Some(RuleAddressStatus {
+                    rule: i32::try_from(i).ok()?,
+                    addresses: own.addresses.clone(),
+                })
+            })
+            .collect();
     }
     let agent = match knowledge {
         AgentKnowledge::Connected(agent) | AgentKnowledge::Lost(agent) => agent,
@@ -636,8 +764,9 @@ fn cluster_entry(
     errors.sort();
     errors.dedup();
     if !errors.is_empty() {
+        // Failed rules leave the answers of those rules; the others are served (unless
+        // every rule failed: then the serving state is unhealthy).
         entry.phase = ClusterPhase::Failed;
-        entry.healthy = false;
         entry.message = errors.join("; ");
         return entry;
     }
@@ -669,7 +798,10 @@ fn cluster_entry(
 /// What DNS needs of one ingress, or `None` when it is not served (being deleted, or its
 /// DNS name belongs to an older object). Its clusters are the serving ones; their health
 /// for routing includes the failback hold, and load is kept only where it matters
-/// (Overflow), so that load reports do not rebuild answers.
+/// (Overflow), so that load reports do not rebuild answers. Each SRV service (an L4 rule
+/// with a `name`) carries, per serving cluster, the rule's own addresses when the agent
+/// reported some, and leaves out the clusters that cannot serve the rule (their driver
+/// lacks its capability, or their agent reported an error for it).
 fn routed_ingress(
     world: &World<'_>,
     key: &IngressKey,
@@ -738,17 +870,41 @@ fn routed_ingress(
             })
         })
         .collect();
+    let serving_clusters: Vec<(&String, &Serving)> = routing
+        .clusters
+        .iter()
+        .filter(|(name, _)| !conflicts.iter().any(|c| c.applies_to(name)))
+        .collect();
     let mut srv: Vec<SrvService> = ingress
         .spec
         .rules
         .iter()
         .filter(|r| r.protocol.is_l4())
         .filter_map(|r| {
-            Some(SrvService::new(
+            let mut service = SrvService::new(
                 r.name.clone()?,
                 r.protocol.as_str().to_ascii_lowercase(),
                 u16::try_from(r.effective_port()?).ok()?,
-            ))
+            );
+            for (cluster, serving) in &serving_clusters {
+                let rule = serving.rule(r);
+                if rule.is_some_and(|x| x.failed) || world.missing(cluster, r).is_some() {
+                    service.excluded.insert((*cluster).clone());
+                } else if let Some(own) = rule.filter(|x| !x.addresses.is_empty()) {
+                    service.addresses.insert(
+                        (*cluster).clone(),
+                        ServiceAddresses {
+                            ips: own.addresses.iter().filter_map(|a| a.ip).collect(),
+                            hostnames: own
+                                .addresses
+                                .iter()
+                                .filter_map(|a| a.hostname.clone())
+                                .collect(),
+                        },
+                    );
+                }
+            }
+            Some(service)
         })
         .collect();
     srv.dedup();

@@ -12,12 +12,21 @@
 //! A cluster that turns healthy again after having been unhealthy is held out of answers
 //! for `failbackDelaySeconds` (Failover keeps its own tier memory instead, see
 //! `fedingress_dns::routing::failover_step`).
+//!
+//! Per rule, the serving state remembers what differs from the share: a rule served on
+//! addresses of its own (the agent's `IngressReport.rules`, e.g. a UDP load balancer split
+//! from the TCP one) and a rule the agent failed (a rule error). A cluster that failed
+//! some rules still serves the others (it stays healthy, and leaves only the SRV answers
+//! of the failed rules); one that failed every rule is unhealthy.
 
+use std::collections::BTreeSet;
+
+use fedingress_api::cluster::Address;
 use fedingress_api::ingress::{StrategyType, Traffic};
-use fedingress_api::plan::IngressKey;
+use fedingress_api::plan::{IngressKey, IngressReport, IngressShare};
 
 use super::super::AgentState;
-use super::super::routing_state::Serving;
+use super::super::routing_state::{RuleServing, Serving};
 
 /// What the hub knows of one cluster's agent at a pass.
 #[derive(Clone, Copy, Debug)]
@@ -58,6 +67,8 @@ impl<'a> AgentKnowledge<'a> {
 /// - A cluster whose agent never acknowledged the ingress's share is never serving.
 /// - Health is `Some(true)` only from a connected agent's report (or, while restoring,
 ///   from the persisted state); it is never invented.
+/// - Rule errors make the cluster unhealthy only when every rule of the applied share
+///   failed; otherwise they are remembered per rule (see [`RuleServing`]).
 pub fn serving(
     key: &IngressKey,
     traffic: &Traffic,
@@ -66,8 +77,11 @@ pub fn serving(
     now_ms: u64,
 ) -> Option<Serving> {
     let agent = knowledge.agent();
+    let share = agent
+        .and_then(|a| a.applied.as_ref())
+        .and_then(|applied| applied.plan.ingresses.get(key));
     let applied_generation = match agent.and_then(|a| a.applied.as_ref()) {
-        Some(applied) => applied.plan.ingresses.get(key).map(|s| s.generation)?,
+        Some(_) => share.map(|s| s.generation)?,
         None => previous.map(|p| p.applied_generation)?,
     };
     let report = agent
@@ -84,20 +98,32 @@ pub fn serving(
                 .map(|r| r.addresses.clone())
         })
         .unwrap_or_default();
+    let failed: BTreeSet<u32> = match (agent, report) {
+        (Some(agent), Some(report)) => agent
+            .rule_errors
+            .iter()
+            .chain(report.rule_errors.iter())
+            .filter(|e| &e.ingress == key)
+            .map(|e| e.rule)
+            .collect(),
+        _ => BTreeSet::new(),
+    };
+    let rules = match (share, report) {
+        (Some(share), Some(report)) => rules_of(share, report, &failed, &addresses),
+        _ => previous.map(|p| p.rules.clone()).unwrap_or_default(),
+    };
+    // Every rule of the share failed (a share without rules: any error).
+    let all_failed = !failed.is_empty()
+        && share.is_none_or(|s| {
+            (0..s.rules.len()).all(|i| u32::try_from(i).is_ok_and(|i| failed.contains(&i)))
+        });
     let healthy = match knowledge {
-        AgentKnowledge::Connected(agent) => match report {
-            Some(report) => {
-                let rule_errors = agent
-                    .rule_errors
-                    .iter()
-                    .chain(report.rule_errors.iter())
-                    .any(|e| &e.ingress == key);
-                Some(
-                    !rule_errors
-                        && !report.backends.is_empty()
-                        && report.backends.iter().all(|b| b.ready > 0),
-                )
-            }
+        AgentKnowledge::Connected(_) => match report {
+            Some(report) => Some(
+                !all_failed
+                    && !report.backends.is_empty()
+                    && report.backends.iter().all(|b| b.ready > 0),
+            ),
             // Connected, no report of this share yet: what was known stands.
             None => previous.and_then(|p| p.healthy),
         },
@@ -119,7 +145,53 @@ pub fn serving(
         healthy,
         held_until_ms,
         was_healthy,
+        rules,
     })
+}
+
+/// The rules of `share` not simply served on `addresses`, from the agent's `report` and
+/// the indices of the rules it `failed`.
+fn rules_of(
+    share: &IngressShare,
+    report: &IngressReport,
+    failed: &BTreeSet<u32>,
+    addresses: &[Address],
+) -> Vec<RuleServing> {
+    let same = |a: &[Address], b: &[Address]| {
+        a.len() == b.len() && a.iter().all(|x| b.contains(x)) && b.iter().all(|x| a.contains(x))
+    };
+    let mut out: Vec<RuleServing> = Vec::new();
+    for (i, rule) in share.rules.iter().enumerate() {
+        let Ok(index) = u32::try_from(i) else {
+            break;
+        };
+        let Some(port) = rule.effective_port() else {
+            continue;
+        };
+        let own = report
+            .rules
+            .iter()
+            .find(|r| r.rule == index)
+            .map(|r| r.addresses.clone())
+            .filter(|own| !same(own, addresses))
+            .unwrap_or_default();
+        let failed = failed.contains(&index);
+        if own.is_empty() && !failed {
+            continue;
+        }
+        let entry = RuleServing {
+            protocol: rule.protocol,
+            port,
+            host: rule.host().map(str::to_owned),
+            addresses: own,
+            failed,
+        };
+        // One entry per listener (HTTP rules of one host and port share it).
+        if !out.iter().any(|r| r.matches(rule)) {
+            out.push(entry);
+        }
+    }
+    out
 }
 
 /// How long a recovered cluster is held out of answers (0 for Failover, whose tiers wait
@@ -258,6 +330,7 @@ mod tests {
             healthy: Some(true),
             held_until_ms: None,
             was_healthy: true,
+            rules: Vec::new(),
         };
         let restored = serving(
             &key(),

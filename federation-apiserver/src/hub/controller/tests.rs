@@ -12,6 +12,7 @@ use fedingress_api::plan::{
     AgentReport, BackendHealth, ClusterPlan, IngressKey, IngressReport, IngressShare,
 };
 use fedingress_api::{Cluster, FederatedIngress, Time};
+use fedingress_dns::SrvService;
 
 use super::*;
 use crate::hub::routing_state::{IngressRouting, Serving};
@@ -379,4 +380,351 @@ fn routing_state_of_an_ingress_deleted_while_the_hub_was_down_is_dropped() {
     f.restoring = true;
     let pass = f.step();
     assert_eq!(pass.ingresses[&key("gone")].routing, None);
+}
+
+/// An ingress with the rules of a DNS service: TCP and UDP 53 named `dns` (rules 0, 1)
+/// and a TLS rule terminated by the ingress (rule 2).
+fn dns_ingress(name: &str) -> FederatedIngress {
+    let yaml = format!(
+        r#"apiVersion: fedingress.io/v1alpha1
+kind: FederatedIngress
+metadata: {{name: {name}, namespace: default, uid: uid-{name}, generation: 1, creationTimestamp: "2026-01-01T00:00:00Z"}}
+spec:
+  rules:
+  - {{protocol: TCP, port: 53, name: dns, backend: {{service: echo, port: 9000}}}}
+  - {{protocol: UDP, port: 53, name: dns, backend: {{service: echo, port: 9000}}}}
+  - {{protocol: TLS, host: dot.example.com, port: 853, tlsMode: Terminate, backend: {{service: echo, port: 9000}}}}
+  tls: [{{hosts: [dot.example.com], secretName: dot}}]
+  traffic: {{dnsName: {name}.fedingress.test, strategy: {{type: RoundRobin}}}}
+"#
+    );
+    let mut ingress: FederatedIngress = yaml_serde::from_str(&yaml).unwrap();
+    ingress.spec.apply_defaults();
+    ingress
+}
+
+/// An agent that applied `ingress` (its real rules), reports it healthy on `ip` with
+/// `rules` (per-rule addresses) and `rule_errors` (rule indices), and offers
+/// `capabilities` with `driver`.
+fn agent_of(
+    ingress: &FederatedIngress,
+    ip: &str,
+    rules: Vec<fedingress_api::plan::RuleAddresses>,
+    rule_errors: &[u32],
+    driver: &str,
+    capabilities: &[&str],
+) -> AgentState {
+    let share = IngressShare::of(ingress, "any");
+    let key = share.key.clone();
+    let mut state = agent(ip, &[], 1, true);
+    let mut plan = ClusterPlan::default();
+    plan.ingresses.insert(key.clone(), share);
+    state.applied = Some(Published {
+        version: 1,
+        digest: String::new(),
+        plan: Arc::new(plan),
+    });
+    state.driver = driver.into();
+    state.capabilities = capabilities.iter().map(|c| (*c).to_string()).collect();
+    state.report = Some(Arc::new(AgentReport {
+        ingresses: vec![IngressReport {
+            key: key.clone(),
+            applied_generation: 1,
+            addresses: vec![Address::ip(ip.parse().unwrap())],
+            backends: vec![BackendHealth {
+                service: "echo".into(),
+                port: 9000,
+                ready: 1,
+                total: 1,
+            }],
+            listeners: Vec::new(),
+            rule_errors: rule_errors
+                .iter()
+                .map(|&rule| fedingress_api::plan::RuleError {
+                    ingress: key.clone(),
+                    rule,
+                    message: format!("rule {rule} is not served"),
+                })
+                .collect(),
+            rules,
+        }],
+        ..AgentReport::default()
+    }));
+    state
+}
+
+const EVERYTHING: &[&str] = &["HTTP", "HTTPS", "TLS", "TCP", "UDP"];
+
+fn service<'a>(routed: &'a fedingress_dns::RoutedIngress, transport: &str) -> &'a SrvService {
+    routed
+        .srv
+        .iter()
+        .find(|s| s.transport == transport)
+        .unwrap()
+}
+
+fn servable(status: &FederatedIngressStatus) -> (String, String, String) {
+    let c = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == CONDITION_SERVABLE)
+        .unwrap();
+    (
+        format!("{:?}", c.status),
+        c.reason.clone(),
+        c.message.clone(),
+    )
+}
+
+#[test]
+fn per_rule_addresses_reach_the_srv_services_and_the_status() {
+    let ingress = dns_ingress("dns");
+    let mut f = Fixture::new().with_ingress(ingress.clone());
+    let udp_lb = fedingress_api::plan::RuleAddresses {
+        rule: 1,
+        addresses: vec![Address::hostname("udp-lb.elb.example.com")],
+    };
+    // A rule listed with the share's own addresses is not different: not kept.
+    let same = fedingress_api::plan::RuleAddresses {
+        rule: 0,
+        addresses: vec![Address::ip("127.0.0.11".parse().unwrap())],
+    };
+    f.agents.insert(
+        "eu-west".into(),
+        agent_of(
+            &ingress,
+            "127.0.0.11",
+            vec![udp_lb, same],
+            &[],
+            "kubernetes",
+            EVERYTHING,
+        ),
+    );
+    f.agents.insert(
+        "us-east".into(),
+        agent_of(
+            &ingress,
+            "127.0.0.12",
+            Vec::new(),
+            &[],
+            "standalone",
+            EVERYTHING,
+        ),
+    );
+    let pass = f.step();
+    let outcome = &pass.ingresses[&key("dns")];
+    let routed = outcome.routed.as_ref().unwrap();
+    let udp = service(routed, "udp");
+    assert_eq!(udp.addresses.len(), 1, "{udp:?}");
+    assert_eq!(
+        udp.addresses["eu-west"].hostnames,
+        ["udp-lb.elb.example.com"]
+    );
+    assert!(udp.excluded.is_empty());
+    assert!(service(routed, "tcp").addresses.is_empty());
+    // Every cluster stays healthy; the name's addresses are the share's.
+    assert!(routed.clusters.iter().all(|c| c.healthy));
+    let eu = routed
+        .clusters
+        .iter()
+        .find(|c| c.name == "eu-west")
+        .unwrap();
+    assert_eq!(eu.ips, ["127.0.0.11".parse::<std::net::IpAddr>().unwrap()]);
+
+    let status = &outcome.status;
+    let entry = |name: &str| status.clusters.iter().find(|c| c.name == name).unwrap();
+    assert_eq!(
+        entry("eu-west").rules,
+        [fedingress_api::ingress::RuleAddressStatus {
+            rule: 1,
+            addresses: vec![Address::hostname("udp-lb.elb.example.com")],
+        }]
+    );
+    assert!(entry("us-east").rules.is_empty());
+    // Remembered in the serving state by listener (persisted across restarts).
+    let serving = &outcome.routing.as_ref().unwrap().clusters["eu-west"];
+    assert_eq!(serving.rules.len(), 1);
+    assert_eq!(serving.rules[0].port, 53);
+}
+
+#[test]
+fn capabilities_lacking_a_rule_set_servable_false_and_leave_its_srv_answers() {
+    let ingress = dns_ingress("dns");
+    let mut f = Fixture::new().with_ingress(ingress.clone());
+    // eu-west's kubernetes profile: no UDP, TLS only as passthrough.
+    f.agents.insert(
+        "eu-west".into(),
+        agent_of(
+            &ingress,
+            "127.0.0.11",
+            Vec::new(),
+            &[],
+            "kubernetes",
+            &["HTTP", "HTTPS", "TCP", "TLS/Passthrough"],
+        ),
+    );
+    // us-east's agent predates capabilities: unknown, nothing is taken to be missing.
+    f.agents.insert(
+        "us-east".into(),
+        agent_of(&ingress, "127.0.0.12", Vec::new(), &[], "standalone", &[]),
+    );
+    let pass = f.step();
+    let outcome = &pass.ingresses[&key("dns")];
+    let (status, reason, message) = servable(&outcome.status);
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "UnsupportedRules")
+    );
+    assert_eq!(
+        message,
+        "cluster eu-west (driver kubernetes) cannot serve rule 1 (UDP); cluster eu-west (driver kubernetes) cannot serve rule 2 (TLS/Terminate)"
+    );
+    let eu = outcome
+        .status
+        .clusters
+        .iter()
+        .find(|c| c.name == "eu-west")
+        .unwrap();
+    assert!(
+        eu.message
+            .contains("driver kubernetes cannot serve rule 2 (TLS/Terminate)"),
+        "{eu:?}"
+    );
+    let routed = outcome.routed.as_ref().unwrap();
+    assert_eq!(
+        service(routed, "udp").excluded,
+        ["eu-west".to_string()].into()
+    );
+    assert!(service(routed, "tcp").excluded.is_empty());
+    // Still in the name's answers: its other rules are served.
+    assert!(routed.clusters.iter().all(|c| c.healthy));
+    // The plans are unchanged: the agent gets every rule and says what it cannot do.
+    let plans = pass.plans.unwrap();
+    assert_eq!(
+        plans["eu-west"].ingresses[&key("dns")].rules.len(),
+        3,
+        "the plan keeps every rule"
+    );
+
+    // A new session offering everything (a new Hello): servable again.
+    f.agents.get_mut("eu-west").unwrap().capabilities =
+        EVERYTHING.iter().map(|c| (*c).to_string()).collect();
+    let pass = f.decide(&Dirty {
+        clusters: ["eu-west".to_string()].into(),
+        ..Dirty::default()
+    });
+    let outcome = &pass.ingresses[&key("dns")];
+    let (status, reason, message) = servable(&outcome.status);
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("True", "AllRulesServable")
+    );
+    assert!(message.contains("not known for us-east"), "{message}");
+    assert!(
+        service(outcome.routed.as_ref().unwrap(), "udp")
+            .excluded
+            .is_empty()
+    );
+}
+
+#[test]
+fn a_rule_error_leaves_only_that_rules_srv_answers() {
+    let ingress = dns_ingress("dns");
+    let mut f = Fixture::new().with_ingress(ingress.clone());
+    f.agents.insert(
+        "eu-west".into(),
+        agent_of(
+            &ingress,
+            "127.0.0.11",
+            Vec::new(),
+            &[1],
+            "standalone",
+            EVERYTHING,
+        ),
+    );
+    f.agents.insert(
+        "us-east".into(),
+        agent_of(
+            &ingress,
+            "127.0.0.12",
+            Vec::new(),
+            &[],
+            "standalone",
+            EVERYTHING,
+        ),
+    );
+    let pass = f.step();
+    let outcome = &pass.ingresses[&key("dns")];
+    let routed = outcome.routed.as_ref().unwrap();
+    assert_eq!(
+        service(routed, "udp").excluded,
+        ["eu-west".to_string()].into()
+    );
+    assert!(service(routed, "tcp").excluded.is_empty());
+    assert!(
+        routed.clusters.iter().all(|c| c.healthy),
+        "eu-west still serves its other rules"
+    );
+    let eu = outcome
+        .status
+        .clusters
+        .iter()
+        .find(|c| c.name == "eu-west")
+        .unwrap();
+    assert_eq!(eu.phase, ClusterPhase::Failed);
+    assert!(eu.healthy);
+    assert_eq!(eu.message, "rule 1: rule 1 is not served");
+
+    // Every rule failed: nothing is served there, the cluster is unhealthy.
+    f.agents.insert(
+        "eu-west".into(),
+        agent_of(
+            &ingress,
+            "127.0.0.11",
+            Vec::new(),
+            &[0, 1, 2],
+            "standalone",
+            EVERYTHING,
+        ),
+    );
+    let health = routed_health(&f.step(), "dns");
+    assert!(!health["eu-west"]);
+    assert!(health["us-east"]);
+}
+
+#[test]
+fn per_rule_addresses_follow_the_listener_when_an_edit_moves_the_rules() {
+    let applied = dns_ingress("dns");
+    let udp_lb = fedingress_api::plan::RuleAddresses {
+        rule: 1,
+        addresses: vec![Address::ip("127.0.0.99".parse().unwrap())],
+    };
+    // Generation 2 puts the UDP rule first; the agent still serves generation 1.
+    let mut edited = applied.clone();
+    edited.metadata.generation = Some(2);
+    edited.spec.rules.swap(0, 1);
+    let mut f = Fixture::new().with_ingress(edited);
+    f.agents.insert(
+        "eu-west".into(),
+        agent_of(
+            &applied,
+            "127.0.0.11",
+            vec![udp_lb],
+            &[],
+            "standalone",
+            EVERYTHING,
+        ),
+    );
+    let pass = f.step();
+    let outcome = &pass.ingresses[&key("dns")];
+    let routed = outcome.routed.as_ref().unwrap();
+    assert_eq!(
+        service(routed, "udp").addresses["eu-west"].ips,
+        ["127.0.0.99".parse::<std::net::IpAddr>().unwrap()]
+    );
+    assert!(service(routed, "tcp").addresses.is_empty());
+    let eu = &outcome.status.clusters[0];
+    assert_eq!(eu.phase, ClusterPhase::Pending);
+    assert_eq!(eu.rules.len(), 1);
+    assert_eq!(eu.rules[0].rule, 0, "the index in the current spec");
 }
