@@ -93,7 +93,22 @@ pub struct NameArg {
 pub enum Emit {
     /// A `cluster-agent` config for the built-in (standalone) data plane.
     Standalone,
+    /// The member cluster's manifests for an agent with driver kubernetes (Namespace,
+    /// RBAC, ConfigMap with the agent config, Secret with the token, Deployment), as
+    /// one multi-document YAML.
+    Kubernetes,
 }
+
+/// `kubernetes.profile` of an emitted agent config.
+pub const PROFILES: [&str; 7] = [
+    "auto",
+    "mixed",
+    "aws",
+    "gcp",
+    "azure",
+    "metallb",
+    "nginx-configmap",
+];
 
 #[derive(Debug, Args)]
 pub struct JoinArgs {
@@ -120,10 +135,13 @@ pub struct JoinArgs {
     /// Infrastructure: aws, gcp, azure, onprem or other.
     #[arg(long, value_parser = ["aws", "gcp", "azure", "onprem", "other"], ignore_case = true)]
     pub provider: Option<String>,
-    /// Print a ready agent config on stdout (the token goes to --token-file).
+    /// Print a ready agent config on stdout: `standalone` (the token goes to
+    /// --token-file) or `kubernetes` (manifests for the member cluster, the token in
+    /// their Secret).
     #[arg(long, value_enum)]
     pub emit: Option<Emit>,
-    /// With --emit: where the agent token is written (default `NAME.token`, mode 0600).
+    /// With --emit standalone: where the agent token is written (default `NAME.token`,
+    /// mode 0600).
     #[arg(long, value_name = "FILE", requires = "emit")]
     pub token_file: Option<PathBuf>,
     /// With --emit: the hub's agent gateway as agents reach it (default: from the
@@ -134,12 +152,26 @@ pub struct JoinArgs {
     /// kubeconfig's certificate-authority).
     #[arg(long, value_name = "FILE", requires = "emit")]
     pub hub_ca: Option<PathBuf>,
-    /// With --emit: an address the agent serves on, `BIND[=ADVERTISE]` (repeatable).
+    /// With --emit standalone: an address the agent serves on, `BIND[=ADVERTISE]`
+    /// (repeatable).
     #[arg(long = "listen", value_name = "BIND[=ADVERTISE]", value_parser = parse_listen, requires = "emit")]
     pub listens: Vec<(IpAddr, Option<String>)>,
-    /// With --emit: a backend service, `NAME=ENDPOINT[,ENDPOINT...]` (repeatable).
+    /// With --emit standalone: a backend service, `NAME=ENDPOINT[,ENDPOINT...]`
+    /// (repeatable).
     #[arg(long = "service", value_name = "NAME=ENDPOINTS", value_parser = parse_service, requires = "emit")]
     pub services: Vec<(String, Vec<String>)>,
+    /// With --emit kubernetes: the agent's image, built from deploy/kubernetes/Dockerfile
+    /// (default `fedingress/cluster-agent:VERSION`, this fedctl's version).
+    #[arg(long, value_name = "IMAGE", requires = "emit")]
+    pub image: Option<String>,
+    /// With --emit kubernetes: the member cluster's namespace for the agent (default
+    /// `fedingress-system`).
+    #[arg(long, value_name = "NS", requires = "emit")]
+    pub agent_namespace: Option<String>,
+    /// With --emit kubernetes: how the agent renders L4 rules (default `auto`: from the
+    /// Cluster's provider).
+    #[arg(long, value_name = "PROFILE", requires = "emit", value_parser = PROFILES)]
+    pub profile: Option<String>,
     /// Wait (with a spinner on a terminal) until the cluster's agent connects.
     #[arg(long)]
     pub wait: bool,

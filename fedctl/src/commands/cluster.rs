@@ -57,7 +57,7 @@ pub async fn join(ctx: &Ctx, args: Box<JoinArgs>) -> anyhow::Result<()> {
     });
     // Check what the agent config needs before writing anything at the hub.
     let emit_plan = match args.emit {
-        Some(Emit::Standalone) => Some(EmitPlan::new(&args, &connection)?),
+        Some(emit) => Some(Emission::new(emit, &args, &connection)?),
         None => None,
     };
     let created = api
@@ -84,7 +84,7 @@ pub async fn join(ctx: &Ctx, args: Box<JoinArgs>) -> anyhow::Result<()> {
         .to_string();
     let token_id = token["metadata"]["name"].as_str().unwrap_or("").to_string();
     match &emit_plan {
-        Some(plan) => {
+        Some(Emission::Standalone(plan)) => {
             let config = plan.write(&name, &secret)?;
             let mut out = std::io::stdout().lock();
             out.write_all(config.as_bytes())?;
@@ -92,6 +92,16 @@ pub async fn join(ctx: &Ctx, args: Box<JoinArgs>) -> anyhow::Result<()> {
             eprintln!(
                 "cluster/{name} created; agent token {token_id} written to {}",
                 plan.token_file.display()
+            );
+        }
+        Some(Emission::Kubernetes(plan)) => {
+            let manifests = plan.manifests(&name, &secret)?;
+            let mut out = std::io::stdout().lock();
+            out.write_all(manifests.as_bytes())?;
+            out.flush()?;
+            eprintln!(
+                "cluster/{name} created; agent token {token_id} is in the Secret {}/fedingress-agent-token above: apply the manifests in the member cluster (kubectl apply -f FILE)",
+                plan.namespace
             );
         }
         None => match ctx.global.output {
@@ -146,6 +156,135 @@ async fn wait_connected(api: &Api, name: &str, timeout: Duration) -> anyhow::Res
     }
 }
 
+/// What `--emit` prints, checked before anything is written at the hub.
+enum Emission {
+    Standalone(EmitPlan),
+    Kubernetes(KubernetesPlan),
+}
+
+impl Emission {
+    fn new(
+        emit: Emit,
+        args: &JoinArgs,
+        connection: &crate::kubeconfig::Connection,
+    ) -> anyhow::Result<Self> {
+        // Flags of the other kind of emission are usage errors, not silently ignored.
+        let (this, that, foreign) = match emit {
+            Emit::Standalone => (
+                "standalone",
+                "kubernetes",
+                [
+                    ("--image", args.image.is_some()),
+                    ("--agent-namespace", args.agent_namespace.is_some()),
+                    ("--profile", args.profile.is_some()),
+                ],
+            ),
+            Emit::Kubernetes => (
+                "kubernetes",
+                "standalone",
+                [
+                    ("--token-file", args.token_file.is_some()),
+                    ("--listen", !args.listens.is_empty()),
+                    ("--service", !args.services.is_empty()),
+                ],
+            ),
+        };
+        if let Some((flag, _)) = foreign.iter().find(|(_, given)| *given) {
+            return Err(
+                UsageError(format!("{flag} is for --emit {that}, not --emit {this}")).into(),
+            );
+        }
+        Ok(match emit {
+            Emit::Standalone => Emission::Standalone(EmitPlan::new(args, connection)?),
+            Emit::Kubernetes => Emission::Kubernetes(KubernetesPlan::new(args, connection)?),
+        })
+    }
+}
+
+/// The hub's agent gateway as agents reach it, and a note when it is a guess.
+fn hub_address(
+    args: &JoinArgs,
+    connection: &crate::kubeconfig::Connection,
+) -> anyhow::Result<(String, Option<&'static str>)> {
+    Ok(match (&args.hub_address, &connection.agent_gateway) {
+        (Some(address), _) => (address.clone(), None),
+        (None, Some(address)) => (address.clone(), None),
+        (None, None) => (
+            default_gateway(&connection.server).ok_or_else(|| {
+                UsageError(format!(
+                    "cannot derive the agent gateway from server {:?}: pass --hub-address",
+                    connection.server
+                ))
+            })?,
+            Some("assumed: the API server's host, port 6444 (set it with --hub-address)"),
+        ),
+    })
+}
+
+/// What `--emit kubernetes` prints: `deploy/kubernetes/` filled in for the cluster.
+struct KubernetesPlan {
+    hub_address: String,
+    hub_address_note: Option<&'static str>,
+    /// The hub's CA (PEM) for an https hub: --hub-ca, else the kubeconfig's.
+    hub_ca_pem: Option<String>,
+    image: String,
+    namespace: String,
+    profile: String,
+}
+
+impl KubernetesPlan {
+    fn new(args: &JoinArgs, connection: &crate::kubeconfig::Connection) -> anyhow::Result<Self> {
+        let (hub_address, hub_address_note) = hub_address(args, connection)?;
+        let namespace = args
+            .agent_namespace
+            .clone()
+            .unwrap_or_else(|| "fedingress-system".to_owned());
+        if let Some(message) = fedingress_api::names::dns1123_label(&namespace).first() {
+            return Err(UsageError(format!("--agent-namespace {namespace:?}: {message}")).into());
+        }
+        let pem = if !hub_address.starts_with("https://") {
+            None
+        } else if let Some(path) = &args.hub_ca {
+            Some(
+                std::fs::read(path)
+                    .with_context(|| format!("reading the hub CA {}", path.display()))?,
+            )
+        } else {
+            connection.ca_pem.clone()
+        };
+        let hub_ca_pem = pem
+            .map(|pem| {
+                String::from_utf8(pem).map_err(|_| anyhow::anyhow!("the hub CA is not PEM text"))
+            })
+            .transpose()?;
+        Ok(Self {
+            hub_address,
+            hub_address_note,
+            hub_ca_pem,
+            image: args
+                .image
+                .clone()
+                .unwrap_or_else(|| super::agent_manifests::DEFAULT_IMAGE.to_owned()),
+            namespace,
+            profile: args.profile.clone().unwrap_or_else(|| "auto".to_owned()),
+        })
+    }
+
+    fn manifests(&self, cluster: &str, token: &str) -> anyhow::Result<String> {
+        super::agent_manifests::AgentManifests {
+            cluster,
+            hub_address: &self.hub_address,
+            hub_address_note: self.hub_address_note,
+            hub_ca_pem: self.hub_ca_pem.as_deref(),
+            token,
+            image: &self.image,
+            namespace: &self.namespace,
+            profile: &self.profile,
+        }
+        .render()
+    }
+}
+
 /// What `--emit standalone` writes: the token file, maybe the hub CA, and the config.
 struct EmitPlan {
     token_file: PathBuf,
@@ -166,19 +305,7 @@ impl EmitPlan {
                 .clone()
                 .unwrap_or_else(|| PathBuf::from(format!("{}.token", args.name))),
         )?;
-        let (hub_address, hub_address_note) = match (&args.hub_address, &connection.agent_gateway) {
-            (Some(address), _) => (address.clone(), None),
-            (None, Some(address)) => (address.clone(), None),
-            (None, None) => (
-                default_gateway(&connection.server).ok_or_else(|| {
-                    UsageError(format!(
-                        "cannot derive the agent gateway from server {:?}: pass --hub-address",
-                        connection.server
-                    ))
-                })?,
-                Some("assumed: the API server's host, port 6444 (set it with --hub-address)"),
-            ),
-        };
+        let (hub_address, hub_address_note) = hub_address(args, connection)?;
         let ca = if !hub_address.starts_with("https://") {
             None
         } else if let Some(path) = &args.hub_ca {

@@ -2,10 +2,12 @@
 //! for people or the API's objects with `-o yaml|json`.
 //!
 //! - `cluster`: join, unjoin, cordon, uncordon (a member cluster's lifecycle);
+//! - `agent_manifests`: the member cluster's manifests `join --emit kubernetes` prints;
 //! - `token`: a cluster's agent tokens;
 //! - `inspect`: get, describe, status (views of clusters and ingresses);
 //! - `explain`: one client's routing decision.
 
+pub mod agent_manifests;
 pub mod cluster;
 pub mod explain;
 pub mod inspect;
