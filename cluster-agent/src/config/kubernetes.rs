@@ -42,7 +42,7 @@ use serde::Deserialize;
 use crate::kubernetes::render::{ObjectName, Profile};
 
 /// The `kubernetes:` section.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct KubernetesConfig {
     /// A kubeconfig file for the member cluster; in-cluster config when absent.
@@ -140,6 +140,25 @@ pub struct LeaderElectionConfig {
     pub lease_name: String,
     #[serde(default = "default_lease_seconds")]
     pub lease_duration_seconds: u32,
+}
+
+impl Default for KubernetesConfig {
+    /// What an empty `kubernetes: {}` section means.
+    fn default() -> Self {
+        KubernetesConfig {
+            kubeconfig: None,
+            context: None,
+            profile: ProfileSetting::Auto,
+            ingress_class_name: None,
+            load_balancer_ip: None,
+            metallb_sharing_key: None,
+            service_annotations: BTreeMap::new(),
+            nginx: None,
+            ingress_controller: None,
+            load_balancer_pending_seconds: default_pending_seconds(),
+            leader_election: LeaderElectionConfig::default(),
+        }
+    }
 }
 
 impl Default for LeaderElectionConfig {

@@ -13,7 +13,9 @@
 //! [`KubernetesDriver`] ties them together behind [`crate::driver::Driver`]. Decisions:
 //! - The FederatedIngress namespace is the member cluster namespace; the driver never
 //!   creates namespaces (a missing one is a rule error from the API server).
-//! - Nothing is deleted when the agent stops or loses the hub: the member cluster keeps
+//! - A failed apply is retried every [`RETRY_AFTER_ERRORS`], and the plan is applied
+//!   again every [`RESYNC`] so that hand edits and deletions of owned objects are
+//!   repaired. Nothing is deleted when the agent stops or loses the hub: the member cluster keeps
 //!   serving the last plan (fail static). Only a plan that no longer holds an object
 //!   deletes it.
 //! - The rendering profile is the config's, or (`auto`) follows the hub's
@@ -29,6 +31,7 @@ pub mod world;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use fedingress_api::cluster::Provider;
@@ -68,7 +71,7 @@ pub enum ClientError {
 /// # Errors
 /// The kubeconfig cannot be read or used, or there is no in-cluster config.
 pub async fn client(config: &KubernetesConfig) -> Result<Client, ClientError> {
-    let kube_config = match &config.kubeconfig {
+    let mut kube_config = match &config.kubeconfig {
         Some(path) => {
             let kubeconfig =
                 Kubeconfig::read_from(path).map_err(|source| ClientError::Kubeconfig {
@@ -88,8 +91,20 @@ pub async fn client(config: &KubernetesConfig) -> Result<Client, ClientError> {
         }
         None => kube::Config::incluster().map_err(ClientError::InCluster)?,
     };
+    // kube retries 429/503/504 up to 15 times with backoff, holding an apply for
+    // minutes; the driver retries a failed apply itself (RETRY_AFTER_ERRORS).
+    kube_config.default_retry = false;
     Client::try_from(kube_config).map_err(ClientError::Client)
 }
+
+/// A plan whose apply failed against the API (RBAC, an unreachable server) is applied
+/// again this often until it succeeds.
+pub const RETRY_AFTER_ERRORS: Duration = Duration::from_secs(5);
+
+/// The applied plan is applied again this often, repairing drift: an owned object
+/// deleted or edited by hand comes back (server-side apply with `force` takes its
+/// fields back).
+pub const RESYNC: Duration = Duration::from_secs(60);
 
 /// The driver. Build with [`KubernetesDriver::start`] (watches the cluster) or
 /// [`KubernetesDriver::new`] (a given world, for tests).
@@ -103,13 +118,17 @@ pub struct KubernetesDriver {
     changes: watch::Sender<u64>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
     draining: std::sync::atomic::AtomicBool,
+    /// Applies run one at a time (the hub's and the resync's).
+    applying: tokio::sync::Mutex<()>,
+    /// The plan applied last, for retries and resyncs.
+    last_plan: Mutex<Option<ClusterPlan>>,
 }
 
 #[derive(Default)]
 struct State {
     shares: BTreeMap<IngressKey, ShareState>,
     applied_at: BTreeMap<ObjectRef, Instant>,
-    /// Plan-wide problems of the last apply (garbage collection).
+    /// Problems of the last apply (API errors, garbage collection): readiness fails.
     problems: Vec<String>,
 }
 
@@ -136,6 +155,8 @@ impl KubernetesDriver {
             changes: watch::Sender::new(0),
             tasks: Mutex::new(Vec::new()),
             draining: std::sync::atomic::AtomicBool::new(false),
+            applying: tokio::sync::Mutex::new(()),
+            last_plan: Mutex::new(None),
         }
     }
 
@@ -148,9 +169,37 @@ impl KubernetesDriver {
             config,
             state_dir,
         ));
-        let tasks = world.spawn_watches(&client, writers, &driver.changes);
+        let mut tasks = world.spawn_watches(&client, writers, &driver.changes);
+        tasks.push(tokio::spawn(resync(Arc::downgrade(&driver))));
         *lock(&driver.tasks) = tasks;
         driver
+    }
+
+    /// Applies `plan` (one apply at a time), remembers it and signals the change.
+    async fn apply_and_signal(&self, plan: &ClusterPlan) -> Vec<RuleError> {
+        let _one = self.applying.lock().await;
+        *lock(&self.last_plan) = Some(plan.clone());
+        let errors = self.apply_plan(plan).await;
+        self.bump();
+        errors
+    }
+
+    /// Applies the last plan again; false when there is none.
+    async fn reapply(&self) -> bool {
+        let Some(plan) = lock(&self.last_plan).clone() else {
+            return false;
+        };
+        self.apply_and_signal(&plan).await;
+        true
+    }
+
+    fn last_apply_failed(&self) -> bool {
+        !lock(&self.state).problems.is_empty()
+    }
+
+    /// The change signal watches bump (for watches started by the caller).
+    pub fn changes(&self) -> &watch::Sender<u64> {
+        &self.changes
     }
 
     /// The rendering profile in force (`None`: `auto` and the hub has not said yet).
@@ -192,7 +241,7 @@ impl KubernetesDriver {
             let _ = self.world.ingresses.wait_until_ready().await;
             let _ = self.world.config_maps.wait_until_ready().await;
         };
-        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), wait).await;
+        let _ = tokio::time::timeout(Duration::from_secs(5), wait).await;
     }
 
     /// Renders and writes `plan`; returns per share what was applied.
@@ -219,6 +268,8 @@ impl KubernetesDriver {
         let mut keep: BTreeSet<ObjectRef> = BTreeSet::new();
         let mut shares: BTreeMap<IngressKey, ShareState> = BTreeMap::new();
         let mut applied: Vec<ObjectRef> = Vec::new();
+        // API failures (RBAC, an unreachable server) also make the agent not ready.
+        let mut api_problems: Vec<String> = Vec::new();
         for (key, share_render) in &rendered.shares {
             let mut errors = share_render.errors.clone();
             let mut wrote_all = true;
@@ -228,7 +279,10 @@ impl KubernetesDriver {
                 match self.applier.apply(desired).await {
                     Ok(()) => applied.push(object),
                     Err(error) => {
-                        wrote_all &= matches!(error, ApplyError::Foreign { .. });
+                        if matches!(error, ApplyError::Api { .. }) {
+                            wrote_all = false;
+                            api_problems.push(error.to_string());
+                        }
                         errors.extend(errors_for(key, &share_render.targets, &object, &error));
                     }
                 }
@@ -253,6 +307,9 @@ impl KubernetesDriver {
             match self.applier.apply(desired).await {
                 Ok(()) => applied.push(object),
                 Err(error) => {
+                    if matches!(error, ApplyError::Api { .. }) {
+                        api_problems.push(error.to_string());
+                    }
                     // Shared objects (the nginx ConfigMaps) carry every L4 rule served
                     // through the ingress controller.
                     for (key, share) in &mut shares {
@@ -280,7 +337,8 @@ impl KubernetesDriver {
                 }
             }
         }
-        let problems = self.collect_garbage(&keep).await;
+        let mut problems = api_problems;
+        problems.extend(self.collect_garbage(&keep).await);
 
         let mut state = lock(&self.state);
         let now = Instant::now();
@@ -326,6 +384,29 @@ impl KubernetesDriver {
             }
         }
         problems
+    }
+}
+
+/// Re-applies the last plan: [`RETRY_AFTER_ERRORS`] after a failed apply, else every
+/// [`RESYNC`]. Ends with the driver.
+async fn resync(driver: std::sync::Weak<KubernetesDriver>) {
+    let mut since_full = Duration::ZERO;
+    loop {
+        tokio::time::sleep(RETRY_AFTER_ERRORS).await;
+        since_full += RETRY_AFTER_ERRORS;
+        let Some(driver) = driver.upgrade() else {
+            return;
+        };
+        if driver.is_draining() {
+            return;
+        }
+        let failed = driver.last_apply_failed();
+        if (failed || since_full >= RESYNC) && driver.reapply().await {
+            since_full = Duration::ZERO;
+            if failed && !driver.last_apply_failed() {
+                tracing::info!("member cluster API works again: the plan is applied");
+            }
+        }
     }
 }
 
@@ -389,9 +470,7 @@ impl Driver for KubernetesDriver {
     }
 
     async fn apply(&self, plan: &ClusterPlan) -> Vec<RuleError> {
-        let errors = self.apply_plan(plan).await;
-        self.bump();
-        errors
+        self.apply_and_signal(plan).await
     }
 
     fn report(&self, plan: &ClusterPlan) -> AgentReport {
