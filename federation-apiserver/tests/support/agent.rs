@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use fedingress_api::cluster::{Address, Provider};
 use fedingress_api::plan::{
-    AgentReport, BackendHealth, ClusterPlan, IngressKey, IngressReport, PlanDelta, RuleError,
+    AgentReport, BackendHealth, ClusterPlan, IngressKey, IngressReport, PlanDelta, RuleAddresses,
+    RuleError,
 };
 use fedingress_proto::convert::{agent_to_pb, hub_from_pb};
 use fedingress_proto::pb;
@@ -78,6 +79,25 @@ impl FakeAgent {
     pub async fn connect(hub: &TestHub, cluster: &str) -> FakeAgent {
         let token = hub.issue_token(cluster).await;
         FakeAgent::try_connect(hub.addresses.agent, hello(cluster, &token))
+            .await
+            .unwrap_or_else(|status| panic!("agent of {cluster} refused: {status}"))
+    }
+
+    /// [`FakeAgent::connect`] as an agent whose driver is `driver` and offers
+    /// `capabilities` (see `fedingress_api::capability`).
+    pub async fn connect_with(
+        hub: &TestHub,
+        cluster: &str,
+        driver: &str,
+        capabilities: &[&str],
+    ) -> FakeAgent {
+        let token = hub.issue_token(cluster).await;
+        let hello = Hello {
+            driver: driver.to_string(),
+            capabilities: capabilities.iter().map(|c| (*c).to_string()).collect(),
+            ..hello(cluster, &token)
+        };
+        FakeAgent::try_connect(hub.addresses.agent, hello)
             .await
             .unwrap_or_else(|status| panic!("agent of {cluster} refused: {status}"))
     }
@@ -191,6 +211,12 @@ impl FakeAgent {
     /// Reports every share of the plan held now as applied, served on `ip`, with
     /// `ready` of 1 endpoint of its `echo:9000` backend ready.
     pub fn report(&self, ip: IpAddr, ready: u32) {
+        self.report_with(ip, ready, Vec::new(), &[]);
+    }
+
+    /// [`FakeAgent::report`] with, for every share, `rules` served on addresses of their
+    /// own (e.g. a split UDP load balancer) and errors for the rules at `failed`.
+    pub fn report_with(&self, ip: IpAddr, ready: u32, rules: Vec<RuleAddresses>, failed: &[u32]) {
         let ingresses = self
             .plan
             .ingresses
@@ -206,8 +232,15 @@ impl FakeAgent {
                     total: 1,
                 }],
                 listeners: Vec::new(),
-                rule_errors: Vec::new(),
-                rules: Vec::new(),
+                rule_errors: failed
+                    .iter()
+                    .map(|&rule| RuleError {
+                        ingress: share.key.clone(),
+                        rule,
+                        message: format!("rule {rule} is not supported by this driver"),
+                    })
+                    .collect(),
+                rules: rules.clone(),
             })
             .collect();
         self.send(AgentToHub::Report(AgentReport {

@@ -1,5 +1,6 @@
-//! A minimal DNS client for the hub's embedded server: one A query over UDP, the
-//! question built by hand, the answer parsed with hickory-proto.
+//! DNS clients for the hub's embedded server: one A query over UDP, the question built
+//! by hand, the answer parsed with hickory-proto ([`query_a`]); and the real `dig` for
+//! everything else ([`dig`]).
 
 use std::net::{Ipv4Addr, SocketAddr};
 
@@ -68,4 +69,34 @@ fn rand_id() -> u16 {
     use std::sync::atomic::{AtomicU16, Ordering};
     static NEXT: AtomicU16 = AtomicU16::new(0x1234);
     NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// `dig +short @server NAME QTYPE` (UDP), the answer lines sorted. Fails the test when
+/// `dig` is missing (scripts/test installs dnsutils) or does not answer in time.
+pub async fn dig(server: SocketAddr, name: &str, qtype: &str) -> Vec<String> {
+    let output = tokio::time::timeout(
+        DEADLINE,
+        tokio::process::Command::new("dig")
+            .arg(format!("@{}", server.ip()))
+            .args([
+                "-p",
+                &server.port().to_string(),
+                "+short",
+                "+time=2",
+                "+tries=1",
+            ])
+            .args([name, qtype])
+            .output(),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("dig {name} {qtype} did not end within {DEADLINE:?}"))
+    .expect("dig is installed (scripts/test installs dnsutils)");
+    let mut lines: Vec<String> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect();
+    lines.sort();
+    lines
 }
