@@ -254,7 +254,8 @@ fn forbidden_path(user: &User, path: &str) -> ApiError {
 
 /// `GET .../federatedingresses/{name}/explain?client=IP`: which cluster(s) that client
 /// gets from the embedded DNS server and why (strategy, location, distances, health,
-/// load, weights), computed from the snapshot being served.
+/// load, weights), computed from the snapshot being served, with the SRV answers of its
+/// named L4 rules (`answer.srv`: where each rule is served for that client).
 async fn serve_explain(
     state: &AppState,
     user: &User,
@@ -317,6 +318,31 @@ async fn serve_explain(
             .map(|r| r.data.to_string())
             .collect::<Vec<_>>()
     };
+    // The SRV answers of the L4 rules that carry a name, for the same client: they point
+    // where each rule is served (a rule may have a load balancer of its own).
+    let mut srv_names: Vec<String> = ingress
+        .spec
+        .rules
+        .iter()
+        .filter(|r| r.protocol.is_l4())
+        .filter_map(|r| {
+            let name = r.name.as_deref()?;
+            Some(format!("_{name}._{}.{dns_name}", r.protocol.transport()))
+        })
+        .collect();
+    srv_names.dedup();
+    let srv: Vec<serde_json::Value> = srv_names
+        .iter()
+        .map(|name| {
+            let records: Vec<String> = snapshot
+                .lookup(name, hickory_proto::rr::RecordType::SRV, client)
+                .answers
+                .iter()
+                .map(|r| r.data.to_string())
+                .collect();
+            json!({"name": name, "records": records})
+        })
+        .collect();
     let body = json!({
         "kind": "RoutingExplanation",
         "apiVersion": fedingress_api::API_VERSION,
@@ -329,6 +355,7 @@ async fn serve_explain(
             "clusters": decision.answer.clusters(),
             "detail": decision.answer,
             "records": lookup_addresses(hickory_proto::rr::RecordType::A).into_iter().chain(lookup_addresses(hickory_proto::rr::RecordType::AAAA)).collect::<Vec<_>>(),
+            "srv": srv,
         },
         "reasons": decision.reasons,
         "summary": decision.summary,

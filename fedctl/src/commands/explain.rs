@@ -109,6 +109,29 @@ pub fn explain_text(value: &Value) -> String {
             format!("{} → {}", clusters.join(", "), records.join(", "))
         },
     );
+    // SRV answers of named L4 rules: where each rule is served (its own load balancer
+    // where the cluster has one).
+    for service in value["answer"]["srv"].as_array().into_iter().flatten() {
+        let records: Vec<&str> = service["records"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        line(
+            &mut out,
+            "SRV",
+            format!(
+                "{} → {}",
+                service["name"].as_str().unwrap_or("?"),
+                if records.is_empty() {
+                    "no records".to_string()
+                } else {
+                    records.join(", ")
+                }
+            ),
+        );
+    }
     line(
         &mut out,
         "Why",

@@ -586,6 +586,32 @@ pub fn describe_ingress(
         ]);
     }
     section(&mut out, "Clusters", &placed, "<not placed on any cluster>");
+    // Rules served apart from the cluster's addresses (e.g. UDP behind its own load
+    // balancer): what their SRV records point at.
+    let mut own = Table::new(&["CLUSTER", "RULE", "ADDRESSES"]);
+    for entry in &status.clusters {
+        for rule in &entry.rules {
+            let listener = usize::try_from(rule.rule)
+                .ok()
+                .and_then(|i| spec.rules.get(i))
+                .map(|r| {
+                    let port = r
+                        .effective_port()
+                        .map(|p| p.to_string())
+                        .unwrap_or_else(|| "-".into());
+                    format!(" ({port}/{})", r.protocol)
+                })
+                .unwrap_or_default();
+            own.row(vec![
+                entry.name.clone(),
+                format!("{}{listener}", rule.rule),
+                list_or_none(&address_texts(&rule.addresses)),
+            ]);
+        }
+    }
+    if !own.is_empty() {
+        section(&mut out, "Rules on their own addresses", &own, "");
+    }
 
     let mut answers = Table::new(&["CLIENTS", "NAME", "TYPE", "ANSWER"]);
     for record in status
@@ -840,4 +866,52 @@ fn status_value(server: &str, clusters: &[Cluster], ingresses: &[FederatedIngres
             })
         }).collect::<Vec<_>>(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn describe_ingress_lists_rules_on_their_own_addresses() {
+        let yaml = r#"
+apiVersion: fedingress.io/v1alpha1
+kind: FederatedIngress
+metadata: {name: dns, namespace: default}
+spec:
+  rules:
+  - {protocol: TCP, port: 53, name: dns, backend: {service: dns, port: 53}}
+  - {protocol: UDP, port: 53, name: dns, backend: {service: dns, port: 53}}
+  traffic: {dnsName: dns.example.com}
+status:
+  clusters:
+  - name: eu-west
+    phase: Applied
+    healthy: true
+    addresses: [{hostname: tcp.elb.example.com}]
+    rules: [{rule: 1, addresses: [{hostname: udp.elb.example.com}]}]
+  - name: us-east
+    phase: Applied
+    healthy: true
+    addresses: [{ip: 192.0.2.2}]
+"#;
+        let ingress: FederatedIngress = yaml_serde::from_str(yaml).unwrap();
+        let text = describe_ingress(&ingress, &[], &[], Utc::now());
+        let section = text
+            .split("Rules on their own addresses:")
+            .nth(1)
+            .unwrap_or_else(|| panic!("no section in\n{text}"));
+        let row = section
+            .lines()
+            .find(|l| l.contains("eu-west"))
+            .unwrap_or_else(|| panic!("no eu-west row in\n{text}"));
+        assert!(row.contains("1 (53/UDP)"), "{row}");
+        assert!(row.contains("udp.elb.example.com"), "{row}");
+        assert!(!section.contains("us-east"), "{text}");
+        // Nothing apart: no section.
+        let mut plain = ingress.clone();
+        plain.status.as_mut().unwrap().clusters[0].rules.clear();
+        assert!(!describe_ingress(&plain, &[], &[], Utc::now()).contains("own addresses"));
+    }
 }
