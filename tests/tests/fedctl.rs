@@ -453,6 +453,74 @@ fn join_emits_an_agent_config_and_waits_for_the_agent() {
     assert_eq!(listed["items"].as_array().unwrap().len(), 1);
     let line = fedctl.fails(&["token", "list", "nope"], 1);
     assert!(line.contains("not found"), "{line}");
+
+    // --emit kubernetes: the member cluster's manifests on stdout, the token in their
+    // Secret (the hub here is http: no CA). The YAML itself is checked by fedctl's unit
+    // tests; standalone-only flags are usage errors before anything is created.
+    let line = fedctl.fails(
+        &[
+            "join",
+            "c6",
+            "--region",
+            "us-east1",
+            "--location",
+            "39,-77.5",
+            "--emit",
+            "kubernetes",
+            "--listen",
+            "127.0.0.1",
+        ],
+        2,
+    );
+    assert!(
+        line.contains("--listen is for --emit standalone, not --emit kubernetes"),
+        "{line}"
+    );
+    fedctl.fails(&["get", "cluster", "c6"], 1);
+    let out = fedctl.run(&[
+        "join",
+        "c5",
+        "--region",
+        "us-east1",
+        "--location",
+        "39,-77.5",
+        "--provider",
+        "aws",
+        "--emit",
+        "kubernetes",
+        "--image",
+        "registry.example.com/agent:dev",
+        "--agent-namespace",
+        "fed",
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let manifests = out.stdout;
+    assert!(
+        out.stderr
+            .contains("is in the Secret fed/fedingress-agent-token above"),
+        "{}",
+        out.stderr
+    );
+    for expected in [
+        "kind: Namespace\nmetadata:\n  name: fed\n",
+        "kind: Deployment\n",
+        "image: \"registry.example.com/agent:dev\"\n",
+        "cluster: c5 ",
+        "driver: kubernetes\n",
+        &format!("address: \"{}\"", hub.agent),
+    ] {
+        assert!(manifests.contains(expected), "{expected:?} in\n{manifests}");
+    }
+    assert!(!manifests.contains("REPLACE"), "{manifests}");
+    assert!(!manifests.contains("caFile:"), "{manifests}");
+    // The Secret's token is the one the hub issued for c5.
+    let token = manifests
+        .split("stringData:\n  token: \"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap();
+    let id = token.split('.').next().unwrap();
+    assert!(fedctl.ok(&["token", "list", "c5"]).contains(id));
 }
 
 #[test]

@@ -146,11 +146,13 @@ impl AgentManifests<'_> {
             "\"https://REPLACE-hub-host:6444\"   # the federation-apiserver's agent gateway",
             &address,
         )?;
+        // Padded to the placeholder's width, so the comments stay aligned.
+        const CLUSTER: &str = "REPLACE-cluster-name";
         text = replace(
             &text,
             file,
-            "REPLACE-cluster-name ",
-            &format!("{} ", self.cluster),
+            CLUSTER,
+            &format!("{:<width$}", self.cluster, width = CLUSTER.len()),
         )?;
         text = replace(
             &text,

@@ -6,7 +6,7 @@
 //! characters. The readable name is used as is only when it is unambiguous: both parts
 //! free of `-` and `.` (then the name splits back into its parts) and short enough.
 //! Otherwise a stable hash of the parts is appended after the readable part, shortened
-//! to fit: `fedingress-web-shop-my-sql-tcp-3f2a1c9d`. Without that rule, ingress `a-b`
+//! to fit: `fedingress-web-shop-my-sql-tcp-c6c5a6da`. Without that rule, ingress `a-b`
 //! with backend `c` and ingress `a` with backend `b-c` would share one name.
 //!
 //! Names never depend on anything but their own parts, so they are stable across plans:
