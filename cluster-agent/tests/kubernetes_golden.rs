@@ -372,6 +372,9 @@ fn golden_renderings_of_every_profile_and_rule_kind() {
 /// one (as committed) still holds strictly valid objects.
 #[test]
 fn golden_files_are_exactly_the_cases() {
+    if std::env::var_os("UPDATE_GOLDEN").is_some_and(|v| v == "1") {
+        return; // the other test is rewriting them
+    }
     let mut expected: Vec<String> = Profile::ALL
         .iter()
         .flat_map(|p| {

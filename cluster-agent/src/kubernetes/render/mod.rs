@@ -170,8 +170,9 @@ impl fmt::Display for Profile {
 }
 
 /// A namespaced object's `namespace/name`, as written in the agent config
-/// (`ingress-nginx/tcp-services`).
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// (`ingress-nginx/tcp-services`); (de)serialized as that text.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, Serialize)]
+#[serde(try_from = "String", into = "String")]
 pub struct ObjectName {
     pub namespace: String,
     pub name: String,
@@ -204,6 +205,20 @@ impl FromStr for ObjectName {
             }
             _ => Err(InvalidObjectName(text.to_owned())),
         }
+    }
+}
+
+impl TryFrom<String> for ObjectName {
+    type Error = InvalidObjectName;
+
+    fn try_from(text: String) -> Result<Self, Self::Error> {
+        text.parse()
+    }
+}
+
+impl From<ObjectName> for String {
+    fn from(name: ObjectName) -> String {
+        name.to_string()
     }
 }
 
@@ -291,6 +306,13 @@ pub struct RenderSettings {
     pub nginx_udp_services: Option<ObjectName>,
     /// The ingress controller's Service (nginx-configmap: where L4 rules are served).
     pub ingress_controller: Option<ObjectName>,
+}
+
+impl Default for RenderSettings {
+    /// Profile `mixed`, nothing else set.
+    fn default() -> Self {
+        RenderSettings::new(Profile::Mixed)
+    }
 }
 
 impl RenderSettings {

@@ -188,6 +188,13 @@ fn object_names_parse_namespace_slash_name() {
     let name: ObjectName = "ingress-nginx/tcp-services".parse().unwrap();
     assert_eq!(name, ObjectName::new("ingress-nginx", "tcp-services"));
     assert_eq!(name.to_string(), "ingress-nginx/tcp-services");
+    let yaml: ObjectName = yaml_serde::from_str("ingress-nginx/tcp-services").unwrap();
+    assert_eq!(yaml, name);
+    assert_eq!(
+        yaml_serde::to_string(&name).unwrap().trim(),
+        "ingress-nginx/tcp-services"
+    );
+    assert!(yaml_serde::from_str::<ObjectName>("tcp-services").is_err());
     for bad in ["tcp-services", "/x", "x/", "a/b/c", ""] {
         let err = bad.parse::<ObjectName>().unwrap_err();
         assert!(err.to_string().contains("namespace/name"), "{err}");
