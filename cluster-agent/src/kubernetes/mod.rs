@@ -122,6 +122,8 @@ pub struct KubernetesDriver {
     applying: tokio::sync::Mutex<()>,
     /// The plan applied last, for retries and resyncs.
     last_plan: Mutex<Option<ClusterPlan>>,
+    /// Wakes the resync task: the profile changed, apply the last plan again now.
+    resync_now: Arc<tokio::sync::Notify>,
 }
 
 #[derive(Default)]
@@ -157,6 +159,7 @@ impl KubernetesDriver {
             draining: std::sync::atomic::AtomicBool::new(false),
             applying: tokio::sync::Mutex::new(()),
             last_plan: Mutex::new(None),
+            resync_now: Arc::new(tokio::sync::Notify::new()),
         }
     }
 
@@ -170,7 +173,10 @@ impl KubernetesDriver {
             state_dir,
         ));
         let mut tasks = world.spawn_watches(&client, writers, &driver.changes);
-        tasks.push(tokio::spawn(resync(Arc::downgrade(&driver))));
+        tasks.push(tokio::spawn(resync(
+            Arc::downgrade(&driver),
+            Arc::clone(&driver.resync_now),
+        )));
         *lock(&driver.tasks) = tasks;
         driver
     }
@@ -387,13 +393,16 @@ impl KubernetesDriver {
     }
 }
 
-/// Re-applies the last plan: [`RETRY_AFTER_ERRORS`] after a failed apply, else every
-/// [`RESYNC`]. Ends with the driver.
-async fn resync(driver: std::sync::Weak<KubernetesDriver>) {
+/// Re-applies the last plan: [`RETRY_AFTER_ERRORS`] after a failed apply, at once when
+/// the profile changed, else every [`RESYNC`]. Ends with the driver.
+async fn resync(driver: std::sync::Weak<KubernetesDriver>, wake: Arc<tokio::sync::Notify>) {
     let mut since_full = Duration::ZERO;
     loop {
-        tokio::time::sleep(RETRY_AFTER_ERRORS).await;
-        since_full += RETRY_AFTER_ERRORS;
+        since_full += tokio::select! {
+            () = tokio::time::sleep(RETRY_AFTER_ERRORS) => RETRY_AFTER_ERRORS,
+            // The profile changed: what was applied was rendered for another one.
+            () = wake.notified() => RESYNC,
+        };
         let Some(driver) = driver.upgrade() else {
             return;
         };
@@ -507,7 +516,12 @@ impl Driver for KubernetesDriver {
             return false;
         }
         let provider = provider.unwrap_or_default();
-        if let Err(error) = std::fs::write(&self.provider_file, provider.as_str()) {
+        let written = self
+            .provider_file
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|()| std::fs::write(&self.provider_file, provider.as_str()));
+        if let Err(error) = written {
             tracing::warn!(
                 path = %self.provider_file.display(),
                 error = %error,
@@ -522,6 +536,7 @@ impl Driver for KubernetesDriver {
                 profile = profile.as_str(),
                 "rendering profile chosen from the cluster's provider"
             );
+            self.resync_now.notify_one();
         }
         capabilities(before) != capabilities(Some(profile))
     }

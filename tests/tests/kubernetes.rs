@@ -1,0 +1,431 @@
+//! End to end with a kubernetes-driver agent: the real hub, the real `cluster-agent`
+//! binary with `driver: kubernetes`, the real kubectl and dig, and a scripted
+//! Kubernetes API server over real HTTP on loopback standing in for the member
+//! cluster (no Kubernetes API server can be installed on these machines; see
+//! `fedingress_tests::kubeapi`). The script plays the cloud and the kubelet: it writes
+//! load-balancer addresses and EndpointSlices. Loopback block 127.0.71.x.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use fedingress_tests::federation::{HubProcess, get_json, issue_token, kubectl, start_hub_with};
+use fedingress_tests::kubeapi::FakeKubeApi;
+use fedingress_tests::{Kubectl, Process, binary, eventually, repo_path};
+use serde_json::{Value, json};
+
+const BLOCK: u8 = 71;
+const WAIT: Duration = Duration::from_secs(30);
+
+const DNS_CONFIG: &str = "dns:
+  listen: 127.0.71.1:0
+  zones:
+  - name: fedingress.test
+    nameservers: [ns1.fedingress.test]
+    soa: {mname: ns1.fedingress.test, rname: hostmaster.fedingress.test, refresh: 3600, retry: 600, expire: 86400, minimum: 30}
+  locations:
+    default: {region: europe-west1, latitude: 50.0, longitude: 4.0}
+";
+
+const CLUSTER: &str = "apiVersion: fedingress.io/v1alpha1
+kind: Cluster
+metadata: {name: k1}
+spec:
+  region: europe-west1
+  location: {latitude: 50.4, longitude: 3.8}
+  provider: gcp
+";
+
+const INGRESS: &str = "apiVersion: fedingress.io/v1alpha1
+kind: FederatedIngress
+metadata: {name: echo, namespace: default}
+spec:
+  rules:
+  - {protocol: TCP, port: 7777, name: echo, backend: {service: echo, port: 9000}}
+  - {protocol: UDP, port: 7777, name: echo, backend: {service: echo, port: 9000}}
+  - {protocol: HTTP, host: echo.fedingress.test, paths: [{path: /, backend: {service: echo, port: 9000}}]}
+  placement: {clusters: [k1]}
+  traffic: {dnsName: echo.fedingress.test, ttl: 5, strategy: {type: RoundRobin}}
+";
+
+struct Dns {
+    port: String,
+}
+
+impl Dns {
+    fn of(hub: &HubProcess) -> Self {
+        let addr = hub.process.addr("dns");
+        Dns {
+            port: addr.rsplit(':').next().unwrap().to_owned(),
+        }
+    }
+
+    fn short(&self, args: &[&str]) -> Vec<String> {
+        let out = Command::new("dig")
+            .args([
+                "@127.0.71.1",
+                "-p",
+                &self.port,
+                "+time=2",
+                "+tries=1",
+                "+short",
+            ])
+            .args(args)
+            .output()
+            .expect("dig is installed (scripts/test installs dnsutils)");
+        let mut lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(str::to_owned)
+            .collect();
+        lines.sort();
+        lines
+    }
+
+    /// The A records of the SRV targets of `name`.
+    fn srv_addresses(&self, name: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        for line in self.short(&["SRV", name]) {
+            let target = line.rsplit(' ').next().unwrap_or_default().to_owned();
+            out.extend(self.short(&["A", &target]));
+        }
+        out.sort();
+        out
+    }
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path.display().to_string()
+}
+
+fn start_agent(dir: &Path, hub: &HubProcess, member: &FakeKubeApi, extra: &str) -> Process {
+    let agent_dir = dir.join("agent-k1");
+    std::fs::create_dir_all(&agent_dir).unwrap();
+    member.write_kubeconfig(&agent_dir.join("member.kubeconfig"));
+    let (_, token) = issue_token(&hub.api, "k1").unwrap();
+    std::fs::write(agent_dir.join("token"), token).unwrap();
+    let config = format!(
+        "hub: {{address: {}}}
+cluster: k1
+tokenFile: token
+driver: kubernetes
+kubernetes:
+  kubeconfig: member.kubeconfig
+  leaderElection: {{namespace: fedingress-system, leaseDurationSeconds: 3}}
+{extra}stateDir: state
+admin: 127.0.0.1:0
+reportIntervalMs: 1000
+",
+        hub.agent
+    );
+    let path = write(&agent_dir, "agent.yaml", &config);
+    let mut command = Command::new(binary("cluster-agent"));
+    command.arg("--config").arg(path);
+    Process::start(command, "cluster-agent k1 (kubernetes)", WAIT).unwrap()
+}
+
+/// The managed Services the agent applied, by name.
+fn applied_services(member: &FakeKubeApi) -> Vec<Value> {
+    member
+        .list("services")
+        .into_iter()
+        .filter(|s| s["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "fedingress")
+        .collect()
+}
+
+#[test]
+fn a_federated_ingress_reaches_a_kubernetes_member_cluster_and_its_load_balancers_reach_dns() {
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let member = runtime.block_on(FakeKubeApi::start());
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+
+    // The member cluster has the backend Service (the agent copies its selector).
+    member.put(json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"namespace": "default", "name": "echo"},
+        "spec": {"selector": {"app": "echo"}, "ports": [
+            {"name": "tcp", "protocol": "TCP", "port": 9000, "targetPort": 9000},
+            {"name": "udp", "protocol": "UDP", "port": 9000, "targetPort": 9000}]}
+    }));
+
+    let hub = start_hub_with(dir, BLOCK, DNS_CONFIG);
+    let dns = Dns::of(&hub);
+    let k: Kubectl = kubectl(dir, &hub.api);
+    k.ok(&["apply", "-f", &write(dir, "cluster.yaml", CLUSTER)]);
+    let agent = start_agent(dir, &hub, &member, "");
+
+    // The agent leads (the Lease) and reaches the hub.
+    let lease = runtime
+        .block_on(member.wait_for_object(
+            "leases",
+            "fedingress-system",
+            "fedingress-agent",
+            |l| l["spec"]["holderIdentity"].is_string(),
+            WAIT,
+        ))
+        .unwrap();
+    assert!(lease["spec"]["leaseDurationSeconds"] == 3, "{lease}");
+    eventually(
+        WAIT,
+        "the cluster connected with the gcp profile's capabilities",
+        || {
+            let cluster = get_json(&k, &["cluster", "k1"]);
+            (cluster["status"]["driver"] == "kubernetes")
+                .then_some(())
+                .ok_or(cluster.to_string())
+        },
+    );
+
+    // kubectl apply on the hub → server-side apply at the member cluster.
+    k.ok(&["apply", "-f", &write(dir, "ingress.yaml", INGRESS)]);
+    let apply = runtime
+        .block_on(member.wait_for_request(|r| r.is_apply() && r.path.contains("/services/"), WAIT))
+        .unwrap();
+    assert_eq!(
+        apply.param("fieldManager").as_deref(),
+        Some("fedingress-agent")
+    );
+    eventually(WAIT, "split TCP and UDP Services (profile gcp)", || {
+        let services = applied_services(&member);
+        (services.len() == 2)
+            .then_some(())
+            .ok_or(format!("{services:?}"))
+    });
+    let services = applied_services(&member);
+    for service in &services {
+        assert_eq!(service["spec"]["type"], "LoadBalancer");
+        assert_eq!(service["spec"]["selector"]["app"], "echo");
+        assert_eq!(
+            service["metadata"]["labels"]["fedingress.io/ingress"],
+            "default.echo"
+        );
+    }
+
+    // The cloud provisions one load balancer per protocol; the kubelet makes the
+    // backend ready.
+    for service in &services {
+        let name = service["metadata"]["name"].as_str().unwrap();
+        let protocol = service["spec"]["ports"][0]["protocol"].as_str().unwrap();
+        let ip = if protocol == "UDP" {
+            "203.0.113.11"
+        } else {
+            "203.0.113.10"
+        };
+        member.set_status(
+            "v1",
+            "services",
+            "default",
+            name,
+            json!({"loadBalancer": {"ingress": [{"ip": ip}]}}),
+        );
+    }
+    // The ingress controller gives the Ingress a host name.
+    runtime
+        .block_on(member.wait_for_object("ingresses", "default", "echo", |_| true, WAIT))
+        .unwrap();
+    member.set_status(
+        "networking.k8s.io/v1",
+        "ingresses",
+        "default",
+        "echo",
+        json!({"loadBalancer": {"ingress": [{"hostname": "lb-7.example.net"}]}}),
+    );
+    member.put(json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"namespace": "default", "name": "echo-x1", "labels": {"kubernetes.io/service-name": "echo"}},
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": ["10.8.0.5"], "conditions": {"ready": true}}],
+        "ports": [{"name": "tcp", "protocol": "TCP", "port": 9000}]
+    }));
+
+    // Served in DNS, and the cluster reported healthy.
+    eventually(WAIT, "the TCP load balancer answers the name", || {
+        let got = dns.short(&["A", "echo.fedingress.test"]);
+        (got == ["203.0.113.10"])
+            .then_some(())
+            .ok_or(format!("{got:?}"))
+    });
+    eventually(WAIT, "_udp points at the UDP load balancer", || {
+        let got = dns.srv_addresses("_echo._udp.echo.fedingress.test");
+        (got == ["203.0.113.11"])
+            .then_some(())
+            .ok_or(format!("{got:?}"))
+    });
+    assert_eq!(
+        dns.srv_addresses("_echo._tcp.echo.fedingress.test"),
+        ["203.0.113.10"]
+    );
+    eventually(WAIT, "the cluster is Applied and healthy", || {
+        let ingress = get_json(&k, &["federatedingress", "echo"]);
+        let entry = fedingress_tests::federation::cluster_entry(&ingress, "k1");
+        (entry["phase"] == "Applied" && entry["healthy"] == true)
+            .then_some(())
+            .ok_or(entry.to_string())
+    });
+
+    // The backend loses its endpoints: the cluster turns unhealthy at the hub.
+    member.put(json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"namespace": "default", "name": "echo-x1", "labels": {"kubernetes.io/service-name": "echo"}},
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": ["10.8.0.5"], "conditions": {"ready": false, "terminating": true}}],
+    }));
+    eventually(WAIT, "the cluster is unhealthy", || {
+        let ingress = get_json(&k, &["federatedingress", "echo"]);
+        let entry = fedingress_tests::federation::cluster_entry(&ingress, "k1");
+        (entry["healthy"] == false)
+            .then_some(())
+            .ok_or(entry.to_string())
+    });
+
+    // Deleting the FederatedIngress deletes what the agent owns, and nothing else.
+    k.ok(&["delete", "federatedingress", "echo"]);
+    eventually(WAIT, "owned Services deleted", || {
+        let services = applied_services(&member);
+        services
+            .is_empty()
+            .then_some(())
+            .ok_or(format!("{services:?}"))
+    });
+    assert!(member.get("services", "default", "echo").is_some());
+    eventually(WAIT, "the owned Ingress deleted", || {
+        member
+            .get("ingresses", "default", "echo")
+            .map_or(Ok(()), |i| Err(i.to_string()))
+    });
+    assert!(
+        agent.terminate(WAIT).is_some_and(|s| s.success()),
+        "the agent exits 0 on SIGTERM"
+    );
+
+    // The nginx-configmap profile (the seed L4 proposal): the agent owns the
+    // ConfigMaps ingress-nginx reads, and the controller's Service carries the port.
+    member.put(json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"namespace": "ingress-nginx", "name": "ingress-nginx-controller"},
+        "spec": {"type": "LoadBalancer", "selector": {"app": "ingress-nginx"}, "ports": [
+            {"name": "http", "protocol": "TCP", "port": 80},
+            {"name": "echo", "protocol": "TCP", "port": 7777}]},
+        "status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.50"}]}}
+    }));
+    let agent = start_agent(
+        dir,
+        &hub,
+        &member,
+        "  profile: nginx-configmap
+  nginx: {tcpServicesConfigMap: ingress-nginx/fedingress-tcp, udpServicesConfigMap: ingress-nginx/fedingress-udp}
+  ingressController: {service: ingress-nginx/ingress-nginx-controller}
+",
+    );
+    k.ok(&[
+        "apply",
+        "-f",
+        &write(
+            dir,
+            "tcp-only.yaml",
+            &INGRESS
+                .lines()
+                .filter(|l| !l.contains("UDP") && !l.contains("HTTP"))
+                .collect::<Vec<_>>()
+                .join("\n"),
+        ),
+    ]);
+    let tcp = runtime
+        .block_on(member.wait_for_object(
+            "configmaps",
+            "ingress-nginx",
+            "fedingress-tcp",
+            |c| c["data"]["7777"].is_string(),
+            WAIT,
+        ))
+        .unwrap();
+    assert_eq!(tcp["data"]["7777"], "default/echo:9000");
+    eventually(
+        WAIT,
+        "the controller's load balancer answers the name",
+        || {
+            let got = dns.short(&["A", "echo.fedingress.test"]);
+            (got == ["203.0.113.50"])
+                .then_some(())
+                .ok_or(format!("{got:?}"))
+        },
+    );
+    k.ok(&["delete", "federatedingress", "echo"]);
+    eventually(
+        WAIT,
+        "the owned ConfigMap emptied or deleted",
+        || match member.get("configmaps", "ingress-nginx", "fedingress-tcp") {
+            None => Ok(()),
+            Some(c) if c["data"].as_object().is_none_or(|d| d.is_empty()) => Ok(()),
+            Some(c) => Err(c.to_string()),
+        },
+    );
+    assert!(agent.terminate(WAIT).is_some_and(|s| s.success()));
+
+    // Back on the cluster's own profile (gcp), the ConfigMaps are no longer the
+    // agent's to keep: garbage collection deletes them.
+    let agent = start_agent(dir, &hub, &member, "");
+    eventually(WAIT, "the nginx ConfigMaps deleted", || {
+        let left: Vec<Value> = member
+            .list("configmaps")
+            .into_iter()
+            .filter(|c| c["metadata"]["namespace"] == "ingress-nginx")
+            .collect();
+        left.is_empty().then_some(()).ok_or(format!("{left:?}"))
+    });
+
+    // Every verb the agent used is granted by the deploy manifests, and every verb
+    // granted was used (least privilege).
+    let used: BTreeSet<(String, String, String)> = member
+        .requests()
+        .into_iter()
+        .filter_map(|r| {
+            let rbac = r.rbac.clone()?;
+            // Server-side apply that creates an object is also authorized as create.
+            let verb = if r.is_apply() && r.status == 201 {
+                "create".to_owned()
+            } else {
+                rbac.verb
+            };
+            Some((rbac.group, rbac.resource, verb))
+        })
+        .chain(member.verbs_used())
+        .collect();
+    assert_eq!(
+        used,
+        granted(),
+        "verbs used by the agent vs deploy/kubernetes RBAC"
+    );
+    drop(agent);
+}
+
+/// (group, resource, verb) granted by the ClusterRole and the Role in deploy/kubernetes.
+fn granted() -> BTreeSet<(String, String, String)> {
+    let mut out = BTreeSet::new();
+    for file in ["clusterrole.yaml", "role.yaml"] {
+        let text =
+            std::fs::read_to_string(repo_path(&format!("deploy/kubernetes/{file}"))).unwrap();
+        let role: Value = yaml_serde::from_str(&text).unwrap();
+        for rule in role["rules"].as_array().unwrap() {
+            for group in rule["apiGroups"].as_array().unwrap() {
+                for resource in rule["resources"].as_array().unwrap() {
+                    for verb in rule["verbs"].as_array().unwrap() {
+                        out.insert((
+                            group.as_str().unwrap().to_owned(),
+                            resource.as_str().unwrap().to_owned(),
+                            verb.as_str().unwrap().to_owned(),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
