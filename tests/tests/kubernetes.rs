@@ -18,10 +18,14 @@ use fedingress_tests::{Kubectl, Process, binary, eventually, repo_path};
 use serde_json::{Value, json};
 
 const BLOCK: u8 = 71;
+/// The RBAC / API-down test's block.
+const FAULTS_BLOCK: u8 = 72;
+/// The leader election test's block.
+const REPLICAS_BLOCK: u8 = 73;
 const WAIT: Duration = Duration::from_secs(30);
 
 const DNS_CONFIG: &str = "dns:
-  listen: 127.0.71.1:0
+  listen: 127.0.0.1:0
   zones:
   - name: fedingress.test
     nameservers: [ns1.fedingress.test]
@@ -66,7 +70,7 @@ impl Dns {
     fn short(&self, args: &[&str]) -> Vec<String> {
         let out = Command::new("dig")
             .args([
-                "@127.0.71.1",
+                "@127.0.0.1",
                 "-p",
                 &self.port,
                 "+time=2",
@@ -104,7 +108,18 @@ fn write(dir: &Path, name: &str, text: &str) -> String {
 }
 
 fn start_agent(dir: &Path, hub: &HubProcess, member: &FakeKubeApi, extra: &str) -> Process {
-    let agent_dir = dir.join("agent-k1");
+    start_replica(dir, hub, member, extra, "agent-k1")
+}
+
+/// One agent replica with its own state dir (`name`), sharing the cluster's Lease.
+fn start_replica(
+    dir: &Path,
+    hub: &HubProcess,
+    member: &FakeKubeApi,
+    extra: &str,
+    name: &str,
+) -> Process {
+    let agent_dir = dir.join(name);
     std::fs::create_dir_all(&agent_dir).unwrap();
     member.write_kubeconfig(&agent_dir.join("member.kubeconfig"));
     let (_, token) = issue_token(&hub.api, "k1").unwrap();
@@ -125,8 +140,8 @@ reportIntervalMs: 1000
     );
     let path = write(&agent_dir, "agent.yaml", &config);
     let mut command = Command::new(binary("cluster-agent"));
-    command.arg("--config").arg(path);
-    Process::start(command, "cluster-agent k1 (kubernetes)", WAIT).unwrap()
+    command.arg("--config").arg(path).env("POD_NAME", name);
+    Process::start(command, &format!("cluster-agent k1 ({name})"), WAIT).unwrap()
 }
 
 /// The managed Services the agent applied, by name.
@@ -428,4 +443,179 @@ fn granted() -> BTreeSet<(String, String, String)> {
         }
     }
     out
+}
+
+/// The member cluster set up as the first test has it: the backend Service, and a hub
+/// with the Cluster `k1` (provider gcp).
+fn member_and_hub(
+    runtime: &tokio::runtime::Runtime,
+    dir: &Path,
+    block: u8,
+) -> (FakeKubeApi, HubProcess, Kubectl) {
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let member = runtime.block_on(FakeKubeApi::start());
+    member.put(json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"namespace": "default", "name": "echo"},
+        "spec": {"selector": {"app": "echo"}, "ports": [
+            {"name": "tcp", "protocol": "TCP", "port": 9000, "targetPort": 9000},
+            {"name": "udp", "protocol": "UDP", "port": 9000, "targetPort": 9000}]}
+    }));
+    let hub = start_hub_with(dir, block, DNS_CONFIG);
+    let k = kubectl(dir, &hub.api);
+    k.ok(&["apply", "-f", &write(dir, "cluster.yaml", CLUSTER)]);
+    (member, hub, k)
+}
+
+fn readyz(agent: &Process) -> (u16, String) {
+    let out = Command::new("curl")
+        .args([
+            "-sS",
+            "-w",
+            "\n%{http_code}",
+            &format!("http://{}/readyz", agent.addr("admin")),
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or((&text, "0"));
+    (code.trim().parse().unwrap_or(0), body.to_owned())
+}
+
+fn cluster_message(k: &Kubectl) -> Value {
+    let ingress = get_json(k, &["federatedingress", "echo"]);
+    fedingress_tests::federation::cluster_entry(&ingress, "k1")
+}
+
+#[test]
+fn rbac_denied_and_an_unreachable_member_api_are_rule_errors_and_the_hub_session_stays() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let (member, hub, k) = member_and_hub(&runtime, dir, FAULTS_BLOCK);
+    member.deny("", "services", "patch");
+    let agent = start_agent(dir, &hub, &member, "");
+    k.ok(&["apply", "-f", &write(dir, "ingress.yaml", INGRESS)]);
+
+    // Per rule at the hub, with the API server's words; the agent is not ready.
+    eventually(WAIT, "the forbidden rules reported at the hub", || {
+        let entry = cluster_message(&k);
+        let text = entry.to_string();
+        (text.contains("forbidden") && text.contains("clusterrole.yaml"))
+            .then_some(())
+            .ok_or(text)
+    });
+    let (code, body) = readyz(&agent);
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("cannot patch resource"), "{body}");
+    let cluster = get_json(&k, &["cluster", "k1"]);
+    assert_eq!(cluster["status"]["connected"], true, "{cluster}");
+
+    // Granted: the agent retries by itself and applies.
+    member.allow("", "services", "patch");
+    eventually(WAIT, "the Services applied after the grant", || {
+        let services = applied_services(&member);
+        (services.len() == 2)
+            .then_some(())
+            .ok_or(format!("{services:?}"))
+    });
+    eventually(WAIT, "the agent ready again", || {
+        let (code, body) = readyz(&agent);
+        (code == 200).then_some(()).ok_or(body)
+    });
+
+    // The member API goes away: the agent stays up, the hub session too.
+    member.set_unavailable(true);
+    k.ok(&[
+        "patch",
+        "federatedingress",
+        "echo",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"traffic":{"ttl":7}}}"#,
+    ]);
+    eventually(WAIT, "the unreachable API reported", || {
+        let (code, body) = readyz(&agent);
+        (code == 503).then_some(()).ok_or(body)
+    });
+    let cluster = get_json(&k, &["cluster", "k1"]);
+    assert_eq!(cluster["status"]["connected"], true, "{cluster}");
+    member.set_unavailable(false);
+    eventually(WAIT, "the agent ready once the API is back", || {
+        let (code, body) = readyz(&agent);
+        (code == 200).then_some(()).ok_or(body)
+    });
+    assert!(agent.terminate(WAIT).is_some_and(|s| s.success()));
+}
+
+#[test]
+fn a_standby_replica_takes_over_within_the_lease() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let (member, hub, k) = member_and_hub(&runtime, dir, REPLICAS_BLOCK);
+    let first = start_replica(dir, &hub, &member, "", "replica-a");
+    runtime
+        .block_on(member.wait_for_object(
+            "leases",
+            "fedingress-system",
+            "fedingress-agent",
+            |l| l["spec"]["holderIdentity"] == "replica-a",
+            WAIT,
+        ))
+        .unwrap();
+    let second = start_replica(dir, &hub, &member, "", "replica-b");
+    eventually(WAIT, "the second replica is a ready standby", || {
+        let (code, body) = readyz(&second);
+        (code == 200 && body.contains("standby: replica-a leads"))
+            .then_some(())
+            .ok_or(body)
+    });
+    k.ok(&["apply", "-f", &write(dir, "ingress.yaml", INGRESS)]);
+    eventually(WAIT, "the leader applied", || {
+        let services = applied_services(&member);
+        (services.len() == 2)
+            .then_some(())
+            .ok_or(format!("{services:?}"))
+    });
+    // Only the leader writes.
+    let writers: BTreeSet<String> = member
+        .requests()
+        .iter()
+        .filter(|r| r.is_apply())
+        .filter_map(|r| r.user_agent.clone())
+        .collect();
+    assert!(writers.len() <= 1, "{writers:?}");
+
+    // The leader dies without releasing the Lease: the standby takes over within the
+    // lease (3 s) and carries the cluster at the hub.
+    let killed_at = std::time::Instant::now();
+    first.kill9();
+    runtime
+        .block_on(member.wait_for_object(
+            "leases",
+            "fedingress-system",
+            "fedingress-agent",
+            |l| l["spec"]["holderIdentity"] == "replica-b",
+            WAIT,
+        ))
+        .unwrap();
+    let took = killed_at.elapsed();
+    assert!(
+        took < Duration::from_secs(3) + Duration::from_millis(1500),
+        "took over after {took:?}"
+    );
+    k.ok(&["patch", "federatedingress", "echo", "--type", "merge", "-p", r#"{"spec":{"rules":[{"protocol":"TCP","port":7777,"name":"echo","backend":{"service":"echo","port":9000}}]}}"#]);
+    eventually(
+        WAIT,
+        "the new leader applies the next plan (the UDP Service goes)",
+        || {
+            let services = applied_services(&member);
+            (services.len() == 1)
+                .then_some(())
+                .ok_or(format!("{services:?}"))
+        },
+    );
+    assert!(second.terminate(WAIT).is_some_and(|s| s.success()));
 }

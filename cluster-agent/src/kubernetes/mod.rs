@@ -109,6 +109,7 @@ pub const RESYNC: Duration = Duration::from_secs(60);
 /// The driver. Build with [`KubernetesDriver::start`] (watches the cluster) or
 /// [`KubernetesDriver::new`] (a given world, for tests).
 pub struct KubernetesDriver {
+    client: Client,
     config: KubernetesConfig,
     world: Arc<World>,
     applier: Applier,
@@ -148,7 +149,8 @@ impl KubernetesDriver {
             ProfileSetting::Auto => read_provider(&provider_file).map(Profile::from_provider),
         };
         KubernetesDriver {
-            applier: Applier::new(client, Arc::clone(&world)),
+            applier: Applier::new(client.clone(), Arc::clone(&world)),
+            client,
             config,
             world,
             profile: Mutex::new(profile),
@@ -408,6 +410,12 @@ async fn resync(driver: std::sync::Weak<KubernetesDriver>, wake: Arc<tokio::sync
         };
         if driver.is_draining() {
             return;
+        }
+        if !driver.world.problems().is_empty() {
+            driver.world.probe_failed(&driver.client).await;
+            if driver.world.problems().is_empty() {
+                driver.bump();
+            }
         }
         let failed = driver.last_apply_failed();
         if (failed || since_full >= RESYNC) && driver.reapply().await {

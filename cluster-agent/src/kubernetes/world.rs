@@ -238,6 +238,59 @@ impl World {
             .collect()
     }
 
+    /// Lists one object of every resource whose watch failed last, and clears the
+    /// failure when that works: a watch that resumed from its resourceVersion yields
+    /// nothing until something changes, so its recovery is not otherwise seen.
+    pub async fn probe_failed(&self, client: &Client) {
+        let failed: Vec<Watched> = self
+            .health()
+            .into_iter()
+            .filter(|(_, h)| h.error.is_some())
+            .map(|(w, _)| w)
+            .collect();
+        for watched in failed {
+            let one = kube::api::ListParams::default().limit(1);
+            let result = match watched {
+                Watched::Services => Api::<Service>::all(client.clone())
+                    .list_metadata(&one)
+                    .await
+                    .map(|_| ()),
+                Watched::Ingresses => Api::<Ingress>::all(client.clone())
+                    .list_metadata(&one)
+                    .await
+                    .map(|_| ()),
+                Watched::ConfigMaps => Api::<ConfigMap>::all(client.clone())
+                    .list_metadata(&one)
+                    .await
+                    .map(|_| ()),
+                Watched::EndpointSlices => Api::<EndpointSlice>::all(client.clone())
+                    .list_metadata(&one)
+                    .await
+                    .map(|_| ()),
+                Watched::Events => Api::<Event>::all(client.clone())
+                    .list_metadata(&one)
+                    .await
+                    .map(|_| ()),
+            };
+            match result {
+                Ok(()) => {
+                    tracing::info!(
+                        resource = watched.as_str(),
+                        "member cluster API answers again"
+                    );
+                    self.record(watched, None, false);
+                }
+                Err(error) => {
+                    self.record(
+                        watched,
+                        Some(super::apply::describe_kube_error(&error)),
+                        false,
+                    );
+                }
+            }
+        }
+    }
+
     /// Whether every store holding objects the driver may delete has listed once, so
     /// that garbage collection sees everything it owns.
     pub fn owned_stores_synced(&self) -> bool {
