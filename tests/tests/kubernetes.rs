@@ -602,6 +602,7 @@ fn a_standby_replica_takes_over_within_the_lease() {
         ))
         .unwrap();
     let took = killed_at.elapsed();
+    eprintln!("standby took over {took:?} after kill -9 of the leader (lease 3 s)");
     assert!(
         took < Duration::from_secs(3) + Duration::from_millis(1500),
         "took over after {took:?}"
