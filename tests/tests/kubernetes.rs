@@ -225,6 +225,7 @@ fn a_federated_ingress_reaches_a_kubernetes_member_cluster_and_its_load_balancer
 
     // The cloud provisions one load balancer per protocol; the kubelet makes the
     // backend ready.
+    let written = std::time::Instant::now();
     for service in &services {
         let name = service["metadata"]["name"].as_str().unwrap();
         let protocol = service["spec"]["ports"][0]["protocol"].as_str().unwrap();
@@ -267,6 +268,10 @@ fn a_federated_ingress_reaches_a_kubernetes_member_cluster_and_its_load_balancer
             .then_some(())
             .ok_or(format!("{got:?}"))
     });
+    eprintln!(
+        "load-balancer status written → answered in DNS after {:?}",
+        written.elapsed()
+    );
     eventually(WAIT, "_udp points at the UDP load balancer", || {
         let got = dns.srv_addresses("_echo._udp.echo.fedingress.test");
         (got == ["203.0.113.11"])
