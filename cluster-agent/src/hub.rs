@@ -2,8 +2,9 @@
 //! (`AgentGateway.Connect`), kept up for the agent's whole life.
 //!
 //! Entry points: [`Agent`] ([`Agent::new`], [`Agent::applied`] for readiness,
-//! [`Agent::run`]) and the shorthand [`run`]. [`HubSettings`] says where the hub is and
-//! who the agent is ([`HubSettings::from_config`]); [`Backoff`] paces reconnects.
+//! [`Agent::run`]) and the shorthand [`run`]. [`HubSettings`] says where the hub is (one
+//! address per federation-apiserver replica) and who the agent is
+//! ([`HubSettings::from_config`]); [`Backoff`] paces reconnects.
 //!
 //! # Guarantees
 //!
@@ -23,9 +24,23 @@
 //! - Reports go out right after every apply, when the driver signals a change (at most
 //!   one per [`REPORT_COALESCE`]), when a hub welcomes the agent, and at least every
 //!   `reportIntervalMs`.
-//! - Reconnects use full-jitter exponential backoff ([`BackoffPolicy`]); a refused
-//!   `Hello` (`Unauthenticated`, `PermissionDenied`) is logged at error level with the
-//!   hub's message and retried on the same backoff with a higher cap.
+//! - Several hub addresses (replicas of the federation-apiserver on one store) are used
+//!   round robin, starting at a random one so that agents spread over the replicas. The
+//!   agent holds one session; when it fails, the stream ends or connecting fails, the
+//!   next address is tried at once: a failed address is not tried again before every
+//!   other one was. Backoff applies per full round, not per address, so a replica going
+//!   away costs at most one connect attempt before the next replica (a killed one resets
+//!   its connections; a silent one is found by HTTP/2 keepalive within
+//!   [`KEEPALIVE_INTERVAL`] + [`KEEPALIVE_TIMEOUT`]). Versions derive from the store
+//!   revision, the same on every replica, so the `Hello` of the new session (the applied
+//!   version and digest) lets a replica whose plan is current send nothing.
+//! - A plan is never applied twice: a `Snapshot` of the plan the agent already serves
+//!   (same digest and plan; a new version is only recorded) is acknowledged without
+//!   calling the driver.
+//! - Reconnects use full-jitter exponential backoff ([`BackoffPolicy`]) between rounds;
+//!   a refused `Hello` (`Unauthenticated`, `PermissionDenied`) is logged at error level
+//!   with the hub's message and retried on the same backoff with a higher cap.
+//! - Every switch of address is logged with the address in the `hub` field.
 //!
 //! What does not belong here: serving traffic (drivers), the config file
 //! ([`crate::config`]), the admin endpoint.
@@ -56,13 +71,17 @@ pub const REPORT_COALESCE: Duration = Duration::from_millis(50);
 /// Heartbeat interval until the hub's `Welcome` says otherwise (the design's default).
 pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(2);
 
-/// How long connecting to the hub (TCP and TLS) may take.
+/// How long connecting to the hub (TCP, TLS and the HTTP/2 handshake) may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// HTTP/2 keepalive: a hub that stops answering PINGs is detected within about
-/// `interval + timeout`, even when it sends nothing else.
-const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
-const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(5);
+/// HTTP/2 keepalive: a PING goes out when the hub has sent nothing for this long. A hub
+/// that stops answering (paused, partitioned) is detected within
+/// `KEEPALIVE_INTERVAL + KEEPALIVE_TIMEOUT` (4 s), so the agent is on another replica
+/// within 5 s of its replica's death. A killed hub needs no PING: its kernel closes
+/// the connection, and the stream fails at once.
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(2);
+/// How long a keepalive PING may go unanswered before the connection is given up.
+pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Messages queued towards the hub before senders wait.
 const OUTBOUND_QUEUE: usize = 64;
@@ -77,10 +96,15 @@ const FAR_FUTURE: Duration = Duration::from_secs(365 * 24 * 3600);
 /// Where the hub is, who this agent is, and how it paces itself.
 #[derive(Clone, Debug)]
 pub struct HubSettings {
-    /// `https://host:port` or `http://host:port`.
-    pub address: String,
-    /// PEM CA bundle the hub's certificate must chain to (https only). Without it the
-    /// roots compiled into tonic are used (none unless a `tls-*-roots` feature is on).
+    /// The hub's agent gateway, one address per federation-apiserver replica:
+    /// `https://host:port` or `http://host:port`. At least one.
+    pub addresses: Vec<String>,
+    /// Index into `addresses` of the address tried first; `None` (what a config gives)
+    /// picks one at random, so that a fleet of agents spreads over the replicas.
+    pub first_address: Option<usize>,
+    /// PEM CA bundle every hub address's certificate must chain to (https only); each
+    /// address's host is its TLS server name. Without it the roots compiled into tonic
+    /// are used (none unless a `tls-*-roots` feature is on).
     pub ca_file: Option<PathBuf>,
     /// This cluster's name at the hub.
     pub cluster: String,
@@ -98,6 +122,8 @@ pub struct HubSettings {
 /// Why the hub cannot be reached with these settings.
 #[derive(Debug, thiserror::Error)]
 pub enum HubError {
+    #[error("no hub address")]
+    NoAddress,
     #[error("invalid hub address {address:?}")]
     Address {
         address: String,
@@ -128,7 +154,8 @@ impl HubSettings {
     /// The settings a config file gives (paths as [`Config::load`] resolved them).
     pub fn from_config(config: &Config) -> Self {
         HubSettings {
-            address: config.hub.address.clone(),
+            addresses: config.hub.address_list(),
+            first_address: None,
             ca_file: config.hub.ca_file.clone(),
             cluster: config.cluster.clone(),
             token_file: config.token_file.clone(),
@@ -138,18 +165,31 @@ impl HubSettings {
         }
     }
 
-    /// The gRPC endpoint of the hub: TLS with the CA file and the address's host as
-    /// server name for `https://`, plain HTTP/2 for `http://`. Reads the CA file, so
-    /// `main` calls it once before binding anything to refuse a bad one early.
+    /// The gRPC endpoints of every hub address (see [`HubSettings::endpoint`]). Reads the
+    /// CA file, so `main` calls it once before binding anything to refuse a bad config
+    /// early.
+    ///
+    /// # Errors
+    /// No address, the first bad address, an unreadable CA file or one without
+    /// certificates.
+    pub fn endpoints(&self) -> Result<Vec<Endpoint>, HubError> {
+        if self.addresses.is_empty() {
+            return Err(HubError::NoAddress);
+        }
+        self.addresses.iter().map(|a| self.endpoint(a)).collect()
+    }
+
+    /// The gRPC endpoint of one hub address: TLS with the CA file and the address's
+    /// host as server name for `https://`, plain HTTP/2 for `http://`.
     ///
     /// # Errors
     /// An address that is not a URI, an unreadable CA file or one without certificates.
-    pub fn endpoint(&self) -> Result<Endpoint, HubError> {
+    pub fn endpoint(&self, address: &str) -> Result<Endpoint, HubError> {
         let address_error = |source| HubError::Address {
-            address: self.address.clone(),
+            address: address.to_owned(),
             source,
         };
-        let endpoint = Endpoint::from_shared(self.address.clone())
+        let endpoint = Endpoint::from_shared(address.to_owned())
             .map_err(address_error)?
             .connect_timeout(CONNECT_TIMEOUT)
             .tcp_nodelay(true)
@@ -264,6 +304,73 @@ impl Backoff {
     }
 }
 
+/// Which hub address the agent tries next, and after how long: round robin over the
+/// addresses, backoff once per full round. Pure (the loop in [`Agent::run`] tells it how
+/// each session ended), so its decisions are unit-tested.
+#[derive(Clone, Debug)]
+struct Rotation {
+    len: usize,
+    current: usize,
+    /// Sessions ended since the round began (a session that lasted begins a new one).
+    ended_in_round: usize,
+    /// A Hello of this round was refused: the round's delay gets the higher cap.
+    refused_in_round: bool,
+    backoff: Backoff,
+}
+
+impl Rotation {
+    /// Over `len` addresses (at least one is assumed), `first` tried first.
+    fn new(len: usize, first: usize, initial: Duration) -> Self {
+        let len = len.max(1);
+        Rotation {
+            len,
+            current: first % len,
+            ended_in_round: 0,
+            refused_in_round: false,
+            backoff: Backoff::new(initial),
+        }
+    }
+
+    /// The address to connect to.
+    fn current(&self) -> usize {
+        self.current
+    }
+
+    /// The session on the current address ended; `lasted` says it was connected for
+    /// longer than [`BackoffPolicy::reset_after`]. Moves to the next address and says
+    /// how long to wait before connecting to it: nothing within a round, a backoff
+    /// delay once every address of the round has failed.
+    fn ended(
+        &mut self,
+        lasted: bool,
+        refused: bool,
+        policy: &BackoffPolicy,
+        rng: &mut impl Rng,
+    ) -> Duration {
+        if lasted {
+            // Earlier failures are stale: the address that just went away is the
+            // first of a new round, and the backoff starts over.
+            self.backoff.reset();
+            self.ended_in_round = 0;
+            self.refused_in_round = false;
+        }
+        self.ended_in_round += 1;
+        self.refused_in_round |= refused;
+        self.current = (self.current + 1) % self.len;
+        if self.ended_in_round < self.len {
+            return Duration::ZERO;
+        }
+        let cap = if self.refused_in_round {
+            policy.refused_max
+        } else {
+            policy.max
+        };
+        self.ended_in_round = 0;
+        self.refused_in_round = false;
+        self.backoff.next_delay(cap, rng)
+    }
+}
+
 /// The plan the agent serves now.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Applied {
@@ -326,43 +433,63 @@ impl Agent {
             () = self.apply_persisted() => {}
         }
         let policy = self.settings.backoff;
-        let mut backoff = Backoff::new(policy.initial);
+        let addresses = self.settings.addresses.clone();
+        let first = self
+            .settings
+            .first_address
+            .unwrap_or_else(|| rand::rng().random_range(0..addresses.len().max(1)));
+        let mut rotation = Rotation::new(addresses.len(), first, policy.initial);
         loop {
+            let hub = addresses.get(rotation.current()).map_or("", String::as_str);
             let mut connected_at = None;
             let end = tokio::select! {
                 biased;
                 () = &mut shutdown => return,
-                end = self.session(&mut connected_at) => end,
+                end = self.session(hub, &mut connected_at) => end,
             };
-            if connected_at.is_some_and(|at: Instant| at.elapsed() > policy.reset_after) {
-                backoff.reset();
-            }
+            let lasted = connected_at.is_some_and(|at: Instant| at.elapsed() > policy.reset_after);
             let cluster = &self.settings.cluster;
             let version = self.applied_version();
-            let cap = match &end {
+            let refused = match &end {
                 End::Refused(status) => {
                     tracing::error!(
                         cluster = %cluster,
+                        hub = %hub,
                         version,
                         code = ?status.code(),
                         error = status.message(),
                         "hub refused the agent; check the token and the cluster name"
                     );
-                    policy.refused_max
+                    true
                 }
                 End::Failed(error) => {
-                    tracing::warn!(cluster = %cluster, version, error = %error, "hub connection failed");
-                    policy.max
+                    tracing::warn!(cluster = %cluster, hub = %hub, version, error = %error, "hub connection failed");
+                    false
                 }
                 End::Closed => {
-                    tracing::info!(cluster = %cluster, version, "hub closed the stream");
-                    policy.max
+                    tracing::info!(cluster = %cluster, hub = %hub, version, "hub closed the stream");
+                    false
                 }
-                End::Resync => policy.max,
+                End::Resync => false,
+                // Same hub, at once: only the Hello changes.
                 End::Renegotiate => continue,
             };
-            let delay = backoff.next_delay(cap, &mut rand::rng());
-            tracing::debug!(cluster = %cluster, delay_ms = delay.as_millis(), "reconnecting");
+            let delay = rotation.ended(lasted, refused, &policy, &mut rand::rng());
+            let next = addresses.get(rotation.current()).map_or("", String::as_str);
+            if next == hub {
+                tracing::debug!(cluster = %cluster, hub = %hub, delay_ms = delay.as_millis(), "reconnecting");
+            } else {
+                tracing::info!(
+                    cluster = %cluster,
+                    hub = %next,
+                    previous = %hub,
+                    delay_ms = delay.as_millis(),
+                    "switching to the next hub address"
+                );
+            }
+            if delay.is_zero() {
+                continue;
+            }
             tokio::select! {
                 biased;
                 () = &mut shutdown => return,
@@ -400,18 +527,47 @@ impl Agent {
         self.current = Some(persisted);
     }
 
-    /// Applies `plan`, persists it, publishes it; returns the rule errors.
-    async fn apply(&mut self, version: u64, digest: String, plan: ClusterPlan) -> Vec<RuleError> {
-        let cluster = &self.settings.cluster;
-        let rule_errors = self.driver.apply(&plan).await;
-        let persisted = PersistedPlan {
-            version,
-            digest,
-            plan,
+    /// The rule errors of the applied plan when `plan` (with the hub's `digest`) is the
+    /// plan the agent serves already; `None` when it must be applied.
+    fn already_serving(&self, digest: &str, plan: &ClusterPlan) -> Option<Vec<RuleError>> {
+        let current = self.current.as_ref()?;
+        if current.digest != digest || current.plan != *plan {
+            return None;
+        }
+        let applied = self.applied.borrow();
+        Some(
+            applied
+                .as_ref()
+                .map(|a| a.rule_errors.clone())
+                .unwrap_or_default(),
+        )
+    }
+
+    /// Records `version` for the plan already served (a replica may number the same
+    /// plan differently): persisted and published, the driver is not called.
+    async fn adopt_version(&mut self, version: u64) {
+        let Some(current) = self.current.as_mut() else {
+            return;
         };
+        if current.version == version {
+            return;
+        }
+        current.version = version;
+        let copy = current.clone();
+        self.persist(copy).await;
+        self.applied.send_modify(|applied| {
+            if let Some(applied) = applied {
+                applied.version = version;
+            }
+        });
+    }
+
+    /// Writes the applied plan to the state dir (errors are logged: the agent serves on).
+    async fn persist(&self, persisted: PersistedPlan) {
+        let cluster = &self.settings.cluster;
+        let version = persisted.version;
         let store = self.store.clone();
-        let copy = persisted.clone();
-        match tokio::task::spawn_blocking(move || store.save(&copy)).await {
+        match tokio::task::spawn_blocking(move || store.save(&persisted)).await {
             Ok(Ok(())) => {}
             Ok(Err(error)) => tracing::error!(
                 cluster = %cluster,
@@ -426,6 +582,18 @@ impl Agent {
                 "persisting the applied plan failed"
             ),
         }
+    }
+
+    /// Applies `plan`, persists it, publishes it; returns the rule errors.
+    async fn apply(&mut self, version: u64, digest: String, plan: ClusterPlan) -> Vec<RuleError> {
+        let cluster = &self.settings.cluster;
+        let rule_errors = self.driver.apply(&plan).await;
+        let persisted = PersistedPlan {
+            version,
+            digest,
+            plan,
+        };
+        self.persist(persisted.clone()).await;
         if rule_errors.is_empty() {
             tracing::info!(cluster = %cluster, version, "plan applied");
         } else {
@@ -446,10 +614,14 @@ impl Agent {
         rule_errors
     }
 
-    /// One connection: Hello, then follow the hub until the stream ends.
-    async fn session(&mut self, connected_at: &mut Option<Instant>) -> End {
+    /// One connection to the hub at `hub`: Hello, then follow the hub until the stream
+    /// ends.
+    async fn session(&mut self, hub: &str, connected_at: &mut Option<Instant>) -> End {
         let cluster = self.settings.cluster.clone();
-        let endpoint = match self.settings.endpoint() {
+        if hub.is_empty() {
+            return End::Failed(error_chain(&HubError::NoAddress));
+        }
+        let endpoint = match self.settings.endpoint(hub) {
             Ok(endpoint) => endpoint,
             Err(error) => return End::Failed(error_chain(&error)),
         };
@@ -457,9 +629,14 @@ impl Agent {
             Ok(token) => token,
             Err(error) => return End::Failed(error_chain(&error)),
         };
-        let channel = match endpoint.connect().await {
-            Ok(channel) => channel,
-            Err(error) => return End::Failed(error_chain(&error)),
+        // tonic bounds only the TCP connect; a hub that accepts and then says nothing
+        // (paused) would hold the TLS or HTTP/2 handshake forever.
+        let channel = match tokio::time::timeout(CONNECT_TIMEOUT, endpoint.connect()).await {
+            Ok(Ok(channel)) => channel,
+            Ok(Err(error)) => return End::Failed(error_chain(&error)),
+            Err(_) => {
+                return End::Failed(format!("connecting took longer than {CONNECT_TIMEOUT:?}"));
+            }
         };
         let (tx, rx) = mpsc::channel::<pb::AgentMessage>(OUTBOUND_QUEUE);
         let hello = AgentToHub::Hello(Hello {
@@ -489,7 +666,7 @@ impl Agent {
         tracing::info!(
             cluster = %cluster,
             version = self.applied_version(),
-            hub = %self.settings.address,
+            hub = %hub,
             "connected to the hub"
         );
 
@@ -605,7 +782,21 @@ impl Agent {
                     ingresses = plan.ingresses.len(),
                     "snapshot"
                 );
-                let rule_errors = self.apply(version, digest, plan).await;
+                let rule_errors = match self.already_serving(&digest, &plan) {
+                    Some(rule_errors) => {
+                        // Never apply a plan twice: another replica, or the same one
+                        // after a restart, may resend what the agent serves.
+                        tracing::info!(
+                            cluster = %cluster,
+                            version,
+                            applied_version = self.applied_version(),
+                            "snapshot equals the applied plan; acknowledged without applying"
+                        );
+                        self.adopt_version(version).await;
+                        rule_errors
+                    }
+                    None => self.apply(version, digest, plan).await,
+                };
                 send(tx, ack(version, rule_errors)).await?;
                 Ok(true)
             }
@@ -771,7 +962,8 @@ mod tests {
 
     fn settings(address: &str, ca: Option<PathBuf>) -> HubSettings {
         HubSettings {
-            address: address.to_owned(),
+            addresses: vec![address.to_owned()],
+            first_address: None,
             ca_file: ca,
             cluster: "eu-west".to_owned(),
             token_file: PathBuf::from("token"),
@@ -784,20 +976,143 @@ mod tests {
     #[test]
     fn endpoints_check_the_ca_file() {
         let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-        settings("http://127.0.0.1:6444", None).endpoint().unwrap();
-        settings("https://[::1]:6444", None).endpoint().unwrap();
+        settings("http://127.0.0.1:6444", None).endpoints().unwrap();
+        settings("https://[::1]:6444", None).endpoints().unwrap();
         let dir = tempfile::tempdir().unwrap();
         let missing = dir.path().join("missing.pem");
         let err = settings("https://hub:1", Some(missing))
-            .endpoint()
+            .endpoints()
             .unwrap_err();
         assert!(matches!(err, HubError::ReadCa { .. }), "{err:?}");
         let junk = dir.path().join("junk.pem");
         std::fs::write(&junk, "not a certificate").unwrap();
         let err = settings("https://hub:1", Some(junk))
-            .endpoint()
+            .endpoints()
             .unwrap_err();
         assert!(matches!(err, HubError::EmptyCa { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn every_hub_address_is_checked() {
+        let mut s = settings("http://a:6444", None);
+        s.addresses.push("http://b:6444".to_owned());
+        assert_eq!(s.endpoints().unwrap().len(), 2);
+        s.addresses.push("http://bad host".to_owned());
+        let err = s.endpoints().unwrap_err();
+        assert!(
+            matches!(&err, HubError::Address { address, .. } if address == "http://bad host"),
+            "{err:?}"
+        );
+        s.addresses.clear();
+        assert!(matches!(s.endpoints(), Err(HubError::NoAddress)));
+    }
+
+    /// Delays the rotation asks for over `outcomes` (`(lasted, refused)` per ended
+    /// session), with the address tried after each.
+    fn rotate(rotation: &mut Rotation, outcomes: &[(bool, bool)]) -> Vec<(usize, Duration)> {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        let policy = BackoffPolicy::default();
+        outcomes
+            .iter()
+            .map(|&(lasted, refused)| {
+                let delay = rotation.ended(lasted, refused, &policy, &mut rng);
+                (rotation.current(), delay)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn rotation_tries_every_address_before_backing_off() {
+        let policy = BackoffPolicy::default();
+        // Three replicas, starting at the second; none answers.
+        let mut rotation = Rotation::new(3, 1, policy.initial);
+        assert_eq!(rotation.current(), 1);
+        let steps = rotate(&mut rotation, &[(false, false); 9]);
+        let order: Vec<usize> = steps.iter().map(|(i, _)| *i).collect();
+        assert_eq!(order, [2, 0, 1, 2, 0, 1, 2, 0, 1], "round robin");
+        for (n, (_, delay)) in steps.iter().enumerate() {
+            if n % 3 == 2 {
+                // The end of a round: a backoff delay under the round's ceiling.
+                let ceiling = policy.initial * (1 << (n / 3));
+                assert!(*delay <= ceiling, "round {}: {delay:?}", n / 3);
+            } else {
+                assert_eq!(*delay, Duration::ZERO, "step {n}: within a round");
+            }
+        }
+        assert_eq!(
+            rotation.backoff.ceiling(policy.max),
+            policy.initial * 8,
+            "the backoff grew once per round, not once per address"
+        );
+    }
+
+    #[test]
+    fn a_lost_replica_costs_no_delay_and_is_tried_last() {
+        let policy = BackoffPolicy::default();
+        let mut rotation = Rotation::new(3, 0, policy.initial);
+        // Two failed rounds first: the backoff has grown.
+        rotate(&mut rotation, &[(false, false); 6]);
+        assert_eq!(rotation.backoff.ceiling(policy.max), policy.initial * 4);
+        // Then a session on replica 0 lasts, and replica 0 dies: replica 1 at once,
+        // then replica 2 at once; only when both fail too does the agent wait, with
+        // the backoff started over. Replica 0 is not tried before 1 and 2.
+        let steps = rotate(
+            &mut rotation,
+            &[(true, false), (false, false), (false, false)],
+        );
+        assert_eq!(steps[0], (1, Duration::ZERO));
+        assert_eq!(steps[1], (2, Duration::ZERO));
+        assert_eq!(steps[2].0, 0);
+        assert!(steps[2].1 <= policy.initial, "{:?}", steps[2].1);
+
+        // A session that did not last counts in its round: replica 1 answers and
+        // closes at once, over and over. The agent backs off every round.
+        let mut rotation = Rotation::new(2, 1, policy.initial);
+        let steps = rotate(&mut rotation, &[(false, false); 4]);
+        assert_eq!(steps[0].1, Duration::ZERO);
+        assert_eq!(steps[2].1, Duration::ZERO);
+        assert_eq!(rotation.backoff.ceiling(policy.max), policy.initial * 4);
+    }
+
+    #[test]
+    fn one_address_backs_off_after_every_session_and_refusals_climb_higher() {
+        let policy = BackoffPolicy::default();
+        let mut rotation = Rotation::new(1, 0, policy.initial);
+        let steps = rotate(&mut rotation, &[(false, false); 12]);
+        assert!(steps.iter().all(|(i, d)| *i == 0 && *d <= policy.max));
+        assert_eq!(rotation.backoff.ceiling(policy.max), policy.max);
+        assert_eq!(
+            rotation.backoff.ceiling(policy.refused_max),
+            policy.refused_max,
+            "a refused Hello may wait up to refused_max"
+        );
+        // A round with a refusal may wait longer than max; one without may not.
+        let mut rng = rand::rngs::StdRng::seed_from_u64(9);
+        let mut rotation = Rotation::new(2, 0, policy.max);
+        let delays: Vec<Duration> = (0..40)
+            .map(|_| {
+                rotation.ended(false, false, &policy, &mut rng);
+                rotation.ended(false, true, &policy, &mut rng)
+            })
+            .collect();
+        assert!(delays.iter().any(|d| *d > policy.max), "{delays:?}");
+        let delays: Vec<Duration> = (0..40)
+            .map(|_| {
+                rotation.ended(false, false, &policy, &mut rng);
+                rotation.ended(false, false, &policy, &mut rng)
+            })
+            .collect();
+        assert!(delays.iter().all(|d| *d <= policy.max), "{delays:?}");
+    }
+
+    #[test]
+    fn rotation_starts_where_told_and_survives_no_addresses() {
+        let rotation = Rotation::new(3, 7, Duration::from_millis(1));
+        assert_eq!(rotation.current(), 1);
+        let mut rotation = Rotation::new(0, 0, Duration::from_millis(1));
+        assert_eq!(rotation.current(), 0);
+        rotate(&mut rotation, &[(false, false)]);
+        assert_eq!(rotation.current(), 0);
     }
 
     #[test]

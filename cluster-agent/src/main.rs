@@ -65,7 +65,7 @@ fn main() -> ExitCode {
     };
     let settings = HubSettings::from_config(&config);
     // Reads and checks the CA file, so a bad one is a config error, not a retry loop.
-    if let Err(e) = settings.endpoint() {
+    if let Err(e) = settings.endpoints() {
         eprintln!("cluster-agent: hub: {}", chain(&e));
         return ExitCode::from(EXIT_CONFIG);
     }
@@ -154,7 +154,7 @@ async fn run(
     tracing::info!(
         cluster = %config.cluster,
         admin = %admin_addr,
-        hub = %config.hub.address,
+        hubs = %config.hub.address_list().join(","),
         driver = driver.name(),
         "agent started"
     );

@@ -13,7 +13,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fedingress_agent::driver::Driver;
-use fedingress_agent::hub::{Agent, Applied, BackoffPolicy, HubSettings};
+use fedingress_agent::hub::{
+    Agent, Applied, BackoffPolicy, HubSettings, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT,
+};
 use fedingress_agent::state::{PersistedPlan, PlanStore};
 use fedingress_api::ingress::{Backend, IngressRule, Protocol};
 use fedingress_api::plan::{
@@ -23,13 +25,18 @@ use fedingress_proto::convert::{agent_from_pb, hub_to_pb};
 use fedingress_proto::pb::agent_gateway_server::{AgentGateway, AgentGatewayServer};
 use fedingress_proto::{AgentToHub, Hello, HubToAgent, pb};
 use futures_util::StreamExt;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch};
-use tokio::task::JoinHandle;
+use tokio::task::{JoinHandle, JoinSet};
+use tokio::time::Instant;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 const DEADLINE: Duration = Duration::from_secs(10);
 const TOKEN: &str = "agent-token-1";
+
+/// Within this long of its hub's death an agent is on another one (issue 11).
+const FAILOVER_BOUND: Duration = Duration::from_secs(5);
 
 // --- the fake hub ----------------------------------------------------------------------
 
@@ -68,6 +75,19 @@ impl Conn {
         self.expect("Ack", |m| match m {
             AgentToHub::Ack { version } => Some(version),
             AgentToHub::Nack { version, .. } => panic!("Nack for {version}, expected an Ack"),
+            _ => None,
+        })
+        .await
+    }
+
+    async fn expect_nack(&mut self) -> (u64, Vec<RuleError>) {
+        self.expect("Nack", |m| match m {
+            AgentToHub::Nack {
+                version,
+                rule_errors,
+                ..
+            } => Some((version, rule_errors)),
+            AgentToHub::Ack { version } => panic!("Ack for {version}, expected a Nack"),
             _ => None,
         })
         .await
@@ -210,6 +230,90 @@ impl Hub {
     }
 }
 
+// --- a relay in front of a hub, to kill or pause it ---------------------------------
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Relaying {
+    Open,
+    /// Connections stay open and nothing passes: a paused or partitioned hub.
+    Silent,
+    /// The port refuses and every connection is closed: a `kill -9`ed hub (its kernel
+    /// closes its sockets).
+    Dead,
+}
+
+/// A TCP relay the agent dials instead of the hub behind it.
+struct Relay {
+    addr: SocketAddr,
+    state: watch::Sender<Relaying>,
+    task: JoinHandle<()>,
+}
+
+impl Relay {
+    async fn start(upstream: SocketAddr) -> Relay {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (state, watching) = watch::channel(Relaying::Open);
+        let task = tokio::spawn(relay(listener, upstream, watching));
+        Relay { addr, state, task }
+    }
+
+    fn silence(&self) {
+        self.state.send_replace(Relaying::Silent);
+    }
+
+    /// Closes the port and every connection through it.
+    async fn kill(self) {
+        self.state.send_replace(Relaying::Dead);
+        tokio::time::timeout(DEADLINE, self.task)
+            .await
+            .expect("the relay did not stop")
+            .unwrap();
+    }
+}
+
+async fn relay(listener: TcpListener, upstream: SocketAddr, state: watch::Receiver<Relaying>) {
+    let mut pipes = JoinSet::new();
+    let mut dead = state.clone();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                if let Ok((client, _)) = accepted {
+                    pipes.spawn(pipe(client, upstream, state.clone()));
+                }
+            }
+            _ = dead.wait_for(|s| *s == Relaying::Dead) => break,
+        }
+    }
+    // Dropping the listener and the pipes (aborted) closes every socket.
+    pipes.shutdown().await;
+}
+
+async fn pipe(mut client: TcpStream, upstream: SocketAddr, mut state: watch::Receiver<Relaying>) {
+    let open = *state.borrow() == Relaying::Open;
+    let held = if open {
+        let Ok(mut server) = TcpStream::connect(upstream).await else {
+            return;
+        };
+        tokio::select! {
+            _ = tokio::io::copy_bidirectional(&mut client, &mut server) => return,
+            _ = state.wait_for(|s| *s != Relaying::Open) => {}
+        }
+        Some(server)
+    } else {
+        None
+    };
+    // Silent: hold both ends open until the relay dies (and aborts this task).
+    std::future::pending::<()>().await;
+    drop((client, held));
+}
+
+/// An address nothing listens on (connecting is refused).
+async fn closed_port() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    listener.local_addr().unwrap()
+}
+
 // --- the fake driver -------------------------------------------------------------------
 
 #[derive(Default)]
@@ -309,10 +413,16 @@ impl RunningAgent {
 }
 
 fn settings(hub: SocketAddr, dir: &std::path::Path) -> HubSettings {
+    settings_for(&[hub], dir)
+}
+
+/// Settings for hubs at `hubs`, tried in that order.
+fn settings_for(hubs: &[SocketAddr], dir: &std::path::Path) -> HubSettings {
     let token_file = dir.join("token");
     std::fs::write(&token_file, format!("  {TOKEN}\n")).unwrap();
     HubSettings {
-        address: format!("http://{hub}"),
+        addresses: hubs.iter().map(|hub| format!("http://{hub}")).collect(),
+        first_address: Some(0),
         ca_file: None,
         cluster: "eu-west".into(),
         token_file,
@@ -326,6 +436,15 @@ fn settings(hub: SocketAddr, dir: &std::path::Path) -> HubSettings {
         },
     }
 }
+
+/// A backoff no test waits out: a switch of hub that slept it (full jitter up to an
+/// hour) would miss [`DEADLINE`] but for a 0.3% chance.
+const SLOW: BackoffPolicy = BackoffPolicy {
+    initial: Duration::from_secs(3600),
+    max: Duration::from_secs(3600),
+    refused_max: Duration::from_secs(3600),
+    reset_after: Duration::from_secs(3600),
+};
 
 fn share(name: &str, port: i32) -> IngressShare {
     let mut rule = IngressRule::new(Protocol::Tcp);
@@ -611,6 +730,169 @@ async fn driver_changes_are_reported_coalesced_and_periodically() {
     conn.expect_report().await;
     conn.expect_report().await;
     assert!(start.elapsed() < Duration::from_secs(2));
+
+    agent.stop().await;
+    hub.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_hub_is_replaced_by_the_next_without_a_reapply() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut first = Hub::start("127.0.0.1:0".parse().unwrap()).await;
+    let mut second = Hub::start("127.0.0.1:0".parse().unwrap()).await;
+    let relay = Relay::start(first.addr).await;
+    let driver = Arc::new(FakeDriver::default());
+    let mut settings = settings_for(&[relay.addr, second.addr], dir.path());
+    settings.backoff = SLOW;
+    let mut agent = RunningAgent::start(settings, Arc::clone(&driver));
+
+    let mut conn = first.next_conn().await;
+    assert_eq!(conn.hello.applied_version, 0);
+    conn.send(welcome(100));
+    let v5 = plan(&[share("db", 3306)]);
+    conn.send(snapshot(5, &v5));
+    assert_eq!(conn.expect_ack().await, 5);
+    agent.wait_applied(5).await;
+
+    // The first hub's process dies: the agent is on the second at once (no backoff:
+    // an hour's would miss the deadline), and its Hello says what it serves.
+    let killed = Instant::now();
+    relay.kill().await;
+    let mut conn = second.next_conn().await;
+    let took = killed.elapsed();
+    eprintln!("on the second hub {took:?} after the first was killed");
+    assert!(took < FAILOVER_BOUND, "{took:?}");
+    assert_eq!(
+        (
+            conn.hello.applied_version,
+            conn.hello.applied_digest.as_str()
+        ),
+        (5, v5.digest().as_str())
+    );
+
+    // The second hub's plan is current (one store, one version): welcome and no
+    // snapshot. The agent reports and applies nothing.
+    conn.send(welcome(100));
+    assert_eq!(conn.expect_report().await.active_connections, 1);
+    assert_eq!(
+        driver.applies(),
+        std::slice::from_ref(&v5),
+        "not re-applied"
+    );
+
+    // It follows the second hub from there: a delta on the version it had.
+    let v6 = plan(&[share("db", 3306), share("cache", 6379)]);
+    conn.send(delta(5, &v5, 6, &v6));
+    assert_eq!(conn.expect_ack().await, 6);
+    assert_eq!(driver.applies(), [v5, v6]);
+
+    agent.stop().await;
+    first.kill().await;
+    second.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_hub_is_skipped_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let dead = closed_port().await;
+    let mut hub = Hub::start("127.0.0.1:0".parse().unwrap()).await;
+    let mut settings = settings_for(&[dead, hub.addr], dir.path());
+    settings.backoff = SLOW;
+    let started = Instant::now();
+    let agent = RunningAgent::start(settings, Arc::new(FakeDriver::default()));
+    let mut conn = hub.next_conn().await;
+    let took = started.elapsed();
+    eprintln!("on the second hub {took:?} after start, the first refusing");
+    assert!(took < FAILOVER_BOUND, "{took:?}");
+    conn.send(welcome(100));
+    conn.expect_report().await;
+    agent.stop().await;
+    hub.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_hub_is_left_within_the_keepalive_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut first = Hub::start("127.0.0.1:0".parse().unwrap()).await;
+    let mut second = Hub::start("127.0.0.1:0".parse().unwrap()).await;
+    let relay = Relay::start(first.addr).await;
+    let driver = Arc::new(FakeDriver::default());
+    let mut settings = settings_for(&[relay.addr, second.addr], dir.path());
+    settings.backoff = SLOW;
+    let agent = RunningAgent::start(settings, Arc::clone(&driver));
+    let mut conn = first.next_conn().await;
+    conn.send(welcome(100));
+    let v3 = plan(&[share("db", 3306)]);
+    conn.send(snapshot(3, &v3));
+    assert_eq!(conn.expect_ack().await, 3);
+
+    // The first hub stops answering (paused, or partitioned away) with its
+    // connections open: HTTP/2 keepalive finds out.
+    let silenced = Instant::now();
+    relay.silence();
+    let conn = second.next_conn().await;
+    let took = silenced.elapsed();
+    eprintln!("on the second hub {took:?} after the first fell silent");
+    assert!(
+        took < KEEPALIVE_INTERVAL + KEEPALIVE_TIMEOUT + Duration::from_secs(1),
+        "{took:?}"
+    );
+    assert!(took < FAILOVER_BOUND, "{took:?}");
+    assert_eq!(conn.hello.applied_version, 3);
+    assert_eq!(driver.applies().len(), 1);
+
+    agent.stop().await;
+    relay.kill().await;
+    first.kill().await;
+    second.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_equal_snapshot_is_acknowledged_without_applying() {
+    let dir = tempfile::tempdir().unwrap();
+    let v12 = plan(&[share("db", 3306)]);
+    PlanStore::new(dir.path().join("state/plan.json"))
+        .save(&PersistedPlan {
+            version: 12,
+            digest: v12.digest(),
+            plan: v12.clone(),
+        })
+        .unwrap();
+    let error = RuleError {
+        ingress: IngressKey::new("default", "db"),
+        rule: 0,
+        message: "port 3306 in use".into(),
+    };
+    let driver = Arc::new(FakeDriver::default());
+    *driver.rule_errors.lock().unwrap() = vec![error.clone()];
+    let mut hub = Hub::start("127.0.0.1:0".parse().unwrap()).await;
+    let mut agent = RunningAgent::start(settings(hub.addr, dir.path()), Arc::clone(&driver));
+    agent.wait_applied(12).await;
+    assert_eq!(driver.applies().len(), 1, "the persisted plan, at start");
+
+    // A hub (another replica, or one restarted) sends the plan the agent serves: it is
+    // acknowledged as it was applied, rule errors included, and not applied again.
+    let mut conn = hub.next_conn().await;
+    assert_eq!(conn.hello.applied_version, 12);
+    conn.send(welcome(100));
+    conn.send(snapshot(12, &v12));
+    assert_eq!(conn.expect_nack().await, (12, vec![error.clone()]));
+    assert_eq!(driver.applies().len(), 1);
+
+    // The same plan under another version: the version is recorded, nothing applied.
+    conn.send(snapshot(13, &v12));
+    assert_eq!(conn.expect_nack().await, (13, vec![error]));
+    assert_eq!(driver.applies().len(), 1);
+    agent.wait_applied(13).await;
+    let stored = persisted(dir.path()).unwrap();
+    assert_eq!((stored.version, &stored.plan), (13, &v12));
+
+    // A different plan is applied as always.
+    driver.rule_errors.lock().unwrap().clear();
+    let v14 = plan(&[share("db", 3306), share("cache", 6379)]);
+    conn.send(snapshot(14, &v14));
+    assert_eq!(conn.expect_ack().await, 14);
+    assert_eq!(driver.applies(), [v12, v14]);
 
     agent.stop().await;
     hub.kill().await;

@@ -146,8 +146,10 @@ pub struct JoinArgs {
     pub token_file: Option<PathBuf>,
     /// With --emit: the hub's agent gateway as agents reach it (default: from the
     /// kubeconfig's fedingress.io/agent-gateway extension, else the API host, port 6444).
-    #[arg(long, value_name = "URL", requires = "emit")]
-    pub hub_address: Option<String>,
+    /// Repeatable: one per federation-apiserver replica, all of one scheme; the agent
+    /// moves to the next when its replica goes away.
+    #[arg(long = "hub-address", value_name = "URL", requires = "emit")]
+    pub hub_addresses: Vec<String>,
     /// With --emit: CA bundle the agent verifies an https hub with (default: the
     /// kubeconfig's certificate-authority).
     #[arg(long, value_name = "FILE", requires = "emit")]

@@ -3,7 +3,9 @@
 //! a bad config exits 64 without side effects.
 //!
 //! ```yaml
-//! hub: {address: "https://hub.example.com:6444", caFile: ca.pem}
+//! hub:
+//!   addresses: ["https://hub-a.example.com:6444", "https://hub-b.example.com:6444"]
+//!   caFile: ca.pem
 //! cluster: eu-west
 //! tokenFile: agent-token
 //! driver: standalone
@@ -14,6 +16,12 @@
 //! ```
 //!
 //! Decisions:
+//! - `hub.addresses` lists the agent gateway of every federation-apiserver replica (they
+//!   share one store); the agent holds one session and moves to the next address when
+//!   it goes away (see [`crate::hub`]). `hub.address: URL` is the same as
+//!   `hub.addresses: [URL]`; exactly one of the two is given. All addresses use one
+//!   scheme, and `hub.caFile` verifies every one of them (each address's host is its
+//!   TLS server name).
 //! - `cluster` is the cluster's name as a plain string (a DNS-1123 label).
 //! - Relative paths (`tokenFile`, `stateDir`, `hub.caFile`) are resolved against the
 //!   directory of the config file, as kubeconfig does, so a config and its files move
@@ -93,15 +101,92 @@ pub struct Config {
     pub report_interval_ms: u64,
 }
 
-/// The hub's agent gateway.
+/// The hub's agent gateway: `address` or `addresses`, exactly one of them.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct HubConfig {
-    /// `https://host:port` (or `http://` for local development).
-    pub address: String,
-    /// PEM CA bundle to verify the hub with (https only); the system roots when absent.
+    /// `https://host:port` (or `http://` for local development): one hub.
+    #[serde(default)]
+    pub address: Option<String>,
+    /// The agent gateway of every federation-apiserver replica, in the same form.
+    #[serde(default)]
+    pub addresses: Option<Vec<String>>,
+    /// PEM CA bundle to verify the hub with (https only), whichever address the agent
+    /// is on; the system roots when absent.
     #[serde(default)]
     pub ca_file: Option<PathBuf>,
+}
+
+impl HubConfig {
+    /// The hub's addresses: `addresses`, or `address` as a one-element list.
+    pub fn address_list(&self) -> Vec<String> {
+        match (&self.address, &self.addresses) {
+            (_, Some(addresses)) => addresses.clone(),
+            (Some(address), None) => vec![address.clone()],
+            (None, None) => Vec::new(),
+        }
+    }
+
+    /// Every problem of the section, each naming its field.
+    fn problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        let listed: Vec<(String, &str)> = match (&self.address, &self.addresses) {
+            (Some(_), Some(_)) => {
+                problems.push(
+                    "hub: give address or addresses, not both (address is the one-element addresses)"
+                        .to_owned(),
+                );
+                return problems;
+            }
+            (None, None) => {
+                problems.push("hub.addresses: required (or hub.address)".to_owned());
+                return problems;
+            }
+            (Some(address), None) => vec![("hub.address".to_owned(), address.as_str())],
+            (None, Some(addresses)) => {
+                if addresses.is_empty() {
+                    problems.push("hub.addresses: at least one address is required".to_owned());
+                }
+                addresses
+                    .iter()
+                    .enumerate()
+                    .map(|(i, a)| (format!("hub.addresses[{i}]"), a.as_str()))
+                    .collect()
+            }
+        };
+        // Address (normalized) → the field that gave it first.
+        let mut seen: BTreeMap<String, &str> = BTreeMap::new();
+        for (field, address) in &listed {
+            if let Err(message) = check_hub_address(address) {
+                problems.push(format!("{field}: {message}"));
+                continue;
+            }
+            let key = address.trim_end_matches('/').to_ascii_lowercase();
+            match seen.get(&key) {
+                Some(first) => {
+                    problems.push(format!("{field}: {address} is listed twice (as {first})"));
+                }
+                None => {
+                    seen.insert(key, field);
+                }
+            }
+        }
+        let https = |a: &str| a.starts_with("https://");
+        if let Some((_, first)) = listed.first() {
+            for (field, address) in listed.iter().skip(1) {
+                if check_hub_address(address).is_ok() && https(address) != https(first) {
+                    problems.push(format!(
+                        "{field}: every hub address must use the scheme of the first ({})",
+                        if https(first) { "https://" } else { "http://" }
+                    ));
+                }
+            }
+        }
+        if self.ca_file.is_some() && !listed.iter().any(|(_, a)| https(a)) {
+            problems.push("hub.caFile: only used with an https:// hub address".to_owned());
+        }
+        problems
+    }
 }
 
 /// The agent's driver.
@@ -687,13 +772,7 @@ impl Config {
     }
 
     fn problems(&self) -> Vec<String> {
-        let mut problems = Vec::new();
-        if let Err(message) = check_hub_address(&self.hub.address) {
-            problems.push(format!("hub.address: {message}"));
-        }
-        if self.hub.ca_file.is_some() && !self.hub.address.starts_with("https://") {
-            problems.push("hub.caFile: only used with an https:// hub address".to_owned());
-        }
+        let mut problems = self.hub.problems();
         for message in names::dns1123_label(&self.cluster) {
             problems.push(format!("cluster: {message}"));
         }
@@ -1201,6 +1280,106 @@ stateDir: state
             "https://[zz]:1",
         ] {
             assert!(check_hub_address(bad).is_err(), "{bad}");
+        }
+    }
+
+    /// The problems of MINIMAL with its hub section replaced by `hub`.
+    fn hub_problems(hub: &str) -> Vec<String> {
+        let text = MINIMAL.replace("hub: {address: http://127.0.0.1:6444}", hub);
+        match Config::from_yaml(&text) {
+            Ok(_) => Vec::new(),
+            Err(ConfigError::Invalid { problems }) => problems,
+            Err(err) => panic!("{hub}: {err:?}"),
+        }
+    }
+
+    #[test]
+    fn hub_takes_one_address_or_a_list() {
+        let config = Config::from_yaml(MINIMAL).unwrap();
+        assert_eq!(config.hub.address_list(), ["http://127.0.0.1:6444"]);
+        assert_eq!(
+            crate::hub::HubSettings::from_config(&config).addresses,
+            ["http://127.0.0.1:6444"]
+        );
+        let text = MINIMAL.replace(
+            "hub: {address: http://127.0.0.1:6444}",
+            "hub:\n  addresses:\n  - https://hub-a:6444\n  - https://[::1]:6444/\n  caFile: ca.pem",
+        );
+        let config = Config::from_yaml(&text).unwrap();
+        assert_eq!(
+            config.hub.address_list(),
+            ["https://hub-a:6444", "https://[::1]:6444/"]
+        );
+        let settings = crate::hub::HubSettings::from_config(&config);
+        assert_eq!(settings.addresses, config.hub.address_list());
+        assert_eq!(settings.first_address, None, "a random one first");
+        assert_eq!(settings.ca_file.as_deref(), Some(Path::new("ca.pem")));
+        assert_eq!(
+            hub_problems("hub: {addresses: [http://a:6444]}"),
+            Vec::<String>::new()
+        );
+    }
+
+    #[test]
+    fn hub_address_problems_name_their_fields() {
+        let cases: &[(&str, &[&str])] = &[
+            (
+                "hub: {address: http://a:6444, addresses: [http://b:6444]}",
+                &["hub: give address or addresses, not both"],
+            ),
+            ("hub: {caFile: ca.pem}", &["hub.addresses: required"]),
+            (
+                "hub: {addresses: []}",
+                &["hub.addresses: at least one address is required"],
+            ),
+            (
+                "hub: {addresses: [http://a:6444, 'a:6444', http://b:0, HTTP://A:6444/]}",
+                &[
+                    "hub.addresses[1]: must start with https:// or http://",
+                    "hub.addresses[2]: has an invalid port",
+                    "hub.addresses[3]: must start with https:// or http://",
+                ],
+            ),
+            (
+                "hub: {addresses: [http://a:6444, http://b:6444, http://A:6444/]}",
+                &["hub.addresses[2]: http://A:6444/ is listed twice (as hub.addresses[0])"],
+            ),
+            (
+                "hub: {addresses: [https://a:6444, http://b:6444], caFile: ca.pem}",
+                &[
+                    "hub.addresses[1]: every hub address must use the scheme of the first (https://)",
+                ],
+            ),
+            (
+                "hub: {addresses: [http://a:6444, http://b:6444], caFile: ca.pem}",
+                &["hub.caFile: only used with an https:// hub address"],
+            ),
+            (
+                "hub: {address: 'https://a b'}",
+                &["hub.address: must be scheme://host[:port] without path, query or user"],
+            ),
+        ];
+        for (hub, expected) in cases {
+            let problems = hub_problems(hub);
+            assert_eq!(problems.len(), expected.len(), "{hub}: {problems:?}");
+            for (problem, expected) in problems.iter().zip(expected.iter()) {
+                assert!(
+                    problem.starts_with(expected),
+                    "{hub}: {problem:?} is not {expected:?}"
+                );
+            }
+        }
+        // Keys the section does not have, and an address that is not a list, are
+        // parse errors naming them.
+        for hub in [
+            "hub: {addresses: [http://a:6444], address2: x}",
+            "hub: {addresses: http://a:6444}",
+        ] {
+            let text = MINIMAL.replace("hub: {address: http://127.0.0.1:6444}", hub);
+            let err = Config::from_yaml(&text).unwrap_err();
+            assert!(matches!(err, ConfigError::Parse(_)), "{hub}: {err:?}");
+            let chain = format!("{err}: {}", std::error::Error::source(&err).unwrap());
+            assert!(chain.contains("hub"), "{chain}");
         }
     }
 

@@ -1,7 +1,7 @@
 //! What `join --emit kubernetes` prints: the manifests of `deploy/kubernetes/` (compiled
 //! in, in the kustomization's order) filled in for one member cluster — the agent's
-//! namespace, the cluster name, the hub address and CA, the agent token in the Secret,
-//! the image and the rendering profile — as one multi-document YAML.
+//! namespace, the cluster name, the hub's addresses (one per replica) and CA, the agent
+//! token in the Secret, the image and the rendering profile — as one multi-document YAML.
 //!
 //! The files are filled in as text, so their comments stay for whoever applies them;
 //! every placeholder must be found (a changed base fails the tests, not a user).
@@ -58,7 +58,8 @@ pub const DEFAULT_IMAGE: &str = concat!("fedingress/cluster-agent:", env!("CARGO
 /// One member cluster's values.
 pub struct AgentManifests<'a> {
     pub cluster: &'a str,
-    pub hub_address: &'a str,
+    /// The hub's agent gateway, one address per federation-apiserver replica.
+    pub hub_addresses: &'a [String],
     /// Said next to the hub address when it was guessed.
     pub hub_address_note: Option<&'a str>,
     /// The hub's CA bundle (PEM), for an https hub that the system roots do not verify.
@@ -136,16 +137,31 @@ impl AgentManifests<'_> {
     /// The ConfigMap: the agent config and the hub's CA.
     fn config_map(&self, text: &str) -> anyhow::Result<String> {
         let file = "configmap.yaml";
-        let address = match self.hub_address_note {
-            Some(note) => format!("{}   # {note}", quoted(self.hub_address)),
-            None => quoted(self.hub_address),
+        let hub = match self.hub_addresses {
+            [one] => format!("address: {}", quoted(one)),
+            several => format!(
+                "addresses: [{}]",
+                several
+                    .iter()
+                    .map(|a| quoted(a))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
+        let hub = match self.hub_address_note {
+            Some(note) => format!("{hub}   # {note}"),
+            None => hub,
         };
         let mut text = replace(
             text,
             file,
-            "\"https://REPLACE-hub-host:6444\"   # the federation-apiserver's agent gateway",
-            &address,
+            "address: \"https://REPLACE-hub-host:6444\"   # the federation-apiserver's agent gateway",
+            &hub,
         )?;
+        if self.hub_addresses.len() > 1 {
+            // The hint at addresses is taken.
+            text = drop_line(&text, file, "# addresses: [")?;
+        }
         // Padded to the placeholder's width, so the comments stay aligned.
         const CLUSTER: &str = "REPLACE-cluster-name";
         text = replace(
@@ -197,11 +213,16 @@ mod tests {
     }
 
     const PEM: &str = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+    const HUB: &str = "https://hub.example.com:6444";
 
-    fn manifests<'a>(ca: Option<&'a str>, note: Option<&'a str>) -> AgentManifests<'a> {
+    fn manifests<'a>(
+        hubs: &'a [String],
+        ca: Option<&'a str>,
+        note: Option<&'a str>,
+    ) -> AgentManifests<'a> {
         AgentManifests {
             cluster: "eu-west",
-            hub_address: "https://hub.example.com:6444",
+            hub_addresses: hubs,
             hub_address_note: note,
             hub_ca_pem: ca,
             token: "abc.def",
@@ -213,7 +234,8 @@ mod tests {
 
     #[test]
     fn manifests_are_the_base_filled_in_for_one_cluster() {
-        let text = manifests(Some(PEM), None).render().unwrap();
+        let hubs = [HUB.to_owned()];
+        let text = manifests(&hubs, Some(PEM), None).render().unwrap();
         assert!(!text.contains("REPLACE"), "{text}");
         assert!(!text.contains(BASE_NAMESPACE), "{text}");
         let docs = documents(&text);
@@ -290,7 +312,8 @@ mod tests {
         let base_docs = documents(BASE[6].1);
         let mut base: yaml_serde::Value =
             yaml_serde::from_str(base_docs[0]["data"]["agent.yaml"].as_str().unwrap()).unwrap();
-        let text = manifests(None, Some("assumed")).render().unwrap();
+        let hubs = [HUB.to_owned()];
+        let text = manifests(&hubs, None, Some("assumed")).render().unwrap();
         let docs = documents(&text);
         let data = &find(&docs, "ConfigMap")["data"];
         assert!(data.get("hub-ca.pem").is_none(), "{text}");
@@ -307,5 +330,26 @@ mod tests {
             hub.remove("caFile");
         }
         assert_eq!(emitted, base);
+    }
+
+    #[test]
+    fn several_hub_addresses_become_the_addresses_list() {
+        let hubs = ["https://hub-a:6444", "https://hub-b:6444"].map(str::to_owned);
+        let text = manifests(&hubs, Some(PEM), None).render().unwrap();
+        assert!(!text.contains("REPLACE"), "{text}");
+        assert!(!text.contains("# addresses:"), "{text}");
+        let docs = documents(&text);
+        let data = &find(&docs, "ConfigMap")["data"];
+        let config: yaml_serde::Value =
+            yaml_serde::from_str(data["agent.yaml"].as_str().unwrap()).unwrap();
+        assert!(config["hub"].get("address").is_none(), "{text}");
+        let listed: Vec<&str> = config["hub"]["addresses"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .collect();
+        assert_eq!(listed, hubs);
+        assert_eq!(config["hub"]["caFile"].as_str(), Some("hub-ca.pem"));
     }
 }

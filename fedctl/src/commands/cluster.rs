@@ -201,29 +201,62 @@ impl Emission {
     }
 }
 
-/// The hub's agent gateway as agents reach it, and a note when it is a guess.
-fn hub_address(
+/// The hub's agent gateway as agents reach it (one address per replica), and a note
+/// when it is a guess.
+fn hub_addresses(
     args: &JoinArgs,
     connection: &crate::kubeconfig::Connection,
-) -> anyhow::Result<(String, Option<&'static str>)> {
-    Ok(match (&args.hub_address, &connection.agent_gateway) {
-        (Some(address), _) => (address.clone(), None),
-        (None, Some(address)) => (address.clone(), None),
-        (None, None) => (
-            default_gateway(&connection.server).ok_or_else(|| {
+) -> anyhow::Result<(Vec<String>, Option<&'static str>)> {
+    if !args.hub_addresses.is_empty() {
+        check_hub_addresses(&args.hub_addresses)?;
+        return Ok((args.hub_addresses.clone(), None));
+    }
+    Ok(match &connection.agent_gateway {
+        Some(address) => (vec![address.clone()], None),
+        None => (
+            vec![default_gateway(&connection.server).ok_or_else(|| {
                 UsageError(format!(
                     "cannot derive the agent gateway from server {:?}: pass --hub-address",
                     connection.server
                 ))
-            })?,
+            })?],
             Some("assumed: the API server's host, port 6444 (set it with --hub-address)"),
         ),
     })
 }
 
+/// What the agent would refuse in a list of hub addresses: one given twice, or
+/// schemes mixed (one caFile serves them all). The agent checks the rest.
+fn check_hub_addresses(addresses: &[String]) -> Result<(), UsageError> {
+    let https = |a: &str| a.starts_with("https://");
+    for (i, address) in addresses.iter().enumerate() {
+        let key = address.trim_end_matches('/').to_ascii_lowercase();
+        if addresses[..i]
+            .iter()
+            .any(|a| a.trim_end_matches('/').to_ascii_lowercase() == key)
+        {
+            return Err(UsageError(format!(
+                "--hub-address {address:?} is given twice"
+            )));
+        }
+        if https(address) != https(&addresses[0]) {
+            return Err(UsageError(format!(
+                "--hub-address {address:?}: every hub address must use the scheme of the first ({:?})",
+                addresses[0]
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Whether the agent needs the hub's CA: an https hub (the addresses share a scheme).
+fn is_https(addresses: &[String]) -> bool {
+    addresses.iter().any(|a| a.starts_with("https://"))
+}
+
 /// What `--emit kubernetes` prints: `deploy/kubernetes/` filled in for the cluster.
 struct KubernetesPlan {
-    hub_address: String,
+    hub_addresses: Vec<String>,
     hub_address_note: Option<&'static str>,
     /// The hub's CA (PEM) for an https hub: --hub-ca, else the kubeconfig's.
     hub_ca_pem: Option<String>,
@@ -234,7 +267,7 @@ struct KubernetesPlan {
 
 impl KubernetesPlan {
     fn new(args: &JoinArgs, connection: &crate::kubeconfig::Connection) -> anyhow::Result<Self> {
-        let (hub_address, hub_address_note) = hub_address(args, connection)?;
+        let (hub_addresses, hub_address_note) = hub_addresses(args, connection)?;
         let namespace = args
             .agent_namespace
             .clone()
@@ -242,7 +275,7 @@ impl KubernetesPlan {
         if let Some(message) = fedingress_api::names::dns1123_label(&namespace).first() {
             return Err(UsageError(format!("--agent-namespace {namespace:?}: {message}")).into());
         }
-        let pem = if !hub_address.starts_with("https://") {
+        let pem = if !is_https(&hub_addresses) {
             None
         } else if let Some(path) = &args.hub_ca {
             Some(
@@ -258,7 +291,7 @@ impl KubernetesPlan {
             })
             .transpose()?;
         Ok(Self {
-            hub_address,
+            hub_addresses,
             hub_address_note,
             hub_ca_pem,
             image: args
@@ -273,7 +306,7 @@ impl KubernetesPlan {
     fn manifests(&self, cluster: &str, token: &str) -> anyhow::Result<String> {
         super::agent_manifests::AgentManifests {
             cluster,
-            hub_address: &self.hub_address,
+            hub_addresses: &self.hub_addresses,
             hub_address_note: self.hub_address_note,
             hub_ca_pem: self.hub_ca_pem.as_deref(),
             token,
@@ -288,7 +321,7 @@ impl KubernetesPlan {
 /// What `--emit standalone` writes: the token file, maybe the hub CA, and the config.
 struct EmitPlan {
     token_file: PathBuf,
-    hub_address: String,
+    hub_addresses: Vec<String>,
     hub_address_note: Option<&'static str>,
     /// The CA file the config names, and PEM to write there first (when the
     /// kubeconfig had the CA inline).
@@ -305,8 +338,8 @@ impl EmitPlan {
                 .clone()
                 .unwrap_or_else(|| PathBuf::from(format!("{}.token", args.name))),
         )?;
-        let (hub_address, hub_address_note) = hub_address(args, connection)?;
-        let ca = if !hub_address.starts_with("https://") {
+        let (hub_addresses, hub_address_note) = hub_addresses(args, connection)?;
+        let ca = if !is_https(&hub_addresses) {
             None
         } else if let Some(path) = &args.hub_ca {
             Some((absolute(path)?, None))
@@ -326,7 +359,7 @@ impl EmitPlan {
         };
         Ok(Self {
             token_file,
-            hub_address,
+            hub_addresses,
             hub_address_note,
             ca,
             listens: args.listens.clone(),
@@ -344,7 +377,7 @@ impl EmitPlan {
         }
         Ok(standalone_config(
             cluster,
-            &self.hub_address,
+            &self.hub_addresses,
             self.hub_address_note,
             self.ca.as_ref().map(|(p, _)| p.as_path()),
             &self.token_file,
@@ -399,7 +432,7 @@ fn quoted(text: &str) -> String {
 /// filled in.
 pub fn standalone_config(
     cluster: &str,
-    hub_address: &str,
+    hub_addresses: &[String],
     hub_address_note: Option<&str>,
     ca_file: Option<&Path>,
     token_file: &Path,
@@ -414,10 +447,20 @@ pub fn standalone_config(
         out.push_str("# Lines marked REPLACE are placeholders: the agent refuses to start until they are filled in.\n");
     }
     out.push_str("hub:\n");
-    out.push_str(&format!("  address: {}", quoted(hub_address)));
-    match hub_address_note {
-        Some(note) => out.push_str(&format!("   # {note}\n")),
-        None => out.push('\n'),
+    let note = hub_address_note
+        .map(|note| format!("   # {note}"))
+        .unwrap_or_default();
+    match hub_addresses {
+        [one] => out.push_str(&format!("  address: {}{note}\n", quoted(one))),
+        several => {
+            // Guesses are single addresses: a list has no note.
+            out.push_str(
+                "  addresses:                         # one per replica: the agent moves to the next when its replica goes away\n",
+            );
+            for address in several {
+                out.push_str(&format!("  - {}\n", quoted(address)));
+            }
+        }
     }
     if let Some(ca) = ca_file {
         out.push_str(&format!(
@@ -668,7 +711,7 @@ mod tests {
     fn emitted_config_marks_placeholders() {
         let text = standalone_config(
             "eu-west",
-            "https://hub:6444",
+            &["https://hub:6444".to_owned()],
             None,
             Some(Path::new("/etc/fed/ca.pem")),
             Path::new("/etc/fed/eu-west.token"),
@@ -684,7 +727,7 @@ mod tests {
         assert!(text.contains("REPLACE-with-a-service-name"), "{text}");
         let filled = standalone_config(
             "eu-west",
-            "http://hub:6444",
+            &["http://hub:6444".to_owned()],
             None,
             None,
             Path::new("/t"),
@@ -702,5 +745,50 @@ mod tests {
         let parsed: yaml_serde::Value = yaml_serde::from_str(&filled).unwrap_or_default();
         assert_eq!(parsed["cluster"].as_str(), Some("eu-west"));
         assert_eq!(parsed["stateDir"].as_str(), Some("eu-west-state"));
+        assert_eq!(parsed["hub"]["address"].as_str(), Some("http://hub:6444"));
+        assert!(parsed["hub"].get("addresses").is_none(), "{filled}");
+    }
+
+    #[test]
+    fn several_hub_addresses_are_emitted_as_a_list() {
+        let addresses = ["https://hub-a:6444", "https://hub-b:6444"].map(str::to_owned);
+        let text = standalone_config(
+            "eu-west",
+            &addresses,
+            None,
+            Some(Path::new("/etc/fed/ca.pem")),
+            Path::new("/t"),
+            &[],
+            &[],
+        );
+        let parsed: yaml_serde::Value = yaml_serde::from_str(&text).unwrap_or_default();
+        let hub = &parsed["hub"];
+        assert!(hub.get("address").is_none(), "{text}");
+        let listed: Vec<&str> = hub["addresses"]
+            .as_sequence()
+            .into_iter()
+            .flatten()
+            .filter_map(|a| a.as_str())
+            .collect();
+        assert_eq!(listed, addresses, "{text}");
+        assert_eq!(hub["caFile"].as_str(), Some("/etc/fed/ca.pem"));
+    }
+
+    #[test]
+    fn hub_address_lists_are_checked_before_anything_is_written() {
+        let list = |a: &[&str]| a.iter().map(|a| (*a).to_owned()).collect::<Vec<_>>();
+        assert!(check_hub_addresses(&list(&["https://a:6444", "https://b:6444"])).is_ok());
+        let twice = check_hub_addresses(&list(&["https://a:6444", "https://A:6444/"]));
+        assert!(
+            twice.is_err_and(|e| e.0.contains("\"https://A:6444/\" is given twice")),
+            "a duplicate"
+        );
+        let mixed = check_hub_addresses(&list(&["https://a:6444", "http://b:6444"]));
+        assert!(
+            mixed.is_err_and(|e| e.0.contains("scheme of the first")),
+            "mixed schemes"
+        );
+        assert!(is_https(&list(&["https://a:6444"])));
+        assert!(!is_https(&list(&["http://a:6444"])));
     }
 }
