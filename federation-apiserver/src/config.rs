@@ -32,9 +32,26 @@ pub struct Cli {
     /// Embedded authoritative DNS server (UDP and TCP on one port).
     #[arg(long)]
     pub dns_listen: Option<SocketAddr>,
-    /// Directory of the embedded store.
+    /// Directory of the embedded store (unused with --etcd-servers).
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
+    /// etcd v3 client URLs (`http://` or `https://`), comma-separated: store objects in
+    /// etcd instead of the embedded redb file, so several replicas can share them.
+    #[arg(long, value_delimiter = ',', value_name = "URL[,URL...]")]
+    pub etcd_servers: Vec<String>,
+    /// PEM CA bundle that signs the etcd servers' certificates (required for https).
+    #[arg(long)]
+    pub etcd_cafile: Option<PathBuf>,
+    /// PEM client certificate presented to etcd.
+    #[arg(long)]
+    pub etcd_certfile: Option<PathBuf>,
+    /// PEM private key of --etcd-certfile.
+    #[arg(long)]
+    pub etcd_keyfile: Option<PathBuf>,
+    /// Prepended to every etcd key (default: none; keys start with `/registry/fedingress.io/`
+    /// and `/fedingress/`).
+    #[arg(long)]
+    pub etcd_prefix: Option<String>,
     /// Development mode: anonymous requests from loopback are admin; loopback listen only.
     #[arg(long)]
     pub dev: bool,
@@ -86,6 +103,21 @@ pub struct StorageConfig {
     /// How often history older than one interval is compacted.
     #[serde(default = "default_compaction_seconds")]
     pub compaction_interval_seconds: u64,
+    /// Store in etcd instead of redb (the `--etcd-*` flags win over these keys).
+    pub etcd: Option<EtcdFileConfig>,
+}
+
+/// `storage.etcd`: the same settings as the `--etcd-*` flags.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct EtcdFileConfig {
+    /// Client URLs, like `--etcd-servers`.
+    #[serde(default)]
+    pub servers: Vec<String>,
+    pub ca_file: Option<PathBuf>,
+    pub cert_file: Option<PathBuf>,
+    pub key_file: Option<PathBuf>,
+    pub prefix: Option<String>,
 }
 
 fn default_cache_mib() -> usize {
@@ -101,6 +133,7 @@ impl Default for StorageConfig {
         Self {
             cache_size_mib: default_cache_mib(),
             compaction_interval_seconds: default_compaction_seconds(),
+            etcd: None,
         }
     }
 }
@@ -232,6 +265,8 @@ pub struct Settings {
     pub tls: Option<Arc<rustls::ServerConfig>>,
     pub auth: Authenticator,
     pub cache_size_bytes: usize,
+    /// Store in etcd (with these options) instead of redb under `data_dir`.
+    pub etcd: Option<fedingress_store::EtcdOptions>,
     pub compaction_interval: Duration,
     pub bookmark_interval: Duration,
 }
@@ -361,6 +396,7 @@ pub fn load(cli: &Cli) -> Result<Settings, ConfigError> {
             "storage.cacheSizeMib and storage.compactionIntervalSeconds must be positive".into(),
         ));
     }
+    let etcd = etcd_options(cli, file.storage.etcd.as_ref())?;
     if file.watch.bookmark_interval_seconds == 0 {
         return Err(ConfigError::Invalid(
             "watch.bookmarkIntervalSeconds must be positive".into(),
@@ -377,9 +413,129 @@ pub fn load(cli: &Cli) -> Result<Settings, ConfigError> {
         tls,
         auth,
         cache_size_bytes: file.storage.cache_size_mib * 1024 * 1024,
+        etcd,
         compaction_interval: Duration::from_secs(file.storage.compaction_interval_seconds),
         bookmark_interval: Duration::from_secs(file.watch.bookmark_interval_seconds),
     })
+}
+
+/// How long one etcd request (and the connection check at start) may take.
+const ETCD_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The etcd settings from the `--etcd-*` flags over `storage.etcd`, checked and with
+/// their certificate files read; `None` when no etcd server is given (redb).
+fn etcd_options(
+    cli: &Cli,
+    file: Option<&EtcdFileConfig>,
+) -> Result<Option<fedingress_store::EtcdOptions>, ConfigError> {
+    let empty = EtcdFileConfig::default();
+    let file = file.unwrap_or(&empty);
+    let servers = if cli.etcd_servers.is_empty() {
+        file.servers.clone()
+    } else {
+        cli.etcd_servers.clone()
+    };
+    let servers: Vec<String> = servers
+        .iter()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect();
+    let ca_file = cli.etcd_cafile.clone().or_else(|| file.ca_file.clone());
+    let cert_file = cli.etcd_certfile.clone().or_else(|| file.cert_file.clone());
+    let key_file = cli.etcd_keyfile.clone().or_else(|| file.key_file.clone());
+    let prefix = cli.etcd_prefix.clone().or_else(|| file.prefix.clone());
+    if servers.is_empty() {
+        if ca_file.is_some() || cert_file.is_some() || key_file.is_some() || prefix.is_some() {
+            return Err(ConfigError::Invalid(
+                "--etcd-cafile, --etcd-certfile, --etcd-keyfile and --etcd-prefix need --etcd-servers"
+                    .into(),
+            ));
+        }
+        return Ok(None);
+    }
+    let mut https = 0;
+    for server in &servers {
+        let rest = if let Some(rest) = server.strip_prefix("https://") {
+            https += 1;
+            rest
+        } else if let Some(rest) = server.strip_prefix("http://") {
+            rest
+        } else {
+            return Err(ConfigError::Invalid(format!(
+                "--etcd-servers: {server:?} is not an http:// or https:// URL"
+            )));
+        };
+        if rest.is_empty() || rest.parse::<http::Uri>().is_err() {
+            return Err(ConfigError::Invalid(format!(
+                "--etcd-servers: {server:?} is not a valid URL"
+            )));
+        }
+    }
+    if https != 0 && https != servers.len() {
+        return Err(ConfigError::Invalid(
+            "--etcd-servers: use https:// for every server or for none".into(),
+        ));
+    }
+    let tls = if https == 0 {
+        if ca_file.is_some() || cert_file.is_some() || key_file.is_some() {
+            return Err(ConfigError::Invalid(
+                "--etcd-cafile, --etcd-certfile and --etcd-keyfile need https:// etcd servers"
+                    .into(),
+            ));
+        }
+        None
+    } else {
+        let ca_file = ca_file.ok_or_else(|| {
+            ConfigError::Invalid("https:// etcd servers need --etcd-cafile".into())
+        })?;
+        let identity = match (cert_file, key_file) {
+            (Some(cert), Some(key)) => Some((read_certificates(&cert)?, read_key(&key)?)),
+            (None, None) => None,
+            _ => {
+                return Err(ConfigError::Invalid(
+                    "--etcd-certfile and --etcd-keyfile go together".into(),
+                ));
+            }
+        };
+        Some(fedingress_store::EtcdTls {
+            ca_pem: read_certificates(&ca_file)?,
+            identity,
+        })
+    };
+    Ok(Some(fedingress_store::EtcdOptions {
+        endpoints: servers,
+        key_prefix: prefix.unwrap_or_default(),
+        tls,
+        request_timeout: ETCD_REQUEST_TIMEOUT,
+    }))
+}
+
+/// Reads a PEM file that must hold at least one certificate.
+fn read_certificates(path: &Path) -> Result<Vec<u8>, ConfigError> {
+    use rustls_pki_types::CertificateDer;
+    use rustls_pki_types::pem::PemObject;
+    let invalid = |detail: String| {
+        ConfigError::Invalid(format!("etcd certificate {}: {detail}", path.display()))
+    };
+    let pem = std::fs::read(path).map_err(|e| invalid(e.to_string()))?;
+    let certificates = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| invalid(e.to_string()))?;
+    if certificates.is_empty() {
+        return Err(invalid("no certificate in the file".into()));
+    }
+    Ok(pem)
+}
+
+/// Reads a PEM file that must hold a private key.
+fn read_key(path: &Path) -> Result<Vec<u8>, ConfigError> {
+    use rustls_pki_types::PrivateKeyDer;
+    use rustls_pki_types::pem::PemObject;
+    let pem = std::fs::read(path)
+        .map_err(|e| ConfigError::Invalid(format!("etcd key {}: {e}", path.display())))?;
+    PrivateKeyDer::from_pem_slice(&pem)
+        .map_err(|e| ConfigError::Invalid(format!("etcd key {}: {e}", path.display())))?;
+    Ok(pem)
 }
 
 /// Checks the DNS section (coordinates, zone names) so a bad one exits 64.
@@ -486,5 +642,101 @@ mod tests {
         );
         let cli = Cli::parse_from(["federation-apiserver", "--tls-cert-file", "x.pem"]);
         assert!(load(&cli).is_err());
+    }
+
+    fn dev_with(args: &[&str]) -> Result<Settings, ConfigError> {
+        let mut all = vec!["federation-apiserver", "--dev"];
+        all.extend_from_slice(args);
+        load(&Cli::parse_from(all))
+    }
+
+    #[test]
+    fn etcd_flags_select_etcd() {
+        let settings = dev_with(&[
+            "--etcd-servers",
+            "http://127.0.0.1:2379,http://127.0.0.2:2379",
+            "--etcd-prefix",
+            "/fed",
+        ])
+        .unwrap();
+        let etcd = settings.etcd.expect("etcd selected");
+        assert_eq!(
+            etcd.endpoints,
+            ["http://127.0.0.1:2379", "http://127.0.0.2:2379"]
+        );
+        assert_eq!(etcd.key_prefix, "/fed");
+        assert!(etcd.tls.is_none());
+        assert!(dev_with(&[]).unwrap().etcd.is_none(), "redb is the default");
+    }
+
+    #[test]
+    fn bad_etcd_settings_are_config_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let garbage = dir.path().join("garbage.pem");
+        std::fs::write(&garbage, "not a certificate").unwrap();
+        let garbage = garbage.to_str().unwrap();
+        let cases: &[(&[&str], &str)] = &[
+            (&["--etcd-servers", "127.0.0.1:2379"], "not an http"),
+            (
+                &["--etcd-servers", "https://127.0.0.1:2379"],
+                "--etcd-cafile",
+            ),
+            (
+                &["--etcd-servers", "https://a:1,http://b:2"],
+                "every server or for none",
+            ),
+            (
+                &["--etcd-servers", "http://a:1", "--etcd-cafile", garbage],
+                "need https",
+            ),
+            (&["--etcd-prefix", "/x"], "need --etcd-servers"),
+            (
+                &["--etcd-servers", "https://a:1", "--etcd-cafile", garbage],
+                "no certificate",
+            ),
+            (
+                &[
+                    "--etcd-servers",
+                    "https://a:1",
+                    "--etcd-cafile",
+                    "/nonexistent.pem",
+                ],
+                "/nonexistent.pem",
+            ),
+        ];
+        for (args, expected) in cases {
+            let error = dev_with(args).err().unwrap().to_string();
+            assert!(error.contains(expected), "{args:?}: {error}");
+        }
+    }
+
+    #[test]
+    fn etcd_file_keys_parse_and_flags_win() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("apiserver.yaml");
+        std::fs::write(
+            &path,
+            "dev: true\nstorage:\n  etcd:\n    servers: [\"http://127.0.0.1:2379\"]\n    prefix: /from-file\n",
+        )
+        .unwrap();
+        let path = path.to_str().unwrap();
+        let cli = Cli::parse_from(["federation-apiserver", "--config", path]);
+        let etcd = load(&cli).unwrap().etcd.unwrap();
+        assert_eq!(etcd.endpoints, ["http://127.0.0.1:2379"]);
+        assert_eq!(etcd.key_prefix, "/from-file");
+        let cli = Cli::parse_from([
+            "federation-apiserver",
+            "--config",
+            path,
+            "--etcd-servers",
+            "http://127.0.0.9:2379",
+        ]);
+        let etcd = load(&cli).unwrap().etcd.unwrap();
+        assert_eq!(etcd.endpoints, ["http://127.0.0.9:2379"]);
+        assert_eq!(etcd.key_prefix, "/from-file");
+        let error = parse_file("storage:\n  etcd:\n    endpoints: []\n", "x.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("endpoints"), "{error}");
     }
 }

@@ -1,5 +1,6 @@
 //! `federation-apiserver`: parse flags and config (exit 64 when they are bad, before
-//! binding anything), bind, print the READY line, then serve until SIGTERM/SIGINT.
+//! binding anything), open the store (exit 64 when etcd is unreachable or refuses the
+//! TLS material), bind, print the READY line, then serve until SIGTERM/SIGINT.
 
 use std::process::ExitCode;
 
@@ -47,8 +48,21 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // An unreachable etcd, or one that refuses our certificates, is a configuration
+    // error like a bad flag: exit 64 with one line, before binding anything.
+    let store = match runtime.block_on(server::open_store(&settings)) {
+        Ok(store) => store,
+        Err(e) => {
+            eprintln!("federation-apiserver: {e:#}");
+            return if settings.etcd.is_some() {
+                ExitCode::from(EXIT_CONFIG)
+            } else {
+                ExitCode::FAILURE
+            };
+        }
+    };
     let served = runtime.block_on(async {
-        let server = server::Server::bind(settings).await?;
+        let server = server::Server::bind_with_store(settings, store).await?;
         server::print_ready(&server.addresses());
         server.serve(server::shutdown_signal()).await
     });

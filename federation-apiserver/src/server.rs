@@ -1,4 +1,5 @@
-//! Running the server: [`Server::bind`] opens the store, binds every address and runs
+//! Running the server: [`open_store`] opens the store (etcd or redb), [`Server::bind`]
+//! (or [`Server::bind_with_store`]) binds every address and runs
 //! the controller's first pass; [`Server::serve`] serves HTTP/1.1 and h2 (plain or
 //! TLS), the agent gateway and DNS, compacts history periodically and stops when told.
 //! `main` prints the READY line ([`print_ready`]) between the two and stops on
@@ -9,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use fedingress_store::{RedbOptions, RedbStore, Store};
+use fedingress_store::{EtcdStore, RedbOptions, RedbStore, Store};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
@@ -73,19 +74,16 @@ pub struct Server {
 impl Server {
     /// Opens the store and binds every address of `settings`; see [`Server`].
     pub async fn bind(settings: Settings) -> anyhow::Result<Server> {
-        std::fs::create_dir_all(&settings.data_dir)
-            .with_context(|| format!("creating data dir {}", settings.data_dir.display()))?;
-        let store_path = settings.data_dir.join("store.redb");
-        let store: Arc<dyn Store> = Arc::new(
-            RedbStore::open(
-                &store_path,
-                RedbOptions {
-                    cache_size_bytes: settings.cache_size_bytes,
-                    ..RedbOptions::default()
-                },
-            )
-            .with_context(|| format!("opening store {}", store_path.display()))?,
-        );
+        let store = open_store(&settings).await?;
+        Self::bind_with_store(settings, store).await
+    }
+
+    /// Binds every address of `settings` and serves objects from `store` (opened by
+    /// [`open_store`]).
+    pub async fn bind_with_store(
+        settings: Settings,
+        store: Arc<dyn Store>,
+    ) -> anyhow::Result<Server> {
         let listener = TcpListener::bind(settings.listen)
             .await
             .with_context(|| format!("binding {}", settings.listen))?;
@@ -153,7 +151,11 @@ impl Server {
                 .context("configuring the agent gateway's TLS")?;
         }
         let gateway = gateway.add_service(Gateway::server(hub, tokens, registry));
-        tracing::info!(address = %api, agent_address = %agent, dns_address = ?addresses.dns, tls = settings.tls.is_some(), data_dir = %settings.data_dir.display(), "bound");
+        let storage = match &settings.etcd {
+            Some(etcd) => format!("etcd {}", etcd.endpoints.join(",")),
+            None => format!("redb {}", settings.data_dir.display()),
+        };
+        tracing::info!(address = %api, agent_address = %agent, dns_address = ?addresses.dns, tls = settings.tls.is_some(), storage, "bound");
         Ok(Server {
             addresses,
             listener,
@@ -243,6 +245,33 @@ impl Server {
         tracing::info!("shutting down");
         Ok(())
     }
+}
+
+/// Opens the store `settings` name: etcd when `--etcd-servers` is given (connecting and
+/// checking that etcd answers), else the redb file under the data dir.
+///
+/// # Errors
+/// etcd unreachable or refusing the TLS material (`main` exits 64: a configuration
+/// error); the data dir or the redb file unusable.
+pub async fn open_store(settings: &Settings) -> anyhow::Result<Arc<dyn Store>> {
+    if let Some(options) = &settings.etcd {
+        let store = EtcdStore::connect(options.clone())
+            .await
+            .with_context(|| format!("connecting to etcd at {}", options.endpoints.join(",")))?;
+        return Ok(Arc::new(store));
+    }
+    std::fs::create_dir_all(&settings.data_dir)
+        .with_context(|| format!("creating data dir {}", settings.data_dir.display()))?;
+    let store_path = settings.data_dir.join("store.redb");
+    let store = RedbStore::open(
+        &store_path,
+        RedbOptions {
+            cache_size_bytes: settings.cache_size_bytes,
+            ..RedbOptions::default()
+        },
+    )
+    .with_context(|| format!("opening store {}", store_path.display()))?;
+    Ok(Arc::new(store))
 }
 
 /// Prints the one line tests and tools wait for.

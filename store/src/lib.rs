@@ -11,8 +11,12 @@
 //! - [`Store`], the trait the API server is written against;
 //! - [`RedbStore`] (with [`RedbOptions`]), the embedded implementation: one redb file,
 //!   group-committed durable writes, history kept on disk until compaction;
+//! - `EtcdStore` (with `EtcdOptions`; cargo feature `etcd`, which needs `protoc` to
+//!   build), the distributed implementation on etcd v3, for several API server replicas;
 //! - [`battery`] (cargo feature `battery`), the implementation-independent test battery
-//!   every `Store` must pass.
+//!   every `Store` must pass;
+//! - `etcd_process` (cargo feature `etcd-process`), test support that runs real etcd
+//!   servers (one member or a three-member cluster) on loopback.
 //!
 //! What does not belong here: anything that knows about Kubernetes objects, JSON,
 //! resource kinds or key layout (the API server owns those; values are opaque bytes),
@@ -27,6 +31,10 @@
 
 #[cfg(feature = "battery")]
 pub mod battery;
+#[cfg(feature = "etcd-process")]
+pub mod etcd_process;
+#[cfg(feature = "etcd")]
+mod etcd_store;
 mod redb_store;
 
 use std::path::PathBuf;
@@ -35,6 +43,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+#[cfg(feature = "etcd")]
+pub use etcd_store::{EtcdOptions, EtcdStore, EtcdTls};
 pub use redb_store::{RedbOptions, RedbStore};
 
 /// A global store revision (Kubernetes' `resourceVersion`).

@@ -1,0 +1,651 @@
+//! [`EtcdStore`]: the distributed [`Store`], etcd v3 through the `etcd-client` crate
+//! (cargo feature `etcd`; building it needs `protoc`).
+//!
+//! How the trait maps onto etcd:
+//! - **Revisions** are etcd's own: an empty etcd is at revision 1 and its first write
+//!   gets 2, as the trait documents; an etcd that already holds data keeps its
+//!   revisions as they are. Every etcd write advances the revision, so other writers of
+//!   the same etcd (other keys, another prefix) make the revision jump: only this
+//!   store's own writes are guaranteed to advance it by exactly one.
+//! - **Keys** are `key_prefix + key`, byte for byte (kube-apiserver's `--etcd-prefix`).
+//! - **Preconditions** are etcd transactions: `Absent` compares `create_revision == 0`,
+//!   `ModRevision(r)` compares `mod_revision == r` (and `create_revision > 0`, so a
+//!   missing key never matches); the failure branch reads the key, so
+//!   [`StoreError::PreconditionFailed`] carries the current kv from the same
+//!   transaction. Deletes also compare `create_revision > 0` so that a missing key is
+//!   [`StoreError::NotFound`] whatever the precondition.
+//! - **Range** is one etcd range (a consistent snapshot at the answer's header
+//!   revision) from `prefix` or just after `start_after`, with etcd's `limit`/`more`.
+//! - **Watch** is an etcd watch from `after + 1` with `prev_kv`, so deletes carry the
+//!   deleted value; see [`watch`] for resuming after a broken stream.
+//! - **Compaction** is etcd compaction (logical: the RPC returns once the compacted
+//!   revision is in force, etcd frees the space in the background).
+//!
+//! # The compacted revision
+//! etcd does not report its compacted revision through the API, and a marker key
+//! written beside each compaction would itself be a write (the trait promises that a
+//! compaction writes nothing, and other replicas or an operator's `etcdctl compact`
+//! would not update it anyway). So it is read from etcd's own answers: a range *at*
+//! revision `r` fails with "required revision has been compacted" exactly when `r` is
+//! below the compacted revision. [`Store::compacted_revision`] keeps the highest value
+//! known (compaction only grows), checks it with one such range, and only when someone
+//! compacted further binary-searches between it and the current revision (about
+//! log2(revisions) ranges, once per foreign compaction). A watch that etcd cancels for
+//! compaction reports the revision too. etcd cannot tell "never compacted" from
+//! "compacted at 1"; both read as 0 unless this process compacted at 1 itself.
+
+mod watch;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, DeleteOptions, GetOptions, PutOptions, Txn, TxnOp,
+    TxnOpResponse, TxnResponse,
+};
+use tokio::time::Instant;
+
+use crate::{
+    BoxError, Event, EventKind, KeyValue, Precondition, RangeResult, Revision, Store, StoreError,
+    WatchStream,
+};
+
+/// Largest gRPC message accepted from etcd: etcd's own server-side send limit
+/// (`math.MaxInt32`). tonic's default of 4 MiB would fail a whole-prefix list of a few
+/// thousand objects, or a watch catching up on large ones.
+const MAX_MESSAGE_BYTES: usize = i32::MAX as usize;
+/// gRPC status codes (a stable part of the gRPC spec) that etcd's answers are told
+/// apart by.
+const GRPC_DEADLINE_EXCEEDED: i32 = 4;
+const GRPC_OUT_OF_RANGE: i32 = 11;
+const GRPC_UNAVAILABLE: i32 = 14;
+/// First pause before a read is retried after a transient failure; doubles up to
+/// [`MAX_RETRY_PAUSE`] while the request's deadline allows.
+const FIRST_RETRY_PAUSE: Duration = Duration::from_millis(20);
+const MAX_RETRY_PAUSE: Duration = Duration::from_millis(500);
+
+/// How to reach etcd; see [`EtcdStore::connect`].
+#[derive(Clone, Debug)]
+pub struct EtcdOptions {
+    /// Client URLs (`http://host:port` or `https://host:port`), e.g. every member's.
+    pub endpoints: Vec<String>,
+    /// Prepended to every key, byte for byte (kube-apiserver's `--etcd-prefix`). With a
+    /// prefix, the store sees only keys under it.
+    pub key_prefix: String,
+    /// TLS for `https://` endpoints.
+    pub tls: Option<EtcdTls>,
+    /// Longest wait for one request (reads retry transient failures within it); also
+    /// bounds the connection check of [`EtcdStore::connect`].
+    pub request_timeout: Duration,
+}
+
+impl EtcdOptions {
+    /// Plain-text endpoints, no prefix, 10 s per request.
+    pub fn new(endpoints: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        Self {
+            endpoints: endpoints.into_iter().map(Into::into).collect(),
+            key_prefix: String::new(),
+            tls: None,
+            request_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// TLS material for etcd, as PEM (kube-apiserver's `--etcd-cafile`, `--etcd-certfile`,
+/// `--etcd-keyfile`).
+#[derive(Clone)]
+pub struct EtcdTls {
+    /// CA certificate(s) that sign the etcd servers' certificates.
+    pub ca_pem: Vec<u8>,
+    /// Client certificate chain and private key, when etcd requires client certificates.
+    pub identity: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl std::fmt::Debug for EtcdTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdTls")
+            .field("client_certificate", &self.identity.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The distributed [`Store`]: etcd v3, for several API server replicas.
+///
+/// # Guarantees
+/// - An `Ok` write was committed by etcd's raft quorum (etcd fsyncs its log before it
+///   acknowledges).
+/// - Reads are linearizable (no serializable reads).
+/// - A watch survives member restarts and leader changes: etcd keeps a watch open across
+///   leader elections, and when the stream itself breaks (the member it was served by
+///   died) it is opened again from the last revision delivered, on any reachable
+///   member, without gaps or duplicates.
+///
+/// # Assumptions
+/// Nobody else writes under the key prefix (other writers elsewhere in the same etcd
+/// only make revisions jump). Requests time out after
+/// [`EtcdOptions::request_timeout`]: a timed-out write may or may not have been applied,
+/// like any lost reply. Reads are retried on transient failures (member down, no
+/// leader); writes only when etcd refused them before proposing (no connection, no
+/// leader), since a retried write that had in fact been applied would fail its own
+/// precondition.
+///
+/// Clones share one connection (a cheap handle, like etcd-client's `Client`).
+#[derive(Clone)]
+pub struct EtcdStore {
+    client: Client,
+    key_prefix: Arc<str>,
+    /// The highest compacted revision known (a lower bound of etcd's).
+    compacted: Arc<AtomicI64>,
+    request_timeout: Duration,
+    endpoints: Vec<String>,
+}
+
+impl std::fmt::Debug for EtcdStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdStore")
+            .field("endpoints", &self.endpoints)
+            .field("key_prefix", &self.key_prefix)
+            .field("compacted", &self.compacted.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+/// A request that did not succeed: etcd's error, or no answer in time.
+#[derive(Debug)]
+enum Failure {
+    Etcd(etcd_client::Error),
+    Timeout(Duration),
+}
+
+impl Failure {
+    fn into_store(self, operation: &'static str) -> StoreError {
+        let source: BoxError = match self {
+            Failure::Etcd(error) => Box::new(error),
+            Failure::Timeout(after) => format!("no answer from etcd within {after:?}").into(),
+        };
+        StoreError::Backend { operation, source }
+    }
+
+    /// etcd's "mvcc: required revision has been compacted".
+    fn is_compacted(&self) -> bool {
+        self.status_is(GRPC_OUT_OF_RANGE, "required revision has been compacted")
+    }
+
+    /// etcd's "mvcc: required revision is a future revision".
+    fn is_future_revision(&self) -> bool {
+        self.status_is(GRPC_OUT_OF_RANGE, "future revision")
+    }
+
+    fn status_is(&self, code: i32, text: &str) -> bool {
+        matches!(self, Failure::Etcd(etcd_client::Error::GRpcStatus(status))
+            if i32::from(status.code()) == code && status.message().contains(text))
+    }
+}
+
+/// Whether a failed request may be sent again: for reads, any transient failure; for
+/// writes, only failures that prove the request was never proposed.
+fn retryable(error: &etcd_client::Error, read: bool) -> bool {
+    match error {
+        etcd_client::Error::TransportError(_) => read,
+        etcd_client::Error::GRpcStatus(status) => {
+            let message = status.message();
+            let code = i32::from(status.code());
+            let not_proposed = code == GRPC_UNAVAILABLE
+                && (message.contains("no leader")
+                    || message.contains("connect error")
+                    || message.contains("Connection refused"));
+            not_proposed || (read && (code == GRPC_UNAVAILABLE || code == GRPC_DEADLINE_EXCEEDED))
+        }
+        _ => false,
+    }
+}
+
+impl EtcdStore {
+    /// Connects to etcd and checks that it answers (one linearizable read, so a quorum
+    /// must be up), within [`EtcdOptions::request_timeout`].
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`] (operation "connect to etcd") when the endpoints or the
+    /// TLS material are unusable or etcd does not answer in time.
+    pub async fn connect(options: EtcdOptions) -> Result<Self, StoreError> {
+        let connect_error = |source: BoxError| StoreError::Backend {
+            operation: "connect to etcd",
+            source,
+        };
+        if options.endpoints.is_empty() {
+            return Err(connect_error("no etcd endpoint given".into()));
+        }
+        let mut connect = ConnectOptions::new()
+            .with_connect_timeout(options.request_timeout)
+            .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
+            .with_require_leader(true);
+        if let Some(tls) = &options.tls {
+            let mut config = etcd_client::TlsOptions::new()
+                .ca_certificate(etcd_client::Certificate::from_pem(&tls.ca_pem));
+            if let Some((cert, key)) = &tls.identity {
+                config = config.identity(etcd_client::Identity::from_pem(cert, key));
+            }
+            connect = connect.with_tls(config);
+        }
+        let client = tokio::time::timeout(
+            options.request_timeout,
+            Client::connect(&options.endpoints, Some(connect)),
+        )
+        .await
+        .map_err(|_| {
+            connect_error(format!("no answer within {:?}", options.request_timeout).into())
+        })?
+        .map_err(|e| connect_error(Box::new(e)))?;
+        let store = Self {
+            client,
+            key_prefix: options.key_prefix.into(),
+            compacted: Arc::new(AtomicI64::new(0)),
+            request_timeout: options.request_timeout,
+            endpoints: options.endpoints,
+        };
+        match store.revision().await {
+            Ok(_) => Ok(store),
+            Err(StoreError::Backend { source, .. }) => Err(connect_error(source)),
+            Err(other) => Err(other),
+        }
+    }
+
+    fn full_key(&self, key: &str) -> Vec<u8> {
+        let mut full = Vec::with_capacity(self.key_prefix.len() + key.len());
+        full.extend_from_slice(self.key_prefix.as_bytes());
+        full.extend_from_slice(key.as_bytes());
+        full
+    }
+
+    /// A key under the prefix that this store never writes (keys are UTF-8, this is
+    /// not), for reads that only want a header or a compaction check.
+    fn probe_key(&self) -> Vec<u8> {
+        let mut key = self.key_prefix.as_bytes().to_vec();
+        key.extend_from_slice(b"\xff\xfeprobe");
+        key
+    }
+
+    /// Runs `request` with the request timeout, retrying as [`retryable`] allows.
+    async fn call<T, F, Fut>(&self, read: bool, mut request: F) -> Result<T, Failure>
+    where
+        F: FnMut(Client) -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let deadline = Instant::now() + self.request_timeout;
+        let mut pause = FIRST_RETRY_PAUSE;
+        loop {
+            match tokio::time::timeout_at(deadline, request(self.client.clone())).await {
+                Err(_) => return Err(Failure::Timeout(self.request_timeout)),
+                Ok(Ok(answer)) => return Ok(answer),
+                Ok(Err(error)) if retryable(&error, read) && Instant::now() + pause < deadline => {
+                    tracing::debug!(error = %error, "etcd request failed, retrying");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(MAX_RETRY_PAUSE);
+                }
+                Ok(Err(error)) => return Err(Failure::Etcd(error)),
+            }
+        }
+    }
+
+    async fn txn(&self, operation: &'static str, txn: Txn) -> Result<TxnResponse, StoreError> {
+        self.call(false, move |client| {
+            let txn = txn.clone();
+            async move { client.kv_client().txn(txn).await }
+        })
+        .await
+        .map_err(|f| f.into_store(operation))
+    }
+
+    /// Whether etcd's compacted revision is above `revision` (a range at `revision`
+    /// fails as compacted).
+    async fn compacted_above(&self, revision: Revision) -> Result<bool, StoreError> {
+        let key = self.probe_key();
+        let answer = self
+            .call(true, move |client| {
+                let key = key.clone();
+                async move {
+                    client
+                        .kv_client()
+                        .get(
+                            key,
+                            Some(GetOptions::new().with_revision(revision).with_count_only()),
+                        )
+                        .await
+                }
+            })
+            .await;
+        match answer {
+            Ok(_) => Ok(false),
+            Err(failure) if failure.is_compacted() => Ok(true),
+            Err(failure) if failure.is_future_revision() => Ok(false),
+            Err(failure) => Err(failure.into_store("read the compacted revision")),
+        }
+    }
+
+    /// Notes a compacted revision learnt from etcd or done here.
+    fn saw_compacted(&self, revision: Revision) {
+        self.compacted.fetch_max(revision, Ordering::AcqRel);
+    }
+
+    /// The key with the prefix removed, as UTF-8.
+    fn strip(&self, key: &[u8]) -> Result<String, StoreError> {
+        let rest = key
+            .strip_prefix(self.key_prefix.as_bytes())
+            .ok_or_else(|| StoreError::Corrupt {
+                detail: format!(
+                    "etcd returned key {:?} outside the prefix {:?}",
+                    String::from_utf8_lossy(key),
+                    self.key_prefix
+                ),
+            })?;
+        String::from_utf8(rest.to_vec()).map_err(|_| StoreError::Corrupt {
+            detail: format!("etcd key {:?} is not UTF-8", String::from_utf8_lossy(key)),
+        })
+    }
+
+    fn key_value(&self, kv: &etcd_client::KeyValue) -> Result<KeyValue, StoreError> {
+        Ok(KeyValue {
+            key: self.strip(kv.key())?,
+            value: Bytes::copy_from_slice(kv.value()),
+            create_revision: kv.create_revision(),
+            mod_revision: kv.mod_revision(),
+        })
+    }
+
+    /// The kv read by a transaction's failure branch (`TxnOp::get` of one key).
+    fn current_from(&self, response: &TxnResponse) -> Result<Option<KeyValue>, StoreError> {
+        for op in response.op_responses() {
+            if let TxnOpResponse::Get(get) = op {
+                return get.kvs().first().map(|kv| self.key_value(kv)).transpose();
+            }
+        }
+        Ok(None)
+    }
+}
+
+fn header_revision(
+    header: Option<&etcd_client::ResponseHeader>,
+    operation: &'static str,
+) -> Result<Revision, StoreError> {
+    header
+        .map(etcd_client::ResponseHeader::revision)
+        .ok_or_else(|| StoreError::Backend {
+            operation,
+            source: "etcd answered without a response header".into(),
+        })
+}
+
+/// The smallest key greater than every key starting with `prefix` (etcd's range end
+/// for a prefix); `[0]` ("to the end") when there is none.
+fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+#[async_trait::async_trait]
+impl Store for EtcdStore {
+    async fn revision(&self) -> Result<Revision, StoreError> {
+        let key = self.probe_key();
+        let answer = self
+            .call(true, move |client| {
+                let key = key.clone();
+                async move {
+                    client
+                        .kv_client()
+                        .get(key, Some(GetOptions::new().with_count_only()))
+                        .await
+                }
+            })
+            .await
+            .map_err(|f| f.into_store("read the revision"))?;
+        header_revision(answer.header(), "read the revision")
+    }
+
+    async fn compacted_revision(&self) -> Result<Revision, StoreError> {
+        let known = self.compacted.load(Ordering::Acquire);
+        let checked = known.max(1);
+        if !self.compacted_above(checked).await? {
+            return Ok(known);
+        }
+        // Someone compacted beyond what we know: the compacted revision is the smallest
+        // r in (checked, current] at which a range still works.
+        let (mut low, mut high) = (checked + 1, self.revision().await?);
+        while low < high {
+            let middle = low + (high - low) / 2;
+            if self.compacted_above(middle).await? {
+                low = middle + 1;
+            } else {
+                high = middle;
+            }
+        }
+        self.saw_compacted(low);
+        Ok(self.compacted.load(Ordering::Acquire))
+    }
+
+    async fn get(&self, key: &str) -> Result<Option<KeyValue>, StoreError> {
+        let full = self.full_key(key);
+        let mut answer = self
+            .call(true, move |client| {
+                let full = full.clone();
+                async move { client.kv_client().get(full, None).await }
+            })
+            .await
+            .map_err(|f| f.into_store("read a key"))?;
+        answer
+            .take_kvs()
+            .first()
+            .map(|kv| self.key_value(kv))
+            .transpose()
+    }
+
+    async fn range(
+        &self,
+        prefix: &str,
+        start_after: Option<&str>,
+        limit: usize,
+    ) -> Result<RangeResult, StoreError> {
+        let first = self.full_key(prefix);
+        let end = prefix_end(&first);
+        let start = match start_after {
+            Some(after) if after >= prefix => {
+                let mut start = self.full_key(after);
+                start.push(0);
+                start
+            }
+            // etcd has no empty key: a range from the very start begins at "\0".
+            _ if first.is_empty() => vec![0],
+            _ => first,
+        };
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        if end != [0] && start >= end {
+            // Nothing can follow `start_after` inside the prefix; still answer with the
+            // revision the (empty) read saw.
+            return Ok(RangeResult {
+                kvs: Vec::new(),
+                more: false,
+                revision: self.revision().await?,
+            });
+        }
+        let mut answer = self
+            .call(true, move |client| {
+                let (start, end) = (start.clone(), end.clone());
+                async move {
+                    client
+                        .kv_client()
+                        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                        .get(
+                            start,
+                            Some(GetOptions::new().with_range(end).with_limit(limit)),
+                        )
+                        .await
+                }
+            })
+            .await
+            .map_err(|f| f.into_store("read a range"))?;
+        let revision = header_revision(answer.header(), "read a range")?;
+        let more = answer.more();
+        let kvs = answer
+            .take_kvs()
+            .iter()
+            .map(|kv| self.key_value(kv))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(RangeResult {
+            kvs,
+            more,
+            revision,
+        })
+    }
+
+    async fn put(
+        &self,
+        key: &str,
+        value: Bytes,
+        precondition: Precondition,
+    ) -> Result<KeyValue, StoreError> {
+        const OPERATION: &str = "write a key";
+        let full = self.full_key(key);
+        let compares = match precondition {
+            Precondition::None => Vec::new(),
+            Precondition::Absent => {
+                vec![Compare::create_revision(full.clone(), CompareOp::Equal, 0)]
+            }
+            Precondition::ModRevision(revision) => vec![
+                Compare::create_revision(full.clone(), CompareOp::Greater, 0),
+                Compare::mod_revision(full.clone(), CompareOp::Equal, revision),
+            ],
+        };
+        let txn = Txn::new()
+            .when(compares)
+            .and_then(vec![TxnOp::put(
+                full.clone(),
+                value.to_vec(),
+                Some(PutOptions::new().with_prev_key()),
+            )])
+            .or_else(vec![TxnOp::get(full, None)]);
+        let answer = self.txn(OPERATION, txn).await?;
+        if !answer.succeeded() {
+            return Err(StoreError::PreconditionFailed {
+                key: key.to_string(),
+                current: self.current_from(&answer)?,
+            });
+        }
+        let revision = header_revision(answer.header(), OPERATION)?;
+        let prev = answer.op_responses().into_iter().find_map(|op| match op {
+            TxnOpResponse::Put(put) => put.prev_key().map(etcd_client::KeyValue::create_revision),
+            _ => None,
+        });
+        Ok(KeyValue {
+            key: key.to_string(),
+            value,
+            create_revision: prev.unwrap_or(revision),
+            mod_revision: revision,
+        })
+    }
+
+    async fn delete(&self, key: &str, precondition: Precondition) -> Result<Event, StoreError> {
+        const OPERATION: &str = "delete a key";
+        let full = self.full_key(key);
+        let mut compares = vec![Compare::create_revision(
+            full.clone(),
+            CompareOp::Greater,
+            0,
+        )];
+        match precondition {
+            Precondition::None => {}
+            // The key must exist and must not: never both.
+            Precondition::Absent => {
+                compares.push(Compare::create_revision(full.clone(), CompareOp::Equal, 0))
+            }
+            Precondition::ModRevision(revision) => compares.push(Compare::mod_revision(
+                full.clone(),
+                CompareOp::Equal,
+                revision,
+            )),
+        }
+        let txn = Txn::new()
+            .when(compares)
+            .and_then(vec![TxnOp::delete(
+                full.clone(),
+                Some(DeleteOptions::new().with_prev_key()),
+            )])
+            .or_else(vec![TxnOp::get(full, None)]);
+        let answer = self.txn(OPERATION, txn).await?;
+        if !answer.succeeded() {
+            return Err(match self.current_from(&answer)? {
+                None => StoreError::NotFound {
+                    key: key.to_string(),
+                },
+                current => StoreError::PreconditionFailed {
+                    key: key.to_string(),
+                    current,
+                },
+            });
+        }
+        let revision = header_revision(answer.header(), OPERATION)?;
+        let prev = answer
+            .op_responses()
+            .into_iter()
+            .find_map(|op| match op {
+                TxnOpResponse::Delete(delete) => delete.prev_kvs().first().cloned(),
+                _ => None,
+            })
+            .ok_or_else(|| StoreError::Backend {
+                operation: OPERATION,
+                source: "etcd deleted the key but returned no previous value".into(),
+            })?;
+        let prev = self.key_value(&prev)?;
+        Ok(Event {
+            revision,
+            kind: EventKind::Delete,
+            kv: KeyValue {
+                mod_revision: revision,
+                ..prev.clone()
+            },
+            prev: Some(prev),
+        })
+    }
+
+    async fn watch(&self, prefix: &str, after: Revision) -> Result<WatchStream, StoreError> {
+        let compacted = self.compacted_revision().await?;
+        if after < compacted {
+            return Err(StoreError::Compacted {
+                requested: after,
+                compacted,
+            });
+        }
+        watch::start(self.clone(), prefix, after).await
+    }
+
+    async fn compact(&self, revision: Revision) -> Result<(), StoreError> {
+        if revision <= self.compacted.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let answer = self
+            .call(false, move |client| async move {
+                client.kv_client().compact(revision, None).await
+            })
+            .await;
+        match answer {
+            Ok(_) => {
+                self.saw_compacted(revision);
+                Ok(())
+            }
+            // Someone compacted to this revision or beyond already.
+            Err(failure) if failure.is_compacted() => Ok(()),
+            Err(failure) if failure.is_future_revision() => Err(StoreError::FutureRevision {
+                requested: revision,
+                current: self.revision().await?,
+            }),
+            Err(failure) => Err(failure.into_store("compact history")),
+        }
+    }
+}
