@@ -8,7 +8,9 @@
 //!
 //! # What a snapshot serves
 //!
-//! Per zone: SOA (serial = the snapshot's serial) and NS at the apex. Per
+//! Per zone: SOA (serial = the snapshot's serial) and NS at the apex, the NS answer
+//! with the addresses of the in-zone nameservers as glue; those nameserver names
+//! answer A/AAAA (pre-encoded, the zone's TTL) and are claimed before any ingress. Per
 //! [`RoutedIngress`], under its `dnsName` (the record table of the bare TCP/UDP ingress
 //! blog):
 //!
@@ -136,7 +138,9 @@ const MAX_WIRE_NAME: usize = 255;
 ///
 /// ```yaml
 /// name: fedingress.test
-/// nameservers: [ns1.fedingress.test]
+/// nameservers:
+/// - {name: ns1.fedingress.test, addresses: [192.0.2.53, "2001:db8::53"]}
+/// - ns.other-provider.example
 /// soa: {rname: hostmaster.fedingress.test, minimum: 30}
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -144,14 +148,99 @@ const MAX_WIRE_NAME: usize = 255;
 pub struct ZoneConfig {
     /// The zone apex, e.g. `fedingress.test` (a trailing dot is accepted).
     pub name: String,
-    /// Names of the zone's nameservers (NS records at the apex); at least one.
-    pub nameservers: Vec<String>,
+    /// The zone's nameservers (NS records at the apex); at least one.
+    pub nameservers: Vec<NameserverConfig>,
     /// SOA fields; every one has a default.
     #[serde(default)]
     pub soa: SoaConfig,
     /// TTL of the SOA and NS records, in seconds. Default 3600.
     #[serde(default = "default_zone_ttl")]
     pub ttl: u32,
+}
+
+/// One nameserver of a zone: a name (`ns1.fedingress.test`) or a name with addresses
+/// (`{name: ns1.fedingress.test, addresses: [127.0.0.1, "::1"]}`).
+///
+/// A nameserver at or under the zone apex (*in-zone*) must have addresses: the server
+/// answers A/AAAA for its name and adds them as glue to NS answers, so that the
+/// delegation is not lame. When none are given, [`default_nameserver_addresses`] gives
+/// it the DNS server's listen IP if that is a specific address. A nameserver outside the
+/// zone is resolved elsewhere: it takes no addresses.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NameserverConfig {
+    pub name: String,
+    pub addresses: Vec<IpAddr>,
+}
+
+impl From<&str> for NameserverConfig {
+    fn from(name: &str) -> Self {
+        NameserverConfig {
+            name: name.to_owned(),
+            addresses: Vec::new(),
+        }
+    }
+}
+
+impl From<String> for NameserverConfig {
+    fn from(name: String) -> Self {
+        NameserverConfig {
+            name,
+            addresses: Vec::new(),
+        }
+    }
+}
+
+/// The map form of [`NameserverConfig`].
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct NameserverMap {
+    name: String,
+    #[serde(default)]
+    addresses: Vec<IpAddr>,
+}
+
+impl Serialize for NameserverConfig {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        if self.addresses.is_empty() {
+            serializer.serialize_str(&self.name)
+        } else {
+            NameserverMap {
+                name: self.name.clone(),
+                addresses: self.addresses.clone(),
+            }
+            .serialize(serializer)
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for NameserverConfig {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = NameserverConfig;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a nameserver name or {name, addresses}")
+            }
+
+            fn visit_str<E: serde::de::Error>(self, name: &str) -> Result<Self::Value, E> {
+                Ok(NameserverConfig::from(name))
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<Self::Value, A::Error> {
+                let map =
+                    NameserverMap::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+                Ok(NameserverConfig {
+                    name: map.name,
+                    addresses: map.addresses,
+                })
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
 }
 
 /// The SOA record's fields (RFC 1035 §3.3.13).
@@ -210,6 +299,52 @@ pub enum ZoneConfigError {
     /// The same zone twice.
     #[error("zone {zone} is listed twice")]
     Duplicate { zone: String },
+    /// An in-zone nameserver without addresses and no specific listen IP to default to.
+    #[error(
+        "zones[{zone_index}].nameservers[{index}]: {name} is inside zone {zone} and needs \
+         addresses (its A/AAAA records and glue): give addresses, or listen on a specific IP \
+         (not an unspecified one) for them to default to"
+    )]
+    NameserverWithoutAddresses {
+        zone: String,
+        /// Position in `dns.zones` (0 when one zone is validated alone).
+        zone_index: usize,
+        /// Position in the zone's `nameservers`.
+        index: usize,
+        name: String,
+    },
+    /// Addresses for a nameserver outside the zone (never served: not glue).
+    #[error(
+        "zones[{zone_index}].nameservers[{index}]: {name} is outside zone {zone}: its \
+         addresses would never be served; remove them"
+    )]
+    AddressesOutsideZone {
+        zone: String,
+        zone_index: usize,
+        index: usize,
+        name: String,
+    },
+}
+
+impl ZoneConfigError {
+    /// The same error for the zone at `zone_index` of the list.
+    fn at(mut self, position: usize) -> Self {
+        if let ZoneConfigError::NameserverWithoutAddresses { zone_index, .. }
+        | ZoneConfigError::AddressesOutsideZone { zone_index, .. } = &mut self
+        {
+            *zone_index = position;
+        }
+        self
+    }
+
+    /// Whether the message starts with the config path (`zones[i]…`) rather than the zone.
+    pub fn names_field(&self) -> bool {
+        matches!(
+            self,
+            ZoneConfigError::NameserverWithoutAddresses { .. }
+                | ZoneConfigError::AddressesOutsideZone { .. }
+        )
+    }
 }
 
 impl ZoneConfig {
@@ -241,15 +376,35 @@ impl ZoneConfig {
         if self.nameservers.is_empty() {
             return Err(ZoneConfigError::NoNameservers { zone });
         }
+        let origin_key = name_key(&origin);
         let mut nameservers = Vec::new();
-        for ns in &self.nameservers {
-            nameservers.push(parse_name(ns).map_err(|reason| invalid("nameserver", ns, reason))?);
+        for (index, ns) in self.nameservers.iter().enumerate() {
+            let name =
+                parse_name(&ns.name).map_err(|reason| invalid("nameserver", &ns.name, reason))?;
+            let in_zone = key_in_zone(&name_key(&name), &origin_key);
+            if in_zone && ns.addresses.is_empty() {
+                return Err(ZoneConfigError::NameserverWithoutAddresses {
+                    zone,
+                    zone_index: 0,
+                    index,
+                    name: display(&name),
+                });
+            }
+            if !in_zone && !ns.addresses.is_empty() {
+                return Err(ZoneConfigError::AddressesOutsideZone {
+                    zone,
+                    zone_index: 0,
+                    index,
+                    name: display(&name),
+                });
+            }
+            nameservers.push((name, ns.addresses.clone()));
         }
         let mname = match &self.soa.mname {
             Some(mname) => {
                 parse_name(mname).map_err(|reason| invalid("soa.mname", mname, reason))?
             }
-            None => nameservers[0].clone(),
+            None => nameservers[0].0.clone(),
         };
         let rname = match &self.soa.rname {
             Some(rname) => {
@@ -302,8 +457,8 @@ impl ZoneConfig {
 /// The first problem found.
 pub fn validate_zones(zones: &[ZoneConfig]) -> Result<(), ZoneConfigError> {
     let mut seen = BTreeSet::new();
-    for zone in zones {
-        zone.validate()?;
+    for (i, zone) in zones.iter().enumerate() {
+        zone.validate().map_err(|e| e.at(i))?;
         if !seen.insert(zone.apex()) {
             return Err(ZoneConfigError::Duplicate { zone: zone.apex() });
         }
@@ -311,10 +466,33 @@ pub fn validate_zones(zones: &[ZoneConfig]) -> Result<(), ZoneConfigError> {
     Ok(())
 }
 
+/// Gives every in-zone nameserver without addresses the DNS server's listen IP, when
+/// that is a specific address (not `0.0.0.0` or `::`); others are left for
+/// [`validate_zones`] to report.
+pub fn default_nameserver_addresses(zones: &mut [ZoneConfig], listen: Option<IpAddr>) {
+    let Some(listen) = listen.filter(|ip| !ip.is_unspecified()) else {
+        return;
+    };
+    for zone in zones {
+        let Ok(origin) = parse_name(&zone.name) else {
+            continue;
+        };
+        let origin_key = name_key(&origin);
+        for ns in &mut zone.nameservers {
+            let in_zone =
+                parse_name(&ns.name).is_ok_and(|name| key_in_zone(&name_key(&name), &origin_key));
+            if in_zone && ns.addresses.is_empty() {
+                ns.addresses.push(listen);
+            }
+        }
+    }
+}
+
 struct ResolvedZone {
     text: String,
     origin: Name,
-    nameservers: Vec<Name>,
+    /// With their addresses (in-zone nameservers only).
+    nameservers: Vec<(Name, Vec<IpAddr>)>,
     soa: SOA,
     ttl: u32,
     negative_ttl: u32,
@@ -675,6 +853,10 @@ struct Zone {
     soa: Record,
     negative_soa: Record,
     ns: Vec<Record>,
+    /// A/AAAA of the in-zone nameservers: the additional section of NS answers.
+    glue: Vec<Record>,
+    /// A/AAAA answers per in-zone nameserver ([`Owner::Nameserver`]).
+    nameservers: Vec<Target>,
     ttl: u32,
 }
 
@@ -687,6 +869,8 @@ enum Owner {
     Srv(usize, usize),
     /// (ingress, target)
     Target(usize, usize),
+    /// (zone, in-zone nameserver): its A/AAAA.
+    Nameserver(usize, usize),
 }
 
 #[derive(Debug)]
@@ -1023,7 +1207,7 @@ impl Builder<'_> {
         let ns = resolved
             .nameservers
             .iter()
-            .map(|n| {
+            .map(|(n, _)| {
                 Record::from_rdata(
                     resolved.origin.clone(),
                     resolved.ttl,
@@ -1031,6 +1215,42 @@ impl Builder<'_> {
                 )
             })
             .collect();
+        // In-zone nameservers (the only ones with addresses): their A/AAAA answers,
+        // pre-encoded like an SRV target's, and the glue of NS answers.
+        let ttl = resolved.ttl;
+        let mut glue = Vec::new();
+        let mut nameservers = Vec::new();
+        let mut claims = Vec::new();
+        for (name, ips) in resolved
+            .nameservers
+            .iter()
+            .filter(|(_, ips)| !ips.is_empty())
+        {
+            let a = address_records(name, ttl, ips, RecordType::A);
+            let aaaa = address_records(name, ttl, ips, RecordType::AAAA);
+            glue.extend(a.iter().cloned());
+            glue.extend(aaaa.iter().cloned());
+            let encode = |rtype: RecordType, answers: Vec<Record>| {
+                let authority = if answers.is_empty() {
+                    vec![negative_soa.clone()]
+                } else {
+                    Vec::new()
+                };
+                Prepared::Fixed(Box::new(Encoded::new(
+                    name,
+                    rtype,
+                    ResponseCode::NoError,
+                    answers,
+                    authority,
+                    Vec::new(),
+                )))
+            };
+            claims.push((name_key(name), name.clone(), nameservers.len()));
+            nameservers.push(Target {
+                a: encode(RecordType::A, a),
+                aaaa: encode(RecordType::AAAA, aaaa),
+            });
+        }
         let zone = self.zones.len();
         self.zones.push(Zone {
             text: resolved.text,
@@ -1039,7 +1259,9 @@ impl Builder<'_> {
             soa: soa_record,
             negative_soa,
             ns,
-            ttl: resolved.ttl,
+            glue,
+            nameservers,
+            ttl,
         });
         self.names.insert(
             key,
@@ -1050,6 +1272,12 @@ impl Builder<'_> {
                 apex: true,
             },
         );
+        for (key, name, j) in claims {
+            // The same name listed twice keeps its first entry.
+            if self.holder(&key).is_none() {
+                self.claim(key, name, zone, Owner::Nameserver(zone, j));
+            }
+        }
     }
 
     /// The innermost zone holding `key`.
@@ -1125,6 +1353,7 @@ impl Builder<'_> {
             Owner::Ingress(_) => "another ingress's dnsName",
             Owner::Srv(..) => "an SRV name",
             Owner::Target(..) => "an SRV target name",
+            Owner::Nameserver(..) => "a nameserver of the zone",
             Owner::Empty => "an empty name",
         }
     }
@@ -2197,6 +2426,15 @@ impl Snapshot {
                 };
                 Some(f(prepared.pick(), 0))
             }
+            (Owner::Nameserver(z, j), RecordType::A | RecordType::AAAA) => {
+                let target = self.zones.get(z)?.nameservers.get(j)?;
+                let prepared = if qtype == RecordType::A {
+                    &target.a
+                } else {
+                    &target.aaaa
+                };
+                Some(f(prepared.pick(), 0))
+            }
             _ => None,
         }
     }
@@ -2266,7 +2504,11 @@ impl Snapshot {
         if node.apex {
             match qtype {
                 RecordType::SOA => return positive(vec![zone.soa.clone()]),
-                RecordType::NS => return positive(zone.ns.clone()),
+                RecordType::NS => {
+                    let mut lookup = positive(zone.ns.clone());
+                    lookup.additional = zone.glue.clone();
+                    return lookup;
+                }
                 _ => {}
             }
         }
@@ -2313,6 +2555,16 @@ impl Snapshot {
             Owner::Target(i, t) => {
                 let Some(target) = self.ingresses.get(i).and_then(|e| e.answers.targets.get(t))
                 else {
+                    return nodata(0);
+                };
+                match qtype {
+                    RecordType::A => Lookup::from_encoded(target.a.pick(), 0, self.serial),
+                    RecordType::AAAA => Lookup::from_encoded(target.aaaa.pick(), 0, self.serial),
+                    _ => nodata(0),
+                }
+            }
+            Owner::Nameserver(z, j) => {
+                let Some(target) = self.zones.get(z).and_then(|z| z.nameservers.get(j)) else {
                     return nodata(0);
                 };
                 match qtype {
@@ -2512,6 +2764,12 @@ impl Snapshot {
                         records.extend(target.aaaa.pick_first().answers.iter().cloned());
                     }
                 }
+                Owner::Nameserver(z, j) => {
+                    if let Some(target) = self.zones.get(z).and_then(|z| z.nameservers.get(j)) {
+                        records.extend(target.a.pick_first().answers.iter().cloned());
+                        records.extend(target.aaaa.pick_first().answers.iter().cloned());
+                    }
+                }
             }
         }
         records.push(zone.soa.clone());
@@ -2670,7 +2928,10 @@ mod tests {
     fn zones() -> Vec<ZoneConfig> {
         vec![ZoneConfig {
             name: "test".to_owned(),
-            nameservers: vec!["ns.test".to_owned()],
+            nameservers: vec![NameserverConfig {
+                name: "ns.test".to_owned(),
+                addresses: vec!["192.0.2.53".parse().unwrap()],
+            }],
             soa: SoaConfig::default(),
             ttl: 3600,
         }]

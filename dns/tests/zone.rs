@@ -10,7 +10,10 @@ use std::net::IpAddr;
 
 use common::*;
 use fedingress_api::ingress::{RecordType as ApiRecordType, StrategyType};
-use fedingress_dns::zone::{Snapshot, ZoneConfig, ZoneConfigError, validate_zones};
+use fedingress_dns::zone::{
+    NameserverConfig, Snapshot, ZoneConfig, ZoneConfigError, default_nameserver_addresses,
+    validate_zones,
+};
 use fedingress_dns::{ServiceAddresses, SrvService};
 use hickory_proto::op::ResponseCode;
 use hickory_proto::rr::{RData, RecordType};
@@ -265,7 +268,7 @@ fn explain_returns_the_decision_for_a_client() {
 fn zone_config_parses_strictly_from_yaml() {
     let yaml = "
 name: Fedingress.Test.
-nameservers: [ns1.fedingress.test, ns2.fedingress.test]
+nameservers: [{name: ns1.fedingress.test, addresses: [192.0.2.53]}, ns.elsewhere.example]
 soa: {rname: hostmaster@fedingress.test, minimum: 60}
 ";
     let zone: ZoneConfig = yaml_serde::from_str(yaml).unwrap();
@@ -562,5 +565,235 @@ fn rebuild_follows_a_change_of_per_rule_addresses() {
     assert_eq!(
         third.lookup(&target, RecordType::A, None).rcode,
         ResponseCode::NXDomain
+    );
+}
+
+#[test]
+fn nameservers_are_names_or_names_with_addresses() {
+    let yaml = r#"
+name: fedingress.test
+nameservers:
+- ns.elsewhere.example
+- {name: ns1.fedingress.test, addresses: [127.0.0.1, "::1"]}
+"#;
+    let zone: ZoneConfig = yaml_serde::from_str(yaml).unwrap();
+    assert_eq!(
+        zone.nameservers,
+        vec![
+            NameserverConfig::from("ns.elsewhere.example"),
+            NameserverConfig {
+                name: "ns1.fedingress.test".to_owned(),
+                addresses: vec!["127.0.0.1".parse().unwrap(), "::1".parse().unwrap()],
+            },
+        ]
+    );
+    zone.validate().unwrap();
+    // Written back in the same two forms.
+    let json = serde_json::to_value(&zone.nameservers).unwrap();
+    assert_eq!(
+        json,
+        serde_json::json!(["ns.elsewhere.example", {"name": "ns1.fedingress.test", "addresses": ["127.0.0.1", "::1"]}])
+    );
+
+    let unknown = "name: a.test\nnameservers: [{name: ns.a.test, address: [127.0.0.1]}]\n";
+    let error = yaml_serde::from_str::<ZoneConfig>(unknown)
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("unknown field `address`"), "{error}");
+    let bad_ip = "name: a.test\nnameservers: [{name: ns.a.test, addresses: [localhost]}]\n";
+    let error = yaml_serde::from_str::<ZoneConfig>(bad_ip)
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("invalid IP address syntax"), "{error}");
+    let number = "name: a.test\nnameservers: [5]\n";
+    let error = yaml_serde::from_str::<ZoneConfig>(number)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("a nameserver name or {name, addresses}"),
+        "{error}"
+    );
+}
+
+#[test]
+fn in_zone_nameservers_need_addresses_unless_the_listen_ip_is_specific() {
+    let zone = |name: &str, nameservers: &[&str]| ZoneConfig {
+        name: name.to_owned(),
+        nameservers: nameservers.iter().map(|&n| n.into()).collect(),
+        soa: Default::default(),
+        ttl: 3600,
+    };
+    let zones = vec![
+        zone("a.test", &["ns.elsewhere.example"]),
+        zone("b.test", &["ns.elsewhere.example", "ns1.b.test"]),
+    ];
+    let error = validate_zones(&zones).unwrap_err();
+    assert!(matches!(
+        error,
+        ZoneConfigError::NameserverWithoutAddresses {
+            zone_index: 1,
+            index: 1,
+            ..
+        }
+    ));
+    assert!(error.names_field());
+    assert!(
+        error.to_string().starts_with(
+            "zones[1].nameservers[1]: ns1.b.test is inside zone b.test and needs addresses"
+        ),
+        "{error}"
+    );
+
+    // An unspecified listen address gives nothing to default to.
+    let mut unspecified = zones.clone();
+    default_nameserver_addresses(&mut unspecified, Some("0.0.0.0".parse().unwrap()));
+    assert_eq!(unspecified, zones);
+    default_nameserver_addresses(&mut unspecified, None);
+    assert_eq!(unspecified, zones);
+
+    // A specific one fills in-zone nameservers only.
+    let mut specific = zones.clone();
+    default_nameserver_addresses(&mut specific, Some("127.0.0.1".parse().unwrap()));
+    validate_zones(&specific).unwrap();
+    assert!(specific[0].nameservers[0].addresses.is_empty());
+    assert!(specific[1].nameservers[0].addresses.is_empty());
+    assert_eq!(
+        specific[1].nameservers[1].addresses,
+        vec!["127.0.0.1".parse::<IpAddr>().unwrap()]
+    );
+    // Given addresses are kept.
+    let mut given = zones.clone();
+    given[1].nameservers[1].addresses = vec!["192.0.2.53".parse().unwrap()];
+    default_nameserver_addresses(&mut given, Some("127.0.0.1".parse().unwrap()));
+    assert_eq!(
+        given[1].nameservers[1].addresses,
+        vec!["192.0.2.53".parse::<IpAddr>().unwrap()]
+    );
+
+    // Out of zone: no addresses.
+    let mut outside = zones.clone();
+    outside[0].nameservers[0].addresses = vec!["192.0.2.53".parse().unwrap()];
+    let error = validate_zones(&outside).unwrap_err();
+    assert!(
+        matches!(
+            error,
+            ZoneConfigError::AddressesOutsideZone {
+                zone_index: 0,
+                index: 0,
+                ..
+            }
+        ),
+        "{error}"
+    );
+}
+
+/// The zone of [`zones`] with a second in-zone nameserver (IPv4 only) and one outside.
+fn three_nameservers() -> Vec<ZoneConfig> {
+    let mut zones = zones();
+    zones[0].nameservers.push(NameserverConfig {
+        name: format!("ns2.{ZONE}"),
+        addresses: vec!["192.0.2.54".parse().unwrap()],
+    });
+    zones[0].nameservers.push("ns.elsewhere.example".into());
+    zones[0].ttl = 7200;
+    zones
+}
+
+#[test]
+fn nameserver_names_answer_their_addresses_and_ns_answers_carry_glue() {
+    let (snapshot, problems) = Snapshot::build(&three_nameservers(), 7, &ingresses(), locator());
+    assert!(problems.is_empty(), "{problems:?}");
+
+    let ns = snapshot.lookup(ZONE, RecordType::NS, None);
+    assert_eq!(
+        values(&ns),
+        vec![
+            format!("ns1.{ZONE}."),
+            format!("ns2.{ZONE}."),
+            "ns.elsewhere.example.".to_owned()
+        ],
+        "N nameservers, N NS records"
+    );
+    let glue: Vec<(String, String)> = ns
+        .additional
+        .iter()
+        .map(|r| (r.name.to_ascii(), r.data.to_string()))
+        .collect();
+    assert_eq!(
+        glue,
+        vec![
+            (format!("ns1.{ZONE}."), "192.0.2.53".to_owned()),
+            (format!("ns1.{ZONE}."), "2001:db8::53".to_owned()),
+            (format!("ns2.{ZONE}."), "192.0.2.54".to_owned()),
+        ],
+        "glue for in-zone nameservers only"
+    );
+    assert!(ns.additional.iter().all(|r| r.ttl == 7200));
+
+    let a = snapshot.lookup(&format!("NS1.{ZONE}."), RecordType::A, ip("203.0.113.9"));
+    assert!(a.authoritative);
+    assert_eq!(a.rcode, ResponseCode::NoError);
+    assert_eq!(values(&a), vec!["192.0.2.53"]);
+    assert_eq!(a.answers[0].ttl, 7200, "the zone's NS TTL");
+    assert_eq!(a.scope_prefix, 0);
+    let aaaa = snapshot.lookup(&format!("ns1.{ZONE}"), RecordType::AAAA, None);
+    assert_eq!(values(&aaaa), vec!["2001:db8::53"]);
+    let nodata = snapshot.lookup(&format!("ns2.{ZONE}"), RecordType::AAAA, None);
+    assert_eq!(nodata.rcode, ResponseCode::NoError);
+    assert!(nodata.answers.is_empty());
+    assert_eq!(nodata.authority[0].record_type(), RecordType::SOA);
+    let txt = snapshot.lookup(&format!("ns2.{ZONE}"), RecordType::TXT, None);
+    assert!(txt.answers.is_empty());
+    assert_eq!(txt.rcode, ResponseCode::NoError);
+
+    // Out of zone: not ours to answer.
+    let outside = snapshot.lookup("ns.elsewhere.example", RecordType::A, None);
+    assert_eq!(outside.rcode, ResponseCode::Refused);
+
+    // SOA unchanged: one record, no additional section.
+    let soa = snapshot.lookup(ZONE, RecordType::SOA, None);
+    assert_eq!(soa.answers.len(), 1);
+    assert!(soa.additional.is_empty());
+}
+
+#[test]
+fn out_of_zone_nameservers_get_no_glue() {
+    let mut zones = zones();
+    zones[0].nameservers = vec![
+        "ns1.elsewhere.example".into(),
+        "ns2.elsewhere.example".into(),
+    ];
+    let (snapshot, problems) = Snapshot::build(&zones, 7, &[], locator());
+    assert!(problems.is_empty(), "{problems:?}");
+    let ns = snapshot.lookup(ZONE, RecordType::NS, None);
+    assert_eq!(ns.answers.len(), 2);
+    assert!(ns.additional.is_empty());
+    let gone = snapshot.lookup(&format!("ns1.{ZONE}"), RecordType::A, None);
+    assert_eq!(gone.rcode, ResponseCode::NXDomain);
+}
+
+#[test]
+fn an_ingress_cannot_take_a_nameserver_name() {
+    let clash = ingress(
+        "clash",
+        &format!("ns2.{ZONE}"),
+        strategy(StrategyType::RoundRobin),
+        vec![eu_west()],
+        vec![],
+    );
+    let (snapshot, problems) = Snapshot::build(&three_nameservers(), 7, &[clash], locator());
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert_eq!(problems[0].ingress, "default/clash");
+    assert!(
+        problems[0]
+            .message
+            .contains("is already served as a nameserver of the zone"),
+        "{problems:?}"
+    );
+    let a = snapshot.lookup(&format!("ns2.{ZONE}"), RecordType::A, None);
+    assert_eq!(
+        values(&a),
+        vec!["192.0.2.54"],
+        "the nameserver keeps its name"
     );
 }

@@ -299,7 +299,7 @@ pub fn parse_file(text: &str, path: &str) -> Result<FileConfig, ConfigError> {
 
 /// Resolves flags over the file into checked [`Settings`].
 pub fn load(cli: &Cli) -> Result<Settings, ConfigError> {
-    let file = match &cli.config {
+    let mut file = match &cli.config {
         Some(path) => {
             let shown = path.display().to_string();
             let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
@@ -376,6 +376,11 @@ pub fn load(cli: &Cli) -> Result<Settings, ConfigError> {
             "--dev may only listen on loopback, not {addr}"
         )));
     }
+    // In-zone nameservers without addresses answer with the server's own IP.
+    fedingress_dns::zone::default_nameserver_addresses(
+        &mut file.dns.zones,
+        dns_listen.map(|addr| addr.ip()),
+    );
     check_dns(&file.dns)?;
     let hub = crate::hub::HubSettings {
         heartbeat_interval: Duration::from_millis(agents.heartbeat_interval_ms),
@@ -557,8 +562,13 @@ fn check_dns(dns: &DnsConfig) -> Result<(), ConfigError> {
     for entry in &dns.locations.table {
         place(&entry.cidr.to_string(), entry.latitude, entry.longitude)?;
     }
-    fedingress_dns::zone::validate_zones(&dns.zones)
-        .map_err(|e| ConfigError::Invalid(format!("dns.zones: {e}")))?;
+    fedingress_dns::zone::validate_zones(&dns.zones).map_err(|e| {
+        if e.names_field() {
+            ConfigError::Invalid(format!("dns.{e}"))
+        } else {
+            ConfigError::Invalid(format!("dns.zones: {e}"))
+        }
+    })?;
     if let Some(path) = &dns.mmdb {
         if !path.is_file() {
             return Err(ConfigError::Invalid(format!(
@@ -708,6 +718,42 @@ mod tests {
             let error = dev_with(args).err().unwrap().to_string();
             assert!(error.contains(expected), "{args:?}: {error}");
         }
+    }
+
+    #[test]
+    fn in_zone_nameservers_default_to_the_dns_listen_ip() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("apiserver.yaml");
+        std::fs::write(
+            &path,
+            "dev: true\ndns:\n  zones:\n  - name: fedingress.test\n    nameservers: [ns.elsewhere.example, ns1.fedingress.test]\n",
+        )
+        .unwrap();
+        let path = path.to_str().unwrap();
+        let error = load(&Cli::parse_from(["federation-apiserver", "--config", path]))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            error.starts_with(
+                "dns.zones[0].nameservers[1]: ns1.fedingress.test is inside zone fedingress.test"
+            ),
+            "{error}"
+        );
+        let settings = load(&Cli::parse_from([
+            "federation-apiserver",
+            "--config",
+            path,
+            "--dns-listen",
+            "127.0.0.2:0",
+        ]))
+        .unwrap();
+        let nameservers = &settings.dns.zones[0].nameservers;
+        assert!(nameservers[0].addresses.is_empty(), "out of zone");
+        assert_eq!(
+            nameservers[1].addresses,
+            ["127.0.0.2".parse::<std::net::IpAddr>().unwrap()]
+        );
     }
 
     #[test]

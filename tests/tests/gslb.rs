@@ -304,6 +304,20 @@ fn geo_answers_failover_events_and_explain() {
         soa[0].starts_with("ns1.fedingress.test. hostmaster.fedingress.test."),
         "{soa:?}"
     );
+    // The in-zone nameserver is not lame: with no addresses in the config it answers
+    // the DNS listen IP, and NS answers carry it as glue.
+    assert_eq!(g.dig(&["ns1.fedingress.test", "A"]), vec!["127.0.0.1"]);
+    let ns = g.dig_full(&["fedingress.test", "NS", "+norec"]);
+    assert!(
+        ns.contains("flags: qr aa") && ns.contains("ADDITIONAL SECTION"),
+        "{ns}"
+    );
+    assert!(
+        ns.lines().any(|l| l.starts_with("ns1.fedingress.test.")
+            && l.ends_with("127.0.0.1")
+            && l.contains("\tA\t")),
+        "{ns}"
+    );
 }
 
 #[test]

@@ -13,7 +13,7 @@ use super::{DnsServer, Transport};
 use crate::location::test_mmdb::{CityNetwork, city_db};
 use crate::location::{LocationEntry, Locator};
 use crate::routing::FailoverState;
-use crate::zone::{Snapshot, ZoneConfig};
+use crate::zone::{NameserverConfig, Snapshot, ZoneConfig};
 use crate::{ClusterView, Location, RoutedIngress};
 
 fn location(region: &str, latitude: f64, longitude: f64) -> Location {
@@ -71,7 +71,10 @@ fn ingresses(count: usize) -> Vec<RoutedIngress> {
 fn zones() -> Vec<ZoneConfig> {
     vec![ZoneConfig {
         name: "fedingress.test".to_owned(),
-        nameservers: vec!["ns1.fedingress.test".to_owned()],
+        nameservers: vec![NameserverConfig {
+            name: "ns1.fedingress.test".to_owned(),
+            addresses: vec!["127.0.0.1".parse().unwrap()],
+        }],
         soa: Default::default(),
         ttl: 3600,
     }]

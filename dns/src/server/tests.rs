@@ -12,7 +12,7 @@ use super::wire::{CLASS_IN, TYPE_A, TYPE_OPT, TYPE_SRV};
 use super::{DnsServer, Transport};
 use crate::location::{LocationEntry, Locator};
 use crate::routing::FailoverState;
-use crate::zone::{Snapshot, ZoneConfig};
+use crate::zone::{NameserverConfig, Snapshot, ZoneConfig};
 use crate::{ClusterView, Location, RoutedIngress, SrvService};
 
 fn location(region: &str, latitude: f64, longitude: f64) -> Location {
@@ -71,7 +71,10 @@ fn server() -> DnsServer {
     .unwrap();
     let zones = vec![ZoneConfig {
         name: "test".to_owned(),
-        nameservers: vec!["ns.test".to_owned()],
+        nameservers: vec![NameserverConfig {
+            name: "ns.test".to_owned(),
+            addresses: vec!["192.0.2.53".parse().unwrap()],
+        }],
         soa: Default::default(),
         ttl: 3600,
     }];
@@ -406,4 +409,42 @@ fn queries_are_counted_by_transport_path_type_and_rcode() {
         (stats.fast, stats.slow, stats.truncated, stats.dropped),
         (4, 5, 1, 2)
     );
+}
+
+#[test]
+fn in_zone_nameserver_addresses_on_the_fast_path_and_glue_with_ns() {
+    let server = server();
+    let packet = query(7, [0x01, 0x00], "NS.test", TYPE_A, None);
+    let message = Message::from_vec(&one(&server, &packet, Transport::Udp)).unwrap();
+    assert!(message.metadata.authoritative);
+    assert_eq!(message.answers.len(), 1);
+    assert_eq!(message.answers[0].ttl, 3600, "the zone's NS TTL");
+    assert_eq!(
+        message.answers[0].data,
+        RData::A("192.0.2.53".parse().unwrap())
+    );
+    assert_eq!(server.stats().fast, 1, "pre-encoded like other names");
+
+    let ns = query(8, [0x01, 0x00], "test", u16::from(RecordType::NS), None);
+    let message = Message::from_vec(&one(&server, &ns, Transport::Udp)).unwrap();
+    assert_eq!(message.answers.len(), 1);
+    assert_eq!(message.additionals.len(), 1, "glue");
+    assert_eq!(message.additionals[0].name.to_ascii(), "ns.test.");
+    assert_eq!(
+        message.additionals[0].data,
+        RData::A("192.0.2.53".parse().unwrap())
+    );
+
+    // IPv4 only: AAAA is NODATA with the SOA.
+    let aaaa = query(
+        9,
+        [0x01, 0x00],
+        "ns.test",
+        u16::from(RecordType::AAAA),
+        None,
+    );
+    let message = Message::from_vec(&one(&server, &aaaa, Transport::Udp)).unwrap();
+    assert_eq!(message.metadata.response_code, ResponseCode::NoError);
+    assert!(message.answers.is_empty());
+    assert_eq!(message.authorities.len(), 1);
 }

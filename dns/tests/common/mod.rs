@@ -11,7 +11,7 @@ use fedingress_api::ingress::{Strategy, StrategyType, Traffic};
 use fedingress_dns::location::{LocationEntry, Locator};
 use fedingress_dns::routing::FailoverState;
 use fedingress_dns::server::DnsServer;
-use fedingress_dns::zone::{Problem, Snapshot, ZoneConfig};
+use fedingress_dns::zone::{NameserverConfig, Problem, Snapshot, ZoneConfig};
 use fedingress_dns::{ClusterView, Location, RoutedIngress, SrvService};
 use ipnet::IpNet;
 use tokio::net::{TcpListener, UdpSocket};
@@ -57,7 +57,13 @@ pub fn locator() -> Arc<Locator> {
 pub fn zones() -> Vec<ZoneConfig> {
     vec![ZoneConfig {
         name: ZONE.to_owned(),
-        nameservers: vec![format!("ns1.{ZONE}")],
+        nameservers: vec![NameserverConfig {
+            name: format!("ns1.{ZONE}"),
+            addresses: vec![
+                "192.0.2.53".parse().unwrap(),
+                "2001:db8::53".parse().unwrap(),
+            ],
+        }],
         soa: Default::default(),
         ttl: 3600,
     }]

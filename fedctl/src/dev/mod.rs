@@ -775,7 +775,7 @@ fn apiserver_config(args: &DevUpArgs, dir: &Path) -> String {
          dataDir: {data}\n\
          dev: true\n\
          agents:\n  heartbeatIntervalMs: 1000\n  leaseMs: 3000\n\
-         dns:\n  listen: {hub}:{dns}\n  zones:\n  - name: fedingress.test\n    nameservers: [ns1.fedingress.test]\n  locations:\n    default: {{region: {region}, latitude: {lat}, longitude: {lon}}}\n    table:\n{table}",
+         dns:\n  listen: {hub}:{dns}\n  zones:\n  - name: fedingress.test\n    nameservers: [{{name: ns1.fedingress.test, addresses: [{hub}]}}]\n  locations:\n    default: {{region: {region}, latitude: {lat}, longitude: {lon}}}\n    table:\n{table}",
         api = args.api_port,
         agent = args.agent_port,
         dns = args.dns_port,
@@ -1073,6 +1073,28 @@ async fn names_for(api: &Api, records: &[String]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn apiserver_config_gives_the_nameserver_the_dns_address() {
+        use clap::Parser as _;
+        let cli = crate::cli::Cli::parse_from(["fedctl", "dev", "up", "--block", "7"]);
+        let crate::cli::Command::Dev(crate::cli::DevCommand::Up(args)) = cli.command else {
+            panic!("not dev up");
+        };
+        let text = apiserver_config(&args, Path::new("/tmp/x"));
+        let config: yaml_serde::Value = yaml_serde::from_str(&text).unwrap();
+        let zone = &config["dns"]["zones"][0];
+        assert_eq!(zone["name"].as_str(), Some("fedingress.test"));
+        assert_eq!(
+            zone["nameservers"][0]["name"].as_str(),
+            Some("ns1.fedingress.test")
+        );
+        assert_eq!(
+            zone["nameservers"][0]["addresses"][0].as_str(),
+            Some("127.0.7.1")
+        );
+        assert_eq!(config["dns"]["listen"].as_str(), Some("127.0.7.1:5353"));
+    }
 
     #[test]
     fn echo_yaml_holds_the_sample_service() {
