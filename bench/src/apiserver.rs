@@ -1,16 +1,20 @@
 //! apiserver-bench: durable create throughput, watch fan-out latency, list latency and
-//! resident memory of a real `federation-apiserver` process over loopback.
+//! resident memory of a real `federation-apiserver` process over loopback, on its
+//! embedded redb store or on real etcd (`--store etcd|etcd3` starts one member or a
+//! three-member cluster on loopback; `--compare` runs redb, etcd and etcd3 in one
+//! invocation and prints the ratios against redb).
 //!
 //! Run: `cargo build --release --bins && target/release/apiserver-bench`
 //! (see docs/benchmarks.md). It prints numbers; it asserts nothing.
 
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::net::{Ipv4Addr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use clap::Parser;
+use clap::{Parser, ValueEnum};
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -34,6 +38,59 @@ struct Args {
     /// federation-apiserver binary (default: next to this one).
     #[arg(long)]
     apiserver: Option<PathBuf>,
+    /// The apiserver's store: its embedded redb file, one etcd member, or a
+    /// three-member etcd cluster (started here on loopback, data on disk in a fresh
+    /// temp dir, stopped by PID at the end).
+    #[arg(long, value_enum, default_value_t = Store::Redb)]
+    store: Store,
+    /// Run redb, then etcd, then etcd3 (same workload) and print a table with the
+    /// ratios against redb. Overrides --store.
+    #[arg(long)]
+    compare: bool,
+    /// etcd binary for --store etcd|etcd3 (default: `FEDINGRESS_ETCD`, else `etcd`).
+    #[arg(long)]
+    etcd: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Store {
+    /// The embedded redb file (`--data-dir`).
+    Redb,
+    /// One etcd member.
+    Etcd,
+    /// A three-member etcd cluster.
+    Etcd3,
+}
+
+impl Store {
+    fn label(self) -> &'static str {
+        match self {
+            Store::Redb => "redb",
+            Store::Etcd => "etcd (1 member)",
+            Store::Etcd3 => "etcd (3 members)",
+        }
+    }
+
+    fn members(self) -> usize {
+        match self {
+            Store::Redb => 0,
+            Store::Etcd => 1,
+            Store::Etcd3 => 3,
+        }
+    }
+}
+
+/// What one run measured.
+struct Results {
+    creates_per_s: f64,
+    create_p50: Duration,
+    create_p99: Duration,
+    list_p50: Duration,
+    page_p50: Duration,
+    watch_p50: Duration,
+    watch_p99: Duration,
+    rss_creates: f64,
+    rss_watches: f64,
 }
 
 const NS: &str = "/apis/fedingress.io/v1alpha1/namespaces/bench/federatedingresses";
@@ -77,16 +134,224 @@ fn rss_mib(pid: u32) -> anyhow::Result<f64> {
     Ok(kib / 1024.0)
 }
 
+/// A loopback port that was free a moment ago.
+fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
+        .local_addr()?
+        .port())
+}
+
+/// Real etcd members on loopback, data on disk (the same temp filesystem as redb's
+/// file: etcd fsyncs its WAL per commit, so tmpfs would not be a fair peer); killed by
+/// PID on drop, before the data dir goes.
+struct Etcd {
+    children: Vec<Child>,
+    client_urls: Vec<String>,
+    _dir: tempfile::TempDir,
+}
+
+impl Etcd {
+    async fn start(binary: &Path, size: usize) -> anyhow::Result<Self> {
+        let dir = tempfile::Builder::new()
+            .prefix("apiserver-bench-etcd-")
+            .tempdir()?;
+        let mut members = Vec::new();
+        for i in 0..size {
+            members.push((format!("m{i}"), free_port()?, free_port()?));
+        }
+        let initial_cluster = members
+            .iter()
+            .map(|(name, _, peer)| format!("{name}=http://127.0.0.1:{peer}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut etcd = Self {
+            children: Vec::new(),
+            client_urls: Vec::new(),
+            _dir: dir,
+        };
+        for (name, client, peer) in &members {
+            let client_url = format!("http://127.0.0.1:{client}");
+            let peer_url = format!("http://127.0.0.1:{peer}");
+            let log = std::fs::File::create(etcd._dir.path().join(format!("{name}.log")))?;
+            let child = Command::new(binary)
+                .arg("--name")
+                .arg(name)
+                .arg("--data-dir")
+                .arg(etcd._dir.path().join(name))
+                .args(["--listen-client-urls", &client_url])
+                .args(["--advertise-client-urls", &client_url])
+                .args(["--listen-peer-urls", &peer_url])
+                .args(["--initial-advertise-peer-urls", &peer_url])
+                .args(["--initial-cluster", &initial_cluster])
+                .args(["--initial-cluster-state", "new"])
+                .args(["--initial-cluster-token", "apiserver-bench"])
+                .args(["--logger", "zap", "--log-outputs", "stderr"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .with_context(|| format!("starting {}", binary.display()))?;
+            etcd.children.push(child);
+            etcd.client_urls.push(client_url);
+        }
+        let http = reqwest::Client::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        for url in &etcd.client_urls {
+            loop {
+                let healthy = match http.get(format!("{url}/health")).send().await {
+                    Ok(response) => response
+                        .text()
+                        .await
+                        .is_ok_and(|body| body.contains("\"health\":\"true\"")),
+                    Err(_) => false,
+                };
+                if healthy {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    bail!(
+                        "etcd at {url} not healthy in 30 s (logs in {})",
+                        etcd._dir.path().display()
+                    );
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        Ok(etcd)
+    }
+
+    fn pids(&self) -> Vec<u32> {
+        self.children.iter().map(Child::id).collect()
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn ratio(value: f64, base: f64) -> String {
+    if base > 0.0 {
+        format!("{:.2}×", value / base)
+    } else {
+        "—".into()
+    }
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-    let binary = match args.apiserver {
-        Some(path) => path,
+    let stores = if args.compare {
+        vec![Store::Redb, Store::Etcd, Store::Etcd3]
+    } else {
+        vec![args.store]
+    };
+    let mut results = Vec::new();
+    for store in stores {
+        println!("== {} ==", store.label());
+        results.push((store, run(&args, store).await?));
+    }
+    if results.len() > 1 {
+        print_table(&results);
+    }
+    Ok(())
+}
+
+/// A markdown table of every run, each etcd column followed by its ratio against redb
+/// (for latencies, > 1 is slower; for creates/s, < 1 is fewer).
+fn print_table(results: &[(Store, Results)]) {
+    let base = &results[0].1;
+    type Row = (&'static str, fn(&Results) -> f64, fn(f64) -> String);
+    let fmt_ms = |v: f64| format!("{v:.2} ms");
+    let rows: [Row; 9] = [
+        (
+            "durable creates/s",
+            |r| r.creates_per_s,
+            |v| format!("{v:.0}/s"),
+        ),
+        ("create p50", |r| r.create_p50.as_secs_f64() * 1e3, fmt_ms),
+        ("create p99", |r| r.create_p99.as_secs_f64() * 1e3, fmt_ms),
+        (
+            "watch fan-out p50",
+            |r| r.watch_p50.as_secs_f64() * 1e3,
+            fmt_ms,
+        ),
+        (
+            "watch fan-out p99",
+            |r| r.watch_p99.as_secs_f64() * 1e3,
+            fmt_ms,
+        ),
+        ("list all p50", |r| r.list_p50.as_secs_f64() * 1e3, fmt_ms),
+        (
+            "first page of 500 p50",
+            |r| r.page_p50.as_secs_f64() * 1e3,
+            fmt_ms,
+        ),
+        (
+            "apiserver RSS after creates",
+            |r| r.rss_creates,
+            |v| format!("{v:.1} MiB"),
+        ),
+        (
+            "apiserver RSS with watches",
+            |r| r.rss_watches,
+            |v| format!("{v:.1} MiB"),
+        ),
+    ];
+    let mut header = String::from("| what |");
+    let mut rule = String::from("|---|");
+    for (i, (store, _)) in results.iter().enumerate() {
+        header.push_str(&format!(" {} |", store.label()));
+        rule.push_str("---|");
+        if i > 0 {
+            header.push_str(" vs redb |");
+            rule.push_str("---|");
+        }
+    }
+    println!();
+    println!("{header}");
+    println!("{rule}");
+    for (name, get, show) in rows {
+        let mut line = format!("| {name} |");
+        for (i, (_, r)) in results.iter().enumerate() {
+            line.push_str(&format!(" {} |", show(get(r))));
+            if i > 0 {
+                line.push_str(&format!(" {} |", ratio(get(r), get(base))));
+            }
+        }
+        println!("{line}");
+    }
+}
+
+async fn run(args: &Args, store: Store) -> anyhow::Result<Results> {
+    let binary = match &args.apiserver {
+        Some(path) => path.clone(),
         None => std::env::current_exe()?
             .parent()
             .context("bench binary has a directory")?
             .join("federation-apiserver"),
+    };
+    let etcd = if store == Store::Redb {
+        None
+    } else {
+        let etcd_binary = args
+            .etcd
+            .clone()
+            .or_else(|| std::env::var_os("FEDINGRESS_ETCD").map(PathBuf::from))
+            .unwrap_or_else(|| PathBuf::from("etcd"));
+        let etcd = Etcd::start(&etcd_binary, store.members()).await?;
+        println!(
+            "etcd {} (pids {:?}) at {}",
+            etcd_binary.display(),
+            etcd.pids(),
+            etcd.client_urls.join(",")
+        );
+        Some(etcd)
     };
     let data = tempfile::tempdir()?;
     let mut child = tokio::process::Command::from({
@@ -104,6 +369,11 @@ async fn main() -> anyhow::Result<()> {
             .env("FEDINGRESS_LOG", "warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
+        if let Some(etcd) = &etcd {
+            command
+                .arg("--etcd-servers")
+                .arg(etcd.client_urls.join(","));
+        }
         command
     })
     .kill_on_drop(true)
@@ -170,15 +440,17 @@ async fn main() -> anyhow::Result<()> {
     let elapsed = started.elapsed();
     let mut create = latencies.lock().await.clone();
     create.sort();
+    let creates_per_s = args.objects as f64 / elapsed.as_secs_f64();
     println!(
         "creates: {} in {:.2} s = {:.0} creates/s (p50 {}, p99 {})",
         args.objects,
         elapsed.as_secs_f64(),
-        args.objects as f64 / elapsed.as_secs_f64(),
+        creates_per_s,
         ms(percentile(&create, 0.5)),
         ms(percentile(&create, 0.99))
     );
-    println!("rss after creates: {:.1} MiB", rss_mib(pid)?);
+    let rss_creates = rss_mib(pid)?;
+    println!("rss after creates: {rss_creates:.1} MiB");
 
     // 2. List latency.
     let mut full = Vec::new();
@@ -306,15 +578,26 @@ async fn main() -> anyhow::Result<()> {
         ms(percentile(&delivery, 0.5)),
         ms(percentile(&delivery, 0.99))
     );
+    let rss_watches = rss_mib(pid)?;
     println!(
-        "rss with {} objects and {} watches: {:.1} MiB",
-        args.objects,
-        args.watchers,
-        rss_mib(pid)?
+        "rss with {} objects and {} watches: {rss_watches:.1} MiB",
+        args.objects, args.watchers,
     );
     for watcher in watchers {
         watcher.abort();
     }
     let _ = child.kill().await;
-    Ok(())
+    // The apiserver first, then etcd (by PID, in Etcd's drop), then the data dirs.
+    drop(etcd);
+    Ok(Results {
+        creates_per_s,
+        create_p50: percentile(&create, 0.5),
+        create_p99: percentile(&create, 0.99),
+        list_p50: percentile(&full, 0.5),
+        page_p50: percentile(&paged, 0.5),
+        watch_p50: percentile(&delivery, 0.5),
+        watch_p99: percentile(&delivery, 0.99),
+        rss_creates,
+        rss_watches,
+    })
 }
