@@ -90,6 +90,20 @@ impl Api {
         (seen, send)
     }
 
+    /// The ownership read of an object that does not exist yet (answered 404), then
+    /// its server-side apply; returns the apply for the test to answer.
+    async fn expect_create(&mut self, object: &ObjectRef) -> (Seen, SendResponse<Response<Body>>) {
+        let (seen, send) = self.expect(Method::GET, &path(object)).await;
+        respond(send, StatusCode::NOT_FOUND, &not_found(&seen));
+        self.expect(Method::PATCH, &path(object)).await
+    }
+
+    /// [`Api::expect_create`], answered as the API server would.
+    async fn expect_created(&mut self, object: &ObjectRef) {
+        let (seen, send) = self.expect_create(object).await;
+        applied(send, &seen);
+    }
+
     /// No request is left once every client is gone.
     async fn expect_no_more(mut self) {
         if let Some((request, _)) = tokio::time::timeout(WAIT, self.handle.next_request())
@@ -317,9 +331,7 @@ async fn apply_writes_every_object_with_server_side_apply_then_collects_garbage(
     let server = tokio::spawn(async move {
         for object in &objects {
             // Neither is in the stores: the driver reads before it writes.
-            let (seen, send) = api.expect(Method::GET, &path(object)).await;
-            respond(send, StatusCode::NOT_FOUND, &not_found(&seen));
-            let (seen, send) = api.expect(Method::PATCH, &path(object)).await;
+            let (seen, send) = api.expect_create(object).await;
             assert_eq!(
                 seen.body["metadata"]["labels"]["fedingress.io/ingress"],
                 "default.shop"
@@ -425,9 +437,7 @@ async fn rbac_denied_is_reported_per_rule_and_in_readiness() {
     let (driver, _dir) = driver(client, &fixture, Profile::Mixed);
     let server = tokio::spawn(async move {
         for object in &objects {
-            let (seen, send) = api.expect(Method::GET, &path(object)).await;
-            respond(send, StatusCode::NOT_FOUND, &not_found(&seen));
-            let (_, send) = api.expect(Method::PATCH, &path(object)).await;
+            let (_, send) = api.expect_create(object).await;
             let message = format!(
                 "{} \"{}\" is forbidden: User \"system:serviceaccount:fedingress:agent\" cannot patch resource",
                 object.kind.as_str().to_lowercase(),
@@ -490,10 +500,7 @@ async fn api_down_is_a_rule_error_and_the_next_apply_recovers() {
 
     let server = tokio::spawn(async move {
         for object in &objects {
-            let (seen, send) = api.expect(Method::GET, &path(object)).await;
-            respond(send, StatusCode::NOT_FOUND, &not_found(&seen));
-            let (seen, send) = api.expect(Method::PATCH, &path(object)).await;
-            applied(send, &seen);
+            api.expect_created(object).await;
         }
         api
     });
@@ -515,10 +522,7 @@ async fn applied_driver(
     let (driver, dir) = driver(client, fixture, profile);
     let server = tokio::spawn(async move {
         for object in &objects {
-            let (seen, send) = api.expect(Method::GET, &path(object)).await;
-            respond(send, StatusCode::NOT_FOUND, &not_found(&seen));
-            let (seen, send) = api.expect(Method::PATCH, &path(object)).await;
-            applied(send, &seen);
+            api.expect_created(object).await;
         }
     });
     assert!(driver.apply(&plan()).await.is_empty());
@@ -730,10 +734,7 @@ async fn a_watch_event_updates_the_report_and_signals_it() {
     let objects = rendered(&world, Profile::Mixed);
     let server = tokio::spawn(async move {
         for object in &objects {
-            let (seen, send) = api.expect(Method::GET, &path(object)).await;
-            respond(send, StatusCode::NOT_FOUND, &not_found(&seen));
-            let (seen, send) = api.expect(Method::PATCH, &path(object)).await;
-            applied(send, &seen);
+            api.expect_created(object).await;
         }
         api
     });

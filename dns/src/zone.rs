@@ -1348,6 +1348,38 @@ impl Builder<'_> {
         }
     }
 
+    /// Parses and claims an SRV target name for `owner`; `None`, with a problem
+    /// recorded, when the name is invalid or already served.
+    fn claim_target(
+        &mut self,
+        routed: &RoutedIngress,
+        text: &str,
+        zone: usize,
+        owner: Owner,
+    ) -> Option<Name> {
+        let target = match parse_name(text) {
+            Ok(n) => n,
+            Err(reason) => {
+                self.problem(
+                    routed,
+                    format!("SRV target name {text} is not valid: {reason}"),
+                );
+                return None;
+            }
+        };
+        let key = name_key(&target);
+        if let Some(holder) = self.holder(&key) {
+            let what = Self::describe_holder(holder);
+            self.problem(
+                routed,
+                format!("SRV target name {text} is already served as {what}"),
+            );
+            return None;
+        }
+        self.claim(key, target.clone(), zone, owner);
+        Some(target)
+    }
+
     fn describe_holder(owner: Owner) -> &'static str {
         match owner {
             Owner::Ingress(_) => "another ingress's dnsName",
@@ -1463,27 +1495,10 @@ impl Builder<'_> {
                     continue;
                 }
                 let text = format!("{}.{}", cluster.name, display(&name));
-                let target = match parse_name(&text) {
-                    Ok(n) => n,
-                    Err(reason) => {
-                        self.problem(
-                            routed,
-                            format!("SRV target name {text} is not valid: {reason}"),
-                        );
-                        continue;
-                    }
-                };
-                let target_key = name_key(&target);
-                if let Some(owner) = self.holder(&target_key) {
-                    let what = Self::describe_holder(owner);
-                    self.problem(
-                        routed,
-                        format!("SRV target name {text} is already served as {what}"),
-                    );
+                let owner = Owner::Target(index, target_clusters.len());
+                let Some(target) = self.claim_target(routed, &text, zone, owner) else {
                     continue;
-                }
-                let t = target_clusters.len();
-                self.claim(target_key, target.clone(), zone, Owner::Target(index, t));
+                };
                 target_names.insert(cluster.name.clone(), target.clone());
                 target_clusters.push((cluster.ips.clone(), target));
             }
@@ -1509,27 +1524,10 @@ impl Builder<'_> {
                     service.name,
                     display(&name)
                 );
-                let target = match parse_name(&text) {
-                    Ok(n) => n,
-                    Err(reason) => {
-                        self.problem(
-                            routed,
-                            format!("SRV target name {text} is not valid: {reason}"),
-                        );
-                        continue;
-                    }
-                };
-                let target_key = name_key(&target);
-                if let Some(owner) = self.holder(&target_key) {
-                    let what = Self::describe_holder(owner);
-                    self.problem(
-                        routed,
-                        format!("SRV target name {text} is already served as {what}"),
-                    );
+                let owner = Owner::Target(index, target_clusters.len());
+                let Some(target) = self.claim_target(routed, &text, zone, owner) else {
                     continue;
-                }
-                let t = target_clusters.len();
-                self.claim(target_key, target.clone(), zone, Owner::Target(index, t));
+                };
                 if let Some(names) = rule_targets.get_mut(k) {
                     names.insert(cluster_name.clone(), target.clone());
                 }

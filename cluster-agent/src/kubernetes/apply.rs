@@ -51,7 +51,7 @@ impl ApplyError {
     fn api(verb: &'static str, object: &ObjectRef, error: &kube::Error) -> Self {
         ApplyError::Api {
             verb,
-            kind: kind_name(object.kind),
+            kind: object.kind.as_str(),
             namespace: object.namespace.clone(),
             name: object.name.clone(),
             message: describe_kube_error(error),
@@ -90,14 +90,6 @@ fn error_chain(error: &dyn std::error::Error) -> String {
     text
 }
 
-pub fn kind_name(kind: Kind) -> &'static str {
-    match kind {
-        Kind::Ingress => "Ingress",
-        Kind::Service => "Service",
-        Kind::ConfigMap => "ConfigMap",
-    }
-}
-
 /// Writes objects to the member cluster.
 #[derive(Clone)]
 pub struct Applier {
@@ -128,7 +120,7 @@ impl Applier {
         let api: Api<K> = Api::namespaced(self.client.clone(), &target.namespace);
         if !self.owned_or_absent(&target, &api).await? {
             return Err(ApplyError::Foreign {
-                kind: kind_name(target.kind),
+                kind: target.kind.as_str(),
                 namespace: target.namespace.clone(),
                 name: target.name.clone(),
             });

@@ -46,7 +46,7 @@ use tokio::time::Instant;
 use crate::config::{KubernetesConfig, ProfileSetting};
 use crate::driver::Driver;
 use apply::{Applier, ApplyError};
-use render::{Desired, Kind, ObjectRef, Profile, RenderSettings};
+use render::{Kind, ObjectRef, Profile, RenderSettings};
 use status::{ReportInput, ShareState};
 use world::World;
 
@@ -380,7 +380,7 @@ impl KubernetesDriver {
         for (object, uid) in self.applier.garbage(keep) {
             match self.applier.delete(&object, uid).await {
                 Ok(()) => tracing::info!(
-                    kind = apply::kind_name(object.kind),
+                    kind = object.kind.as_str(),
                     namespace = %object.namespace,
                     name = %object.name,
                     "deleted an object the plan no longer holds"
@@ -557,12 +557,5 @@ impl Driver for KubernetesDriver {
         } else {
             Err(problems.join("; "))
         }
-    }
-}
-
-impl Desired {
-    /// The object's kind, for logs.
-    pub fn kind_name(&self) -> &'static str {
-        apply::kind_name(self.object_ref().kind)
     }
 }

@@ -26,7 +26,6 @@ use fedingress_api::plan::{
 };
 use tokio::time::Instant;
 
-use super::apply::kind_name;
 use super::render::{Kind, ObjectName, ObjectRef, RuleTarget};
 use super::world::World;
 
@@ -154,7 +153,7 @@ fn share_report(
 
 /// Why a rule's load balancer has no address, when that is an error yet.
 fn load_balancer_problem(object: &ObjectRef, input: &ReportInput<'_>) -> Option<String> {
-    let kind = kind_name(object.kind);
+    let kind = object.kind.as_str();
     if object.kind == Kind::Service
         && let Some(service) = input.world.service(&object.namespace, &object.name)
         && let Some(uid) = service.metadata.uid.as_deref()
