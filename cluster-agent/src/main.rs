@@ -116,7 +116,8 @@ async fn run(
     let (driver, election) = match client {
         None => (Arc::new(Standalone::new(&config)) as Arc<dyn Driver>, None),
         Some(client) => {
-            let k = config.kubernetes();
+            let mut k = config.kubernetes();
+            k.owner_id.get_or_insert_with(|| config.cluster.clone());
             let election = k
                 .leader_election
                 .enabled

@@ -215,6 +215,7 @@ fn config(profile: Profile) -> KubernetesConfig {
     KubernetesConfig {
         profile: ProfileSetting::Fixed(profile),
         load_balancer_pending_seconds: 60,
+        owner_id: Some("k1".to_owned()),
         ..KubernetesConfig::default()
     }
 }
@@ -323,6 +324,13 @@ async fn apply_writes_every_object_with_server_side_apply_then_collects_garbage(
         json!({}),
     ));
     fixture.put_service(service("default", "users-own", json!({}), json!({})));
+    // Another agent's (another federation's) object: never this agent's to delete.
+    fixture.put_service(service(
+        "default",
+        "fedingress-theirs-mysql",
+        json!({"app.kubernetes.io/managed-by": "fedingress", "fedingress.io/owner": "other-federation"}),
+        json!({}),
+    ));
     let objects = rendered(&fixture.world, Profile::Mixed);
     assert!(objects.iter().any(|o| o.kind == Kind::Ingress));
     assert!(objects.iter().any(|o| o.kind == Kind::Service));
@@ -332,6 +340,7 @@ async fn apply_writes_every_object_with_server_side_apply_then_collects_garbage(
         for object in &objects {
             // Neither is in the stores: the driver reads before it writes.
             let (seen, send) = api.expect_create(object).await;
+            assert_eq!(seen.body["metadata"]["labels"]["fedingress.io/owner"], "k1");
             assert_eq!(
                 seen.body["metadata"]["labels"]["fedingress.io/ingress"],
                 "default.shop"
@@ -415,13 +424,13 @@ async fn a_foreign_object_in_the_way_is_a_rule_error_and_never_written() {
     assert_eq!(errors.len(), 3, "{text}");
     assert!(
         text.contains(&format!(
-            "Ingress default/{ingress_name} exists and is not managed by fedingress"
+            "Ingress default/{ingress_name} exists and is not this agent's"
         )),
         "{text}"
     );
     assert!(
         text.contains(&format!(
-            "Service default/{} exists and is not managed by fedingress",
+            "Service default/{} exists and is not this agent's",
             service_ref.name
         )),
         "{text}"

@@ -221,6 +221,7 @@ fn a_federated_ingress_reaches_a_kubernetes_member_cluster_and_its_load_balancer
             service["metadata"]["labels"]["fedingress.io/ingress"],
             "default.echo"
         );
+        assert_eq!(service["metadata"]["labels"]["fedingress.io/owner"], "k1");
     }
 
     // The cloud provisions one load balancer per protocol; the kubelet makes the

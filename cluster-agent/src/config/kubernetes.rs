@@ -14,6 +14,7 @@
 //!   ingressController: {service: ingress-nginx/ingress-nginx-controller}
 //!   loadBalancerPendingSeconds: 120   # a load balancer without an address this long is a rule error
 //!   leaderElection: {namespace: fedingress-system, leaseName: fedingress-agent, leaseDurationSeconds: 15}
+//!   ownerId: eu-west                  # the fedingress.io/owner label (default: the cluster's name)
 //! ```
 //!
 //! Decisions:
@@ -80,6 +81,11 @@ pub struct KubernetesConfig {
     /// Leader election between agent replicas.
     #[serde(default)]
     pub leader_election: LeaderElectionConfig,
+    /// The `fedingress.io/owner` label of every object this agent writes; it only
+    /// ever changes or deletes objects carrying it. Default: the cluster's name. Give
+    /// each federation its own when several manage one member cluster.
+    #[serde(default)]
+    pub owner_id: Option<String>,
 }
 
 /// `auto` or a fixed profile.
@@ -157,6 +163,7 @@ impl Default for KubernetesConfig {
             ingress_controller: None,
             load_balancer_pending_seconds: default_pending_seconds(),
             leader_election: LeaderElectionConfig::default(),
+            owner_id: None,
         }
     }
 }
@@ -217,6 +224,21 @@ impl KubernetesConfig {
                 "kubernetes.nginx: tcpServicesConfigMap and udpServicesConfigMap must differ"
                     .to_owned(),
             );
+        }
+        if let Some(owner) = &self.owner_id {
+            // A label value: at most 63 characters of [a-z0-9A-Z-_.], alphanumeric ends.
+            let ok = !owner.is_empty()
+                && owner.len() <= 63
+                && owner
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+                && owner.starts_with(|c: char| c.is_ascii_alphanumeric())
+                && owner.ends_with(|c: char| c.is_ascii_alphanumeric());
+            if !ok {
+                problems.push(format!(
+                    "kubernetes.ownerId: {owner:?} is not a valid label value (1-63 letters, digits, '-', '_', '.', alphanumeric at both ends)"
+                ));
+            }
         }
         if self.load_balancer_pending_seconds == 0 {
             problems.push("kubernetes.loadBalancerPendingSeconds: must be positive".to_owned());

@@ -23,14 +23,16 @@ use kube::{Api, Client, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::render::{Desired, FIELD_MANAGER, Kind, MANAGED_BY, MANAGED_BY_LABEL, ObjectRef};
+use super::render::{
+    Desired, FIELD_MANAGER, Kind, MANAGED_BY, MANAGED_BY_LABEL, OWNER_LABEL, ObjectRef,
+};
 use super::world::World;
 
 /// Why one object could not be written or deleted.
 #[derive(Debug, thiserror::Error)]
 pub enum ApplyError {
     #[error(
-        "{kind} {namespace}/{name} exists and is not managed by fedingress (no label {MANAGED_BY_LABEL}={MANAGED_BY}); rename or remove it"
+        "{kind} {namespace}/{name} exists and is not this agent's (no label {MANAGED_BY_LABEL}={MANAGED_BY}, or another {OWNER_LABEL}); rename or remove it"
     )]
     Foreign {
         kind: &'static str,
@@ -95,11 +97,21 @@ fn error_chain(error: &dyn std::error::Error) -> String {
 pub struct Applier {
     client: Client,
     world: Arc<World>,
+    /// The `fedingress.io/owner` value of this agent's objects.
+    owner: Option<String>,
 }
 
 impl Applier {
-    pub fn new(client: Client, world: Arc<World>) -> Self {
-        Applier { client, world }
+    pub fn new(client: Client, world: Arc<World>, owner: Option<String>) -> Self {
+        Applier {
+            client,
+            world,
+            owner,
+        }
+    }
+
+    fn owns(&self, labels: Option<&std::collections::BTreeMap<String, String>>) -> bool {
+        is_owned(labels, self.owner.as_deref())
     }
 
     /// Server-side applies `desired` unless an object of that name exists that
@@ -140,11 +152,11 @@ impl Applier {
         K: Resource + Clone + DeserializeOwned + Debug,
     {
         if let Some(labels) = self.stored_labels(target) {
-            return Ok(is_managed(labels.as_ref()));
+            return Ok(self.owns(labels.as_ref()));
         }
         match api.get_opt(&target.name).await {
             Ok(None) => Ok(true),
-            Ok(Some(existing)) => Ok(is_managed(existing.meta().labels.as_ref())),
+            Ok(Some(existing)) => Ok(self.owns(existing.meta().labels.as_ref())),
             Err(e) => Err(ApplyError::api("reading", target, &e)),
         }
     }
@@ -174,7 +186,7 @@ impl Applier {
     pub fn garbage(&self, keep: &BTreeSet<ObjectRef>) -> Vec<(ObjectRef, Option<String>)> {
         let mut out = Vec::new();
         let mut consider = |kind: Kind, meta: &kube::api::ObjectMeta| {
-            if !is_managed(meta.labels.as_ref()) {
+            if !self.owns(meta.labels.as_ref()) {
                 return;
             }
             let (Some(namespace), Some(name)) = (&meta.namespace, &meta.name) else {
@@ -233,9 +245,57 @@ impl Applier {
     }
 }
 
-/// Whether labels say fedingress manages the object.
-pub fn is_managed(labels: Option<&std::collections::BTreeMap<String, String>>) -> bool {
+/// Whether labels say this agent owns the object: managed by fedingress, and the
+/// owner label is `owner` — or absent (objects written before the label existed are
+/// adopted, and get it with the next apply).
+pub fn is_owned(
+    labels: Option<&std::collections::BTreeMap<String, String>>,
+    owner: Option<&str>,
+) -> bool {
+    let Some(labels) = labels else {
+        return false;
+    };
     labels
-        .and_then(|l| l.get(MANAGED_BY_LABEL))
+        .get(MANAGED_BY_LABEL)
         .is_some_and(|v| v == MANAGED_BY)
+        && match (owner, labels.get(OWNER_LABEL)) {
+            (Some(ours), Some(theirs)) => ours == theirs,
+            _ => true,
+        }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn ownership_needs_the_managed_by_label_and_our_owner_or_none() {
+        let managed = (MANAGED_BY_LABEL, MANAGED_BY);
+        let ours = Some("eu-west");
+        assert!(is_owned(
+            Some(&labels(&[managed, (OWNER_LABEL, "eu-west")])),
+            ours
+        ));
+        // Written before the owner label existed: adopted.
+        assert!(is_owned(Some(&labels(&[managed])), ours));
+        assert!(!is_owned(
+            Some(&labels(&[managed, (OWNER_LABEL, "us-east")])),
+            ours
+        ));
+        assert!(!is_owned(Some(&labels(&[(OWNER_LABEL, "eu-west")])), ours));
+        assert!(!is_owned(
+            Some(&labels(&[(MANAGED_BY_LABEL, "helm")])),
+            ours
+        ));
+        assert!(!is_owned(None, ours));
+    }
 }

@@ -149,7 +149,7 @@ impl KubernetesDriver {
             ProfileSetting::Auto => read_provider(&provider_file).map(Profile::from_provider),
         };
         KubernetesDriver {
-            applier: Applier::new(client.clone(), Arc::clone(&world)),
+            applier: Applier::new(client.clone(), Arc::clone(&world), config.owner_id.clone()),
             client,
             config,
             world,
@@ -235,6 +235,7 @@ impl KubernetesDriver {
                 .ingress_controller
                 .as_ref()
                 .map(|c| c.service.clone()),
+            owner: config.owner_id.clone(),
         }
     }
 

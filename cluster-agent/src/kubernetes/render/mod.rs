@@ -67,6 +67,10 @@ pub const MANAGED_BY: &str = "fedingress";
 /// Label naming the FederatedIngress an object serves: `<namespace>.<name>`
 /// ([`ingress_label_value`]; shortened with a hash when longer than a label value may be).
 pub const INGRESS_LABEL: &str = "fedingress.io/ingress";
+/// Which agent owns the object (`kubernetes.ownerId`, default the cluster's name): two
+/// agents writing to one member cluster — two federations, say — never take or delete
+/// each other's objects.
+pub const OWNER_LABEL: &str = "fedingress.io/owner";
 /// Annotation with the `metadata.uid` of the FederatedIngress an object serves.
 pub const UID_ANNOTATION: &str = "fedingress.io/ingress-uid";
 
@@ -306,6 +310,8 @@ pub struct RenderSettings {
     pub nginx_udp_services: Option<ObjectName>,
     /// The ingress controller's Service (nginx-configmap: where L4 rules are served).
     pub ingress_controller: Option<ObjectName>,
+    /// The [`OWNER_LABEL`] value of every object (none: no owner label).
+    pub owner: Option<String>,
 }
 
 impl Default for RenderSettings {
@@ -327,7 +333,17 @@ impl RenderSettings {
             nginx_tcp_services: None,
             nginx_udp_services: None,
             ingress_controller: None,
+            owner: None,
         }
+    }
+
+    /// The labels every rendered object carries.
+    fn ownership_labels(&self) -> BTreeMap<String, String> {
+        let mut labels = BTreeMap::from([(MANAGED_BY_LABEL.to_owned(), MANAGED_BY.to_owned())]);
+        if let Some(owner) = &self.owner {
+            labels.insert(OWNER_LABEL.to_owned(), owner.clone());
+        }
+        labels
     }
 }
 
@@ -504,13 +520,14 @@ impl ShareContext<'_> {
         ObjectMeta {
             name: Some(name),
             namespace: Some(self.namespace().to_owned()),
-            labels: Some(BTreeMap::from([
-                (MANAGED_BY_LABEL.to_owned(), MANAGED_BY.to_owned()),
-                (
+            labels: Some({
+                let mut labels = self.settings.ownership_labels();
+                labels.insert(
                     INGRESS_LABEL.to_owned(),
                     ingress_label_value(&self.share.key),
-                ),
-            ])),
+                );
+                labels
+            }),
             annotations: Some(annotations),
             ..ObjectMeta::default()
         }
@@ -531,15 +548,12 @@ pub(crate) fn rule_index(rule: usize) -> u32 {
     u32::try_from(rule).unwrap_or(u32::MAX)
 }
 
-/// Labels of the objects shared by every share (only the ownership label).
-pub(crate) fn shared_metadata(name: &ObjectName) -> ObjectMeta {
+/// Labels of the objects shared by every share (only the ownership labels).
+pub(crate) fn shared_metadata(name: &ObjectName, settings: &RenderSettings) -> ObjectMeta {
     ObjectMeta {
         name: Some(name.name.clone()),
         namespace: Some(name.namespace.clone()),
-        labels: Some(BTreeMap::from([(
-            MANAGED_BY_LABEL.to_owned(),
-            MANAGED_BY.to_owned(),
-        )])),
+        labels: Some(settings.ownership_labels()),
         ..ObjectMeta::default()
     }
 }

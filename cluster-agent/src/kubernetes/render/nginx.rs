@@ -56,7 +56,7 @@ impl ServicesMaps {
                 .map(|((_, port), (value, _, _))| (port.to_string(), value.clone()))
                 .collect();
             objects.push(Desired::ConfigMap(ConfigMap {
-                metadata: shared_metadata(name),
+                metadata: shared_metadata(name, settings),
                 data: Some(data),
                 ..ConfigMap::default()
             }));
