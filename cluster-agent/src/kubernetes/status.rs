@@ -27,7 +27,7 @@ use fedingress_api::plan::{
 use tokio::time::Instant;
 
 use super::render::{Kind, ObjectName, ObjectRef, RuleTarget};
-use super::world::World;
+use super::world::{EndpointCounts, World};
 
 /// What the last apply left for one share.
 #[derive(Clone, Debug, Default)]
@@ -53,11 +53,12 @@ pub struct ReportInput<'a> {
 /// The report for `plan`.
 pub fn report(plan: &ClusterPlan, input: &ReportInput<'_>) -> AgentReport {
     let problems = input.world.problems();
+    let endpoints = input.world.endpoint_counts();
     let ingresses: Vec<IngressReport> = plan
         .ingresses
         .iter()
         .map(|(key, share)| match input.shares.get(key) {
-            Some(state) => share_report(share, state, input, &problems),
+            Some(state) => share_report(share, state, input, &problems, &endpoints),
             None => IngressReport {
                 key: key.clone(),
                 ..IngressReport::default()
@@ -96,6 +97,7 @@ fn share_report(
     state: &ShareState,
     input: &ReportInput<'_>,
     problems: &[String],
+    endpoints: &EndpointCounts,
 ) -> IngressReport {
     let key = &share.key;
     let mut errors = state.errors.clone();
@@ -144,7 +146,7 @@ fn share_report(
         key: key.clone(),
         applied_generation: state.generation,
         addresses,
-        backends: backends(share, input),
+        backends: backends(share, input, endpoints),
         listeners: Vec::new(),
         rule_errors: errors,
         rules,
@@ -215,7 +217,11 @@ pub fn addresses_of(world: &World, object: &ObjectRef) -> Vec<Address> {
 
 /// Backend health of every backend Service of the share, plus the ingress
 /// controller's when it carries the share's traffic.
-fn backends(share: &IngressShare, input: &ReportInput<'_>) -> Vec<BackendHealth> {
+fn backends(
+    share: &IngressShare,
+    input: &ReportInput<'_>,
+    endpoints: &EndpointCounts,
+) -> Vec<BackendHealth> {
     let namespace = &share.key.namespace;
     let mut seen: Vec<(String, i32)> = Vec::new();
     let mut through_controller = false;
@@ -239,7 +245,7 @@ fn backends(share: &IngressShare, input: &ReportInput<'_>) -> Vec<BackendHealth>
     let mut out: Vec<BackendHealth> = seen
         .into_iter()
         .map(|(service, port)| {
-            let (ready, total) = input.world.endpoints(namespace, &service);
+            let (ready, total) = endpoints.get(namespace, &service);
             BackendHealth {
                 service,
                 port,
@@ -260,9 +266,7 @@ fn backends(share: &IngressShare, input: &ReportInput<'_>) -> Vec<BackendHealth>
     if let Some(controller) = input.ingress_controller
         && (through_controller || controller_targeted)
     {
-        let (ready, total) = input
-            .world
-            .endpoints(&controller.namespace, &controller.name);
+        let (ready, total) = endpoints.get(&controller.namespace, &controller.name);
         out.push(BackendHealth {
             service: controller.to_string(),
             port: 0,

@@ -59,6 +59,20 @@ impl Watched {
     }
 }
 
+/// (ready, total) endpoints per (namespace, Service) ([`World::endpoint_counts`]).
+#[derive(Clone, Debug, Default)]
+pub struct EndpointCounts(BTreeMap<(String, String), (u32, u32)>);
+
+impl EndpointCounts {
+    /// A Service without EndpointSlices has (0, 0).
+    pub fn get(&self, namespace: &str, service: &str) -> (u32, u32) {
+        self.0
+            .get(&(namespace.to_owned(), service.to_owned()))
+            .copied()
+            .unwrap_or_default()
+    }
+}
+
 /// Read side of the watched cluster state.
 pub struct World {
     pub services: Store<Service>,
@@ -313,34 +327,36 @@ impl World {
             .get(&ObjectRef::new(name).within(namespace))
     }
 
-    /// (ready, total) endpoints of a Service, over all its EndpointSlices. `ready`
-    /// follows the EndpointSlice API: a missing condition means ready, a terminating
-    /// endpoint is not ready.
-    pub fn endpoints(&self, namespace: &str, service: &str) -> (u32, u32) {
-        let mut ready = 0u32;
-        let mut total = 0u32;
+    /// (ready, total) endpoints of every Service, over all its EndpointSlices, in one
+    /// pass (a report reads many Services; the slices of a big cluster are many).
+    /// `ready` follows the EndpointSlice API: a missing condition means ready, a
+    /// terminating endpoint is not ready.
+    pub fn endpoint_counts(&self) -> EndpointCounts {
+        let mut counts = EndpointCounts::default();
         for slice in self.slices.state() {
-            let same = slice.metadata.namespace.as_deref() == Some(namespace)
-                && slice
-                    .metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(SERVICE_NAME_LABEL))
-                    .is_some_and(|s| s == service);
-            if !same {
+            let service = slice
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(SERVICE_NAME_LABEL));
+            let (Some(namespace), Some(service)) = (&slice.metadata.namespace, service) else {
                 continue;
-            }
+            };
+            let entry = counts
+                .0
+                .entry((namespace.clone(), service.clone()))
+                .or_default();
             for endpoint in &slice.endpoints {
-                total = total.saturating_add(1);
+                entry.1 = entry.1.saturating_add(1);
                 let conditions = endpoint.conditions.as_ref();
                 let is_ready = conditions.and_then(|c| c.ready).unwrap_or(true)
                     && !conditions.and_then(|c| c.terminating).unwrap_or(false);
                 if is_ready {
-                    ready = ready.saturating_add(1);
+                    entry.0 = entry.0.saturating_add(1);
                 }
             }
         }
-        (ready, total)
+        counts
     }
 
     /// The newest `SyncLoadBalancerFailed` message about the Service with this uid.

@@ -297,6 +297,31 @@ impl Store {
         metadata.remove("deletionTimestamp");
     }
 
+    /// What an update of `old` to `body` stores: through the status subresource only
+    /// the status changes; otherwise everything but the status (kept from `old`).
+    fn updated(
+        resource: &ResourceType,
+        old: &Value,
+        mut body: Value,
+        status_subresource: bool,
+    ) -> Value {
+        if status_subresource {
+            let mut new = old.clone();
+            new["status"] = body.get("status").cloned().unwrap_or(Value::Null);
+            return new;
+        }
+        if resource.has_status
+            && let Some(map) = body.as_object_mut()
+        {
+            match old.get("status") {
+                Some(status) => map.insert("status".into(), status.clone()),
+                None => map.remove("status"),
+            };
+        }
+        Self::carry_over(old, &mut body);
+        body
+    }
+
     /// Keeps what an update cannot change: identity, creation time, deletion state.
     fn carry_over(old: &Value, new: &mut Value) {
         if let Some(map) = new.as_object_mut() {
@@ -550,7 +575,7 @@ impl Store {
         namespace: Option<&str>,
         name: &str,
         status_subresource: bool,
-        mut body: Value,
+        body: Value,
         options: &WriteOptions,
     ) -> Result<Value, ApiError> {
         check_type(resource, &body)?;
@@ -567,22 +592,7 @@ impl Store {
             status_subresource,
             has_status: resource.has_status,
         };
-        let mut new = if status_subresource {
-            let mut new = old.clone();
-            new["status"] = body.get("status").cloned().unwrap_or(Value::Null);
-            new
-        } else {
-            if resource.has_status
-                && let Some(map) = body.as_object_mut()
-            {
-                match old.get("status") {
-                    Some(status) => map.insert("status".into(), status.clone()),
-                    None => map.remove("status"),
-                };
-            }
-            Self::carry_over(&old, &mut body);
-            body
-        };
+        let mut new = Self::updated(resource, &old, body, status_subresource);
         let mut ownership = Ownership::of(&old);
         if let Some(manager) = &options.manager {
             ownership.record_update(manager, scope, &resource.api_version(), &old, &new, &now());
@@ -669,22 +679,7 @@ impl Store {
                         .map_err(|e| ApiError::invalid(resource, name, e.to_string()))?;
                     check_precondition(resource, name, &patched, &old)?;
                 }
-                let mut new = if status_subresource {
-                    let mut new = old.clone();
-                    new["status"] = patched.get("status").cloned().unwrap_or(Value::Null);
-                    new
-                } else {
-                    if resource.has_status
-                        && let Some(map) = patched.as_object_mut()
-                    {
-                        match old.get("status") {
-                            Some(status) => map.insert("status".into(), status.clone()),
-                            None => map.remove("status"),
-                        };
-                    }
-                    Self::carry_over(&old, &mut patched);
-                    patched
-                };
+                let mut new = Self::updated(resource, &old, patched, status_subresource);
                 let mut ownership = Ownership::of(&old);
                 if let Some(manager) = &options.manager {
                     ownership.record_update(manager, scope, &api_version, &old, &new, &stamp);
