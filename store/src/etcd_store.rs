@@ -34,6 +34,7 @@
 //! compaction reports the revision too. etcd cannot tell "never compacted" from
 //! "compacted at 1"; both read as 0 unless this process compacted at 1 itself.
 
+mod coordination;
 mod watch;
 
 use std::future::Future;
@@ -49,8 +50,8 @@ use etcd_client::{
 use tokio::time::Instant;
 
 use crate::{
-    BoxError, Event, EventKind, KeyValue, Precondition, RangeResult, Revision, Store, StoreError,
-    WatchStream,
+    BoxError, Event, EventKind, Fence, KeyValue, Precondition, RangeResult, Revision, Store,
+    StoreError, WatchStream,
 };
 
 /// Largest gRPC message accepted from etcd: etcd's own server-side send limit
@@ -364,6 +365,177 @@ impl EtcdStore {
         }
         Ok(None)
     }
+
+    /// A put, also requiring `fence` to hold (when given), attached to `lease` (when not
+    /// 0).
+    async fn put_with(
+        &self,
+        key: &str,
+        value: Bytes,
+        precondition: Precondition,
+        fence: Option<&Fence>,
+        lease: i64,
+    ) -> Result<KeyValue, StoreError> {
+        const OPERATION: &str = "write a key";
+        let full = self.full_key(key);
+        let compares = match precondition {
+            Precondition::None => Vec::new(),
+            Precondition::Absent => {
+                vec![Compare::create_revision(full.clone(), CompareOp::Equal, 0)]
+            }
+            Precondition::ModRevision(revision) => vec![
+                Compare::create_revision(full.clone(), CompareOp::Greater, 0),
+                Compare::mod_revision(full.clone(), CompareOp::Equal, revision),
+            ],
+        };
+        let mut compares = compares;
+        let mut otherwise = vec![TxnOp::get(full.clone(), None)];
+        self.add_fence(fence, &mut compares, &mut otherwise);
+        let txn = Txn::new()
+            .when(compares)
+            .and_then(vec![TxnOp::put(
+                full,
+                value.to_vec(),
+                Some(PutOptions::new().with_prev_key().with_lease(lease)),
+            )])
+            .or_else(otherwise);
+        let answer = self.txn(OPERATION, txn).await?;
+        if !answer.succeeded() {
+            self.check_fence(fence, &answer)?;
+            return Err(StoreError::PreconditionFailed {
+                key: key.to_string(),
+                current: self.current_from(&answer)?,
+            });
+        }
+        let revision = header_revision(answer.header(), OPERATION)?;
+        let prev = answer.op_responses().into_iter().find_map(|op| match op {
+            TxnOpResponse::Put(put) => put.prev_key().map(etcd_client::KeyValue::create_revision),
+            _ => None,
+        });
+        Ok(KeyValue {
+            key: key.to_string(),
+            value,
+            create_revision: prev.unwrap_or(revision),
+            mod_revision: revision,
+        })
+    }
+
+    /// A delete, also requiring `fence` to hold (when given).
+    async fn delete_with(
+        &self,
+        key: &str,
+        precondition: Precondition,
+        fence: Option<&Fence>,
+    ) -> Result<Event, StoreError> {
+        const OPERATION: &str = "delete a key";
+        let full = self.full_key(key);
+        let mut compares = vec![Compare::create_revision(
+            full.clone(),
+            CompareOp::Greater,
+            0,
+        )];
+        match precondition {
+            Precondition::None => {}
+            // The key must exist and must not: never both.
+            Precondition::Absent => {
+                compares.push(Compare::create_revision(full.clone(), CompareOp::Equal, 0))
+            }
+            Precondition::ModRevision(revision) => compares.push(Compare::mod_revision(
+                full.clone(),
+                CompareOp::Equal,
+                revision,
+            )),
+        }
+        let mut otherwise = vec![TxnOp::get(full.clone(), None)];
+        self.add_fence(fence, &mut compares, &mut otherwise);
+        let txn = Txn::new()
+            .when(compares)
+            .and_then(vec![TxnOp::delete(
+                full,
+                Some(DeleteOptions::new().with_prev_key()),
+            )])
+            .or_else(otherwise);
+        let answer = self.txn(OPERATION, txn).await?;
+        if !answer.succeeded() {
+            self.check_fence(fence, &answer)?;
+            return Err(match self.current_from(&answer)? {
+                None => StoreError::NotFound {
+                    key: key.to_string(),
+                },
+                current => StoreError::PreconditionFailed {
+                    key: key.to_string(),
+                    current,
+                },
+            });
+        }
+        let revision = header_revision(answer.header(), OPERATION)?;
+        let prev = answer
+            .op_responses()
+            .into_iter()
+            .find_map(|op| match op {
+                TxnOpResponse::Delete(delete) => delete.prev_kvs().first().cloned(),
+                _ => None,
+            })
+            .ok_or_else(|| StoreError::Backend {
+                operation: OPERATION,
+                source: "etcd deleted the key but returned no previous value".into(),
+            })?;
+        let prev = self.key_value(&prev)?;
+        Ok(Event {
+            revision,
+            kind: EventKind::Delete,
+            kv: KeyValue {
+                mod_revision: revision,
+                ..prev.clone()
+            },
+            prev: Some(prev),
+        })
+    }
+
+    /// Adds the fence's compare (the election key still has the fence's create
+    /// revision) and, to the failure branch, a read of the election key.
+    fn add_fence(
+        &self,
+        fence: Option<&Fence>,
+        compares: &mut Vec<Compare>,
+        otherwise: &mut Vec<TxnOp>,
+    ) {
+        if let Some(fence) = fence {
+            let key = self.full_key(&fence.key);
+            compares.push(Compare::create_revision(
+                key.clone(),
+                CompareOp::Equal,
+                fence.revision,
+            ));
+            otherwise.push(TxnOp::get(key, None));
+        }
+    }
+
+    /// After a failed transaction: [`StoreError::Fenced`] when the fence no longer holds
+    /// (the failure branch's second read is the election key).
+    fn check_fence(&self, fence: Option<&Fence>, response: &TxnResponse) -> Result<(), StoreError> {
+        let Some(fence) = fence else { return Ok(()) };
+        let holder = response
+            .op_responses()
+            .into_iter()
+            .filter_map(|op| match op {
+                TxnOpResponse::Get(get) => Some(
+                    get.kvs()
+                        .first()
+                        .map(etcd_client::KeyValue::create_revision),
+                ),
+                _ => None,
+            })
+            .nth(1)
+            .flatten();
+        if holder == Some(fence.revision) {
+            Ok(())
+        } else {
+            Err(StoreError::Fenced {
+                key: fence.key.clone(),
+            })
+        }
+    }
 }
 
 fn header_revision(
@@ -511,107 +683,11 @@ impl Store for EtcdStore {
         value: Bytes,
         precondition: Precondition,
     ) -> Result<KeyValue, StoreError> {
-        const OPERATION: &str = "write a key";
-        let full = self.full_key(key);
-        let compares = match precondition {
-            Precondition::None => Vec::new(),
-            Precondition::Absent => {
-                vec![Compare::create_revision(full.clone(), CompareOp::Equal, 0)]
-            }
-            Precondition::ModRevision(revision) => vec![
-                Compare::create_revision(full.clone(), CompareOp::Greater, 0),
-                Compare::mod_revision(full.clone(), CompareOp::Equal, revision),
-            ],
-        };
-        let txn = Txn::new()
-            .when(compares)
-            .and_then(vec![TxnOp::put(
-                full.clone(),
-                value.to_vec(),
-                Some(PutOptions::new().with_prev_key()),
-            )])
-            .or_else(vec![TxnOp::get(full, None)]);
-        let answer = self.txn(OPERATION, txn).await?;
-        if !answer.succeeded() {
-            return Err(StoreError::PreconditionFailed {
-                key: key.to_string(),
-                current: self.current_from(&answer)?,
-            });
-        }
-        let revision = header_revision(answer.header(), OPERATION)?;
-        let prev = answer.op_responses().into_iter().find_map(|op| match op {
-            TxnOpResponse::Put(put) => put.prev_key().map(etcd_client::KeyValue::create_revision),
-            _ => None,
-        });
-        Ok(KeyValue {
-            key: key.to_string(),
-            value,
-            create_revision: prev.unwrap_or(revision),
-            mod_revision: revision,
-        })
+        self.put_with(key, value, precondition, None, 0).await
     }
 
     async fn delete(&self, key: &str, precondition: Precondition) -> Result<Event, StoreError> {
-        const OPERATION: &str = "delete a key";
-        let full = self.full_key(key);
-        let mut compares = vec![Compare::create_revision(
-            full.clone(),
-            CompareOp::Greater,
-            0,
-        )];
-        match precondition {
-            Precondition::None => {}
-            // The key must exist and must not: never both.
-            Precondition::Absent => {
-                compares.push(Compare::create_revision(full.clone(), CompareOp::Equal, 0))
-            }
-            Precondition::ModRevision(revision) => compares.push(Compare::mod_revision(
-                full.clone(),
-                CompareOp::Equal,
-                revision,
-            )),
-        }
-        let txn = Txn::new()
-            .when(compares)
-            .and_then(vec![TxnOp::delete(
-                full.clone(),
-                Some(DeleteOptions::new().with_prev_key()),
-            )])
-            .or_else(vec![TxnOp::get(full, None)]);
-        let answer = self.txn(OPERATION, txn).await?;
-        if !answer.succeeded() {
-            return Err(match self.current_from(&answer)? {
-                None => StoreError::NotFound {
-                    key: key.to_string(),
-                },
-                current => StoreError::PreconditionFailed {
-                    key: key.to_string(),
-                    current,
-                },
-            });
-        }
-        let revision = header_revision(answer.header(), OPERATION)?;
-        let prev = answer
-            .op_responses()
-            .into_iter()
-            .find_map(|op| match op {
-                TxnOpResponse::Delete(delete) => delete.prev_kvs().first().cloned(),
-                _ => None,
-            })
-            .ok_or_else(|| StoreError::Backend {
-                operation: OPERATION,
-                source: "etcd deleted the key but returned no previous value".into(),
-            })?;
-        let prev = self.key_value(&prev)?;
-        Ok(Event {
-            revision,
-            kind: EventKind::Delete,
-            kv: KeyValue {
-                mod_revision: revision,
-                ..prev.clone()
-            },
-            prev: Some(prev),
-        })
+        self.delete_with(key, precondition, None).await
     }
 
     async fn watch(&self, prefix: &str, after: Revision) -> Result<WatchStream, StoreError> {

@@ -13,6 +13,8 @@
 //!   group-committed durable writes, history kept on disk until compaction;
 //! - `EtcdStore` (with `EtcdOptions`; cargo feature `etcd`, which needs `protoc` to
 //!   build), the distributed implementation on etcd v3, for several API server replicas;
+//! - [`Coordination`] (leases, leader election, fenced writes), implemented by the stores
+//!   several processes can share (`EtcdStore`);
 //! - [`battery`] (cargo feature `battery`), the implementation-independent test battery
 //!   every `Store` must pass;
 //! - `etcd_process` (cargo feature `etcd-process`), test support that runs real etcd
@@ -31,6 +33,7 @@
 
 #[cfg(feature = "battery")]
 pub mod battery;
+mod coordination;
 #[cfg(feature = "etcd-process")]
 pub mod etcd_process;
 #[cfg(feature = "etcd")]
@@ -43,6 +46,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+pub use coordination::{Coordination, Fence, Lease};
 #[cfg(feature = "etcd")]
 pub use etcd_store::{EtcdOptions, EtcdStore, EtcdTls};
 pub use redb_store::{RedbOptions, RedbStore};
@@ -146,6 +150,13 @@ pub enum StoreError {
         requested: Revision,
         /// The store's current revision.
         current: Revision,
+    },
+    /// A fenced write ([`Coordination::fenced`]) was refused: the writer is no longer
+    /// the holder of the election key (it lost its lease, or resigned).
+    #[error("write refused: leadership of {key:?} was lost")]
+    Fenced {
+        /// The election key.
+        key: String,
     },
     /// The store is shut down (or its writer died); nothing more can be done with it.
     #[error("store is closed")]

@@ -14,7 +14,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use fedingress_store::etcd_process::EtcdCluster;
 use fedingress_store::{
-    EtcdOptions, EtcdStore, EventKind, Precondition, Store, StoreError, battery,
+    Coordination, EtcdOptions, EtcdStore, EventKind, Precondition, Store, StoreError, battery,
 };
 use futures_util::StreamExt;
 
@@ -296,4 +296,116 @@ async fn watch_resumes_after_its_member_restarts() {
         "no gap, no duplicate"
     );
     assert_eq!(after, before + 1);
+}
+
+/// A key written with a lease goes when the lease ends: dropped by its holder (revoked),
+/// or expired because its holder stopped renewing it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leased_keys_vanish_with_their_lease() {
+    let etcd = EtcdCluster::single();
+    let store = connect(&etcd, "").await;
+    let lease = store.grant(Duration::from_secs(2)).await.unwrap();
+    store
+        .put_leased(
+            "/agents/a",
+            Bytes::from_static(b"1"),
+            Precondition::None,
+            &lease,
+        )
+        .await
+        .unwrap();
+    // Renewed in the background: still there after more than one time to live.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!lease.is_lost());
+    assert!(store.get("/agents/a").await.unwrap().is_some());
+    let mut events = store
+        .watch("/agents/", store.revision().await.unwrap())
+        .await
+        .unwrap();
+    drop(lease);
+    let event = tokio::time::timeout(WAIT, events.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(event.kind, EventKind::Delete);
+    assert_eq!(event.kv.key, "/agents/a");
+}
+
+/// One leader at a time; the next campaigner wins when the leader's lease ends, and the
+/// deposed leader's fenced writes are refused although it never noticed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn elections_fence_the_deposed_leader() {
+    let etcd = EtcdCluster::single();
+    let first = connect(&etcd, "/p").await;
+    let second = connect(&etcd, "/p").await;
+    let first_lease = first.grant(Duration::from_secs(2)).await.unwrap();
+    let fence = first.campaign("/leader", "r1", &first_lease).await.unwrap();
+    let leader = first.fenced(fence.clone());
+    leader
+        .put(
+            "/status/x",
+            Bytes::from_static(b"by r1"),
+            Precondition::None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        first.get("/leader").await.unwrap().unwrap().value,
+        Bytes::from_static(b"r1")
+    );
+
+    let second_lease = second.grant(Duration::from_secs(2)).await.unwrap();
+    let campaign = {
+        let second = second.clone();
+        tokio::spawn(async move {
+            let fence = second.campaign("/leader", "r2", &second_lease).await;
+            (fence, second_lease)
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!campaign.is_finished(), "r1 still leads");
+
+    // r1's lease ends (revoked on drop; as when its process dies and it expires).
+    drop(first_lease);
+    let (won, _second_lease) = tokio::time::timeout(WAIT, campaign).await.unwrap().unwrap();
+    let won = won.unwrap();
+    assert!(won.revision > fence.revision);
+
+    // r1 still believes it leads: its writes are refused, not applied.
+    let refused = leader
+        .put(
+            "/status/x",
+            Bytes::from_static(b"stale"),
+            Precondition::None,
+        )
+        .await;
+    assert!(
+        matches!(refused, Err(StoreError::Fenced { .. })),
+        "{refused:?}"
+    );
+    let refused = leader.delete("/status/x", Precondition::None).await;
+    assert!(
+        matches!(refused, Err(StoreError::Fenced { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(
+        first.get("/status/x").await.unwrap().unwrap().value,
+        Bytes::from_static(b"by r1")
+    );
+    // The new leader's writes go through, preconditions still apply.
+    let new_leader = second.fenced(won.clone());
+    let stale = new_leader
+        .put("/status/x", Bytes::from_static(b"r2"), Precondition::Absent)
+        .await;
+    assert!(
+        matches!(stale, Err(StoreError::PreconditionFailed { .. })),
+        "{stale:?}"
+    );
+    new_leader
+        .put("/status/x", Bytes::from_static(b"r2"), Precondition::None)
+        .await
+        .unwrap();
+    second.resign(&won).await.unwrap();
+    assert!(second.get("/leader").await.unwrap().is_none());
 }
