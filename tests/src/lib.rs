@@ -6,9 +6,10 @@
 //! (a child started on port 0 that prints a `READY {json}` line, killed by PID on drop),
 //! [`Kubectl`], [`TestPki`] and [`eventually`]; [`dnsprobe`] records a steady stream of
 //! DNS queries and judges every answer against the steady state; [`kubeapi`] is a
-//! scripted Kubernetes API server for kube-rs clients. The tests themselves
-//! live in `tests/`. What does not belong here: product logic. Tests talk to the
-//! product only through its binaries and network APIs.
+//! scripted Kubernetes API server for kube-rs clients; [`netns`] gives a test a network
+//! namespace of its own (only loopback) for programs that must reach nothing else. The
+//! tests themselves live in `tests/`. What does not belong here: product logic. Tests
+//! talk to the product only through its binaries and network APIs.
 
 #![allow(clippy::unwrap_used)]
 
@@ -17,6 +18,7 @@ pub mod echo;
 pub mod fedctl;
 pub mod federation;
 pub mod kubeapi;
+pub mod netns;
 pub mod web;
 
 use std::io::{BufRead, BufReader};
@@ -114,6 +116,23 @@ impl Process {
                 bail!("{name} printed no READY line within {timeout:?} (exit: {status:?})")
             }
         }
+    }
+
+    /// Starts `command`, a peer that prints no READY line (e.g. `knotd`): the caller
+    /// waits for it to serve. Its stdout is discarded, its stderr inherited.
+    pub fn spawn(mut command: Command, name: &str) -> anyhow::Result<Self> {
+        command
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .stdin(Stdio::null());
+        let child = command
+            .spawn()
+            .with_context(|| format!("starting {name}"))?;
+        Ok(Self {
+            child,
+            ready: serde_json::Value::Null,
+            name: name.to_string(),
+        })
     }
 
     /// An address from the READY line, e.g. `addr("api")`.
