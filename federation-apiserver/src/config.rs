@@ -52,6 +52,14 @@ pub struct Cli {
     /// and `/fedingress/`).
     #[arg(long)]
     pub etcd_prefix: Option<String>,
+    /// This replica's name among the replicas sharing one etcd (leader election, agent
+    /// records). Default: `<hostname>-<pid>`. Only with --etcd-servers.
+    #[arg(long)]
+    pub replica_name: Option<String>,
+    /// How long a replica's etcd lease lives without renewal: a dead leader is replaced,
+    /// and a dead replica's agent records vanish, within it (whole seconds, at least 2).
+    #[arg(long, value_name = "SECONDS")]
+    pub leader_elect_lease_duration: Option<u64>,
     /// Development mode: anonymous requests from loopback are admin; loopback listen only.
     #[arg(long)]
     pub dev: bool,
@@ -267,6 +275,8 @@ pub struct Settings {
     pub cache_size_bytes: usize,
     /// Store in etcd (with these options) instead of redb under `data_dir`.
     pub etcd: Option<fedingress_store::EtcdOptions>,
+    /// With etcd: this replica's name and lease.
+    pub replica: crate::hub::replication::ReplicaSettings,
     pub compaction_interval: Duration,
     pub bookmark_interval: Duration,
 }
@@ -402,6 +412,7 @@ pub fn load(cli: &Cli) -> Result<Settings, ConfigError> {
         ));
     }
     let etcd = etcd_options(cli, file.storage.etcd.as_ref())?;
+    let replica = replica_settings(cli, etcd.is_some())?;
     if file.watch.bookmark_interval_seconds == 0 {
         return Err(ConfigError::Invalid(
             "watch.bookmarkIntervalSeconds must be positive".into(),
@@ -419,9 +430,57 @@ pub fn load(cli: &Cli) -> Result<Settings, ConfigError> {
         auth,
         cache_size_bytes: file.storage.cache_size_mib * 1024 * 1024,
         etcd,
+        replica,
         compaction_interval: Duration::from_secs(file.storage.compaction_interval_seconds),
         bookmark_interval: Duration::from_secs(file.watch.bookmark_interval_seconds),
     })
+}
+
+/// Default time to live of a replica's lease.
+pub const DEFAULT_REPLICA_LEASE: Duration = Duration::from_secs(3);
+
+/// `--replica-name` and `--leader-elect-lease-duration`, checked.
+fn replica_settings(
+    cli: &Cli,
+    etcd: bool,
+) -> Result<crate::hub::replication::ReplicaSettings, ConfigError> {
+    if !etcd && (cli.replica_name.is_some() || cli.leader_elect_lease_duration.is_some()) {
+        return Err(ConfigError::Invalid(
+            "--replica-name and --leader-elect-lease-duration need --etcd-servers (replicas share an etcd)".into(),
+        ));
+    }
+    let name = match &cli.replica_name {
+        Some(name) => {
+            let valid = !name.is_empty()
+                && name.len() <= 253
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'));
+            if !valid {
+                return Err(ConfigError::Invalid(format!(
+                    "--replica-name {name:?}: use 1-253 letters, digits, '-', '.' or '_'"
+                )));
+            }
+            name.clone()
+        }
+        None => {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_string())
+                .unwrap_or_default();
+            let host = if host.is_empty() { "replica".into() } else { host };
+            format!("{host}-{}", std::process::id())
+        }
+    };
+    let lease = match cli.leader_elect_lease_duration {
+        Some(seconds) if seconds < 2 => {
+            return Err(ConfigError::Invalid(format!(
+                "--leader-elect-lease-duration {seconds}: at least 2 seconds (etcd's lease granularity is a second)"
+            )));
+        }
+        Some(seconds) => Duration::from_secs(seconds),
+        None => DEFAULT_REPLICA_LEASE,
+    };
+    Ok(crate::hub::replication::ReplicaSettings { name, lease })
 }
 
 /// How long one etcd request (and the connection check at start) may take.

@@ -178,6 +178,8 @@ pub struct HubMetrics {
     answer_changes: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
     /// (ingress, cluster) → (serving, routable)
     routing: Mutex<BTreeMap<(String, String), (bool, bool)>>,
+    leader: std::sync::atomic::AtomicBool,
+    dns_serial: std::sync::atomic::AtomicU32,
 }
 
 impl HubMetrics {
@@ -185,6 +187,24 @@ impl HubMetrics {
         if let Ok(mut h) = self.passes.lock() {
             h.observe(elapsed.as_secs_f64());
         }
+    }
+
+    /// Whether this replica's controller writes (always, with one replica).
+    pub fn set_leader(&self, leader: bool) {
+        self.leader.store(leader, Ordering::Relaxed);
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.leader.load(Ordering::Relaxed)
+    }
+
+    /// The SOA serial of the snapshot being served.
+    pub fn set_dns_serial(&self, serial: u32) {
+        self.dns_serial.store(serial, Ordering::Relaxed);
+    }
+
+    pub fn dns_serial(&self) -> u32 {
+        self.dns_serial.load(Ordering::Relaxed)
     }
 
     pub fn observe_snapshot_build(&self, elapsed: Duration) {
@@ -284,6 +304,14 @@ impl HubMetrics {
                 );
             }
         }
+        out.push_str("# HELP fedingress_controller_leader Whether this replica's controller writes (the elected leader).\n# TYPE fedingress_controller_leader gauge\n");
+        let _ = writeln!(
+            out,
+            "fedingress_controller_leader {}",
+            u8::from(self.is_leader())
+        );
+        out.push_str("# HELP fedingress_dns_soa_serial SOA serial of the DNS snapshot being served.\n# TYPE fedingress_dns_soa_serial gauge\n");
+        let _ = writeln!(out, "fedingress_dns_soa_serial {}", self.dns_serial());
         out.push_str("# HELP fedingress_agents_connected Cluster agents with a live session.\n# TYPE fedingress_agents_connected gauge\n");
         let _ = writeln!(out, "fedingress_agents_connected {connected_agents}");
     }

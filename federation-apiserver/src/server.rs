@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use fedingress_store::{EtcdStore, RedbOptions, RedbStore, Store};
+use fedingress_store::{EtcdStore, RedbOptions, RedbStore, SharedStore, Store};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
@@ -19,7 +19,9 @@ use tower::ServiceExt;
 use crate::api::{self, ApiSettings, AppState, HubHandle, Peer};
 use crate::config::Settings;
 use crate::hub::Hub;
-use crate::hub::controller::Controller;
+use crate::hub::controller::{Controller, Parts};
+use crate::hub::directory::{AgentDirectory, AgentPublisher};
+use crate::hub::replication::{Replication, Role};
 use crate::hub::gateway::Gateway;
 use crate::hub::tokens::TokenStore;
 use crate::metrics::HubMetrics;
@@ -65,6 +67,10 @@ pub struct Server {
     )>,
     router: axum::Router,
     store: Arc<dyn Store>,
+    /// With several replicas: the election (stopped on shutdown) and the shared store.
+    replication: Option<(Replication, Arc<dyn SharedStore>)>,
+    /// With one replica: the constant leader role.
+    _role: Option<tokio::sync::watch::Sender<Role>>,
     compaction_interval: Duration,
     controller: Controller,
     gateway: tonic::transport::server::Router,
@@ -78,12 +84,10 @@ impl Server {
         Self::bind_with_store(settings, store).await
     }
 
-    /// Binds every address of `settings` and serves objects from `store` (opened by
+    /// Binds every address of `settings` and serves objects from `storage` (opened by
     /// [`open_store`]).
-    pub async fn bind_with_store(
-        settings: Settings,
-        store: Arc<dyn Store>,
-    ) -> anyhow::Result<Server> {
+    pub async fn bind_with_store(settings: Settings, storage: Storage) -> anyhow::Result<Server> {
+        let store = storage.store();
         let listener = TcpListener::bind(settings.listen)
             .await
             .with_context(|| format!("binding {}", settings.listen))?;
@@ -118,13 +122,44 @@ impl Server {
         let tokens = TokenStore::new(store.clone());
         let hub = Hub::new(settings.hub);
         let hub_metrics = Arc::new(HubMetrics::default());
-        let controller = Controller::start(
-            registry.clone(),
-            hub.clone(),
-            tokens.clone(),
+        let (agents, role, replication, constant_role) = match &storage {
+            Storage::Embedded(_) => {
+                let (role_tx, role) = tokio::sync::watch::channel(Role::Leader(store.clone()));
+                (hub.clone(), role, None, Some(role_tx))
+            }
+            Storage::Shared(shared) => {
+                let replication = Replication::start(shared.clone(), settings.replica.clone())
+                    .await
+                    .context("granting the replica's etcd lease")?;
+                let mirror = Hub::new(settings.hub);
+                tokio::spawn(
+                    AgentPublisher {
+                        hub: hub.clone(),
+                        store: shared.clone(),
+                        replica: settings.replica.name.clone(),
+                        lease: replication.lease.clone(),
+                    }
+                    .run(),
+                );
+                tokio::spawn(
+                    AgentDirectory {
+                        store: store.clone(),
+                        mirror: mirror.clone(),
+                    }
+                    .run(),
+                );
+                let role = replication.role.clone();
+                (mirror, role, Some((replication, shared.clone())), None)
+            }
+        };
+        let controller = Controller::start(Parts {
+            registry: registry.clone(),
+            sessions: hub.clone(),
+            agents,
+            role,
             gslb,
-            hub_metrics.clone(),
-        )
+            metrics: hub_metrics.clone(),
+        })
         .await
         .context("starting the controller")?;
         let state = Arc::new(AppState::new(
@@ -155,7 +190,8 @@ impl Server {
             Some(etcd) => format!("etcd {}", etcd.endpoints.join(",")),
             None => format!("redb {}", settings.data_dir.display()),
         };
-        tracing::info!(address = %api, agent_address = %agent, dns_address = ?addresses.dns, tls = settings.tls.is_some(), storage, "bound");
+        let replica = replication.as_ref().map(|_| settings.replica.name.clone());
+        tracing::info!(address = %api, agent_address = %agent, dns_address = ?addresses.dns, tls = settings.tls.is_some(), storage, replica, "bound");
         Ok(Server {
             addresses,
             listener,
@@ -163,6 +199,8 @@ impl Server {
             dns,
             router: api::router(state),
             store,
+            replication,
+            _role: constant_role,
             compaction_interval: settings.compaction_interval,
             controller,
             gateway,
@@ -185,10 +223,12 @@ impl Server {
             dns,
             router,
             store,
+            replication,
             compaction_interval,
             controller,
             gateway,
             tls,
+            _role,
             ..
         } = self;
         if let Some((server, udp, tcp, allow)) = dns {
@@ -243,6 +283,11 @@ impl Server {
             });
         }
         tracing::info!("shutting down");
+        if let Some((replication, shared)) = replication {
+            // Another replica leads, and this one's agent records go, without waiting for
+            // the lease to expire.
+            replication.stop(&*shared).await;
+        }
         Ok(())
     }
 }
@@ -253,12 +298,12 @@ impl Server {
 /// # Errors
 /// etcd unreachable or refusing the TLS material (`main` exits 64: a configuration
 /// error); the data dir or the redb file unusable.
-pub async fn open_store(settings: &Settings) -> anyhow::Result<Arc<dyn Store>> {
+pub async fn open_store(settings: &Settings) -> anyhow::Result<Storage> {
     if let Some(options) = &settings.etcd {
         let store = EtcdStore::connect(options.clone())
             .await
             .with_context(|| format!("connecting to etcd at {}", options.endpoints.join(",")))?;
-        return Ok(Arc::new(store));
+        return Ok(Storage::Shared(Arc::new(store)));
     }
     std::fs::create_dir_all(&settings.data_dir)
         .with_context(|| format!("creating data dir {}", settings.data_dir.display()))?;
@@ -271,7 +316,24 @@ pub async fn open_store(settings: &Settings) -> anyhow::Result<Arc<dyn Store>> {
         },
     )
     .with_context(|| format!("opening store {}", store_path.display()))?;
-    Ok(Arc::new(store))
+    Ok(Storage::Embedded(Arc::new(store)))
+}
+
+/// The store a server runs on.
+pub enum Storage {
+    /// One process's (redb): one replica, always the leader.
+    Embedded(Arc<dyn Store>),
+    /// Shared by replicas (etcd): leader election, agent records, fenced writes.
+    Shared(Arc<dyn SharedStore>),
+}
+
+impl Storage {
+    pub fn store(&self) -> Arc<dyn Store> {
+        match self {
+            Storage::Embedded(store) => store.clone(),
+            Storage::Shared(store) => store.clone(),
+        }
+    }
 }
 
 /// Prints the one line tests and tools wait for.

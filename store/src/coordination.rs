@@ -84,6 +84,9 @@ pub trait Coordination: Send + Sync + 'static {
     /// error when the lease is lost meanwhile.
     async fn campaign(&self, key: &str, holder: &str, lease: &Lease) -> Result<Fence, StoreError>;
 
+    /// Ends a lease now: its keys are deleted (a replica shutting down).
+    async fn revoke(&self, lease: &Lease) -> Result<(), StoreError>;
+
     /// Deletes the election key if it is still `fence`'s (a leader stepping down).
     async fn resign(&self, fence: &Fence) -> Result<(), StoreError>;
 
@@ -92,6 +95,11 @@ pub trait Coordination: Send + Sync + 'static {
     /// with [`StoreError::Fenced`] otherwise.
     fn fenced(&self, fence: Fence) -> Arc<dyn Store>;
 }
+
+/// A store several processes share: a [`Store`] with [`Coordination`].
+pub trait SharedStore: Store + Coordination {}
+
+impl<T: Store + Coordination> SharedStore for T {}
 
 /// Keeps a lease alive: renews every third of the time to live; the lease is lost when
 /// no renewal succeeded for a whole time to live or the store says it expired.

@@ -46,7 +46,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-pub use coordination::{Coordination, Fence, Lease};
+pub use coordination::{Coordination, Fence, Lease, SharedStore};
 #[cfg(feature = "etcd")]
 pub use etcd_store::{EtcdOptions, EtcdStore, EtcdTls};
 pub use redb_store::{RedbOptions, RedbStore};

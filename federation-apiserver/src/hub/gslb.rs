@@ -114,20 +114,18 @@ impl Gslb {
     }
 
     /// Rebuilds the snapshot from `routed` (every served ingress, in priority order:
-    /// oldest first) and says which clusters entered or left the answers of the
-    /// `changed` ingresses (`namespace/name`). `first`: no events (a start, not a change).
+    /// oldest first) with SOA `serial` and says which clusters entered or left the
+    /// answers of the `changed` ingresses (`namespace/name`). `first`: no events (a
+    /// start, not a change).
     pub fn step(
         &mut self,
         routed: &[&RoutedIngress],
         changed: &BTreeSet<String>,
-        revision: i64,
+        serial: u32,
         first: bool,
     ) -> GslbStep {
         let started = Instant::now();
-        self.serial = self
-            .serial
-            .wrapping_add(1)
-            .max(u32::try_from(revision.rem_euclid(1 << 31)).unwrap_or(0));
+        self.serial = serial;
         let owned: Vec<RoutedIngress> = routed.iter().map(|r| (*r).clone()).collect();
         // Names whose routed ingress did not change keep their encoded answers.
         let (snapshot, problems) = self

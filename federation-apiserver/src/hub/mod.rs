@@ -8,13 +8,20 @@
 //! - [`gateway`] is the agents' gRPC endpoint: one stream per connected cluster, plans
 //!   pushed as snapshots and deltas, acks, reports and heartbeats received;
 //! - [`tokens`] issues, lists and revokes agent tokens;
+//! - with several replicas on one etcd: [`replication`] keeps the replica's lease and
+//!   elects the leader that runs the controller's writes, [`directory`] shares what
+//!   each replica's agents say, [`dns_state`] carries what DNS serves from the leader to
+//!   every replica;
 //! - [`Hub`] (this module) is the shared state between them: the published plan of
 //!   every cluster and what each connected agent has said.
 
 pub mod controller;
+pub mod directory;
+pub mod dns_state;
 pub mod events;
 pub mod gateway;
 pub mod gslb;
+pub mod replication;
 pub mod routing_state;
 pub mod tokens;
 
@@ -315,6 +322,34 @@ impl Hub {
     /// The published plan of a cluster.
     pub fn published(&self, cluster: &str) -> Option<Published> {
         self.lock().get(cluster).map(|e| e.plan.borrow().clone())
+    }
+
+    /// Sets what the shared record of `cluster`'s agent says (a mirror of agents held by
+    /// any replica; see [`directory`]): seen now, the cluster marked dirty.
+    pub fn mirror(&self, cluster: &str, mut state: AgentState) {
+        state.last_seen = Instant::now();
+        {
+            let mut clusters = self.lock();
+            let entry = clusters
+                .entry(cluster.to_string())
+                .or_insert_with(ClusterEntry::new);
+            entry.agent = Some(state);
+        }
+        self.notify(cluster);
+    }
+
+    /// Marks the mirrored agents of `clusters` seen now: their records still exist, so
+    /// the replicas holding them are alive. Agents not refreshed expire one lease later.
+    pub fn refresh<'a>(&self, clusters: impl IntoIterator<Item = &'a str>) {
+        let now = Instant::now();
+        let now_time = Time(chrono::Utc::now());
+        let mut entries = self.lock();
+        for cluster in clusters {
+            if let Some(agent) = entries.get_mut(cluster).and_then(|e| e.agent.as_mut()) {
+                agent.last_seen = now;
+                agent.last_seen_time = now_time;
+            }
+        }
     }
 }
 

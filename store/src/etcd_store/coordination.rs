@@ -174,6 +174,20 @@ impl Coordination for EtcdStore {
         }
     }
 
+    async fn revoke(&self, lease: &Lease) -> Result<(), StoreError> {
+        let id = lease.id;
+        let answer = self
+            .call(false, move |client| async move {
+                client.lease_client().revoke(id).await
+            })
+            .await;
+        // The keeper's own revoke when the lease is dropped then finds nothing to do.
+        match answer {
+            Ok(_) => Ok(()),
+            Err(failure) => Err(failure.into_store("revoke a lease")),
+        }
+    }
+
     async fn resign(&self, fence: &Fence) -> Result<(), StoreError> {
         match self
             .delete_with(&fence.key, Precondition::None, Some(fence))

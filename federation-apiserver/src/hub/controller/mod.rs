@@ -7,9 +7,18 @@
 //! - *decide* ([`decide::decide`]): a pure function of the observed world and the dirty
 //!   set: placement, conflicts and plans, status, serving state ([`serving`]), and the
 //!   routed ingresses DNS answers from.
-//! - *apply* (this module): publish plans, persist routing state that changed, rebuild
-//!   the DNS snapshot when an answer-relevant input changed, record routing Events,
-//!   write the statuses that differ (concurrently, in one batch).
+//! - *apply* (this module): publish plans, persist routing state that changed, publish
+//!   what DNS serves ([`dns_state`](super::dns_state)) and rebuild the snapshot when an
+//!   answer-relevant input changed, record routing Events, write the statuses that
+//!   differ (concurrently, in one batch).
+//!
+//! # Roles
+//! Every replica runs a controller. Each computes placement and plans itself (a pure
+//! function of the stored objects) and publishes them to the agents it holds. Only the
+//! leader ([`Role::Leader`]) writes: routing state, DNS state, Events, statuses, token
+//! revocations, all through its fenced store. A follower serves DNS from the DNS state
+//! the leader stored, rebuilt when a batch completes, with the same serial. With one
+//! replica on redb, the role is always leader and the store unfenced.
 //!
 //! [`Controller::start`] lists, loads the persisted routing state and runs the first
 //! pass before anything is served, so the DNS server answers from persisted state from
@@ -36,15 +45,18 @@ use fedingress_api::{
     Cluster, ClusterStatus, FederatedIngress, FederatedIngressStatus, Resource, Time,
 };
 use fedingress_dns::RoutedIngress;
-use fedingress_store::StoreError;
+use fedingress_store::{Revision, Store, StoreError, WatchStream};
+use tokio::sync::watch;
 use futures_util::{StreamExt, stream};
 use tracing::Instrument;
 
 use self::decide::{Dirty, IngressOutcome, Pass, World, dns_status};
 use self::observe::Cache;
 use super::Hub;
+use super::dns_state::{DnsChange, DnsStore, serial_of};
 use super::events::Recorder;
 use super::gslb::{AnswerChange, Gslb};
+use super::replication::Role;
 use super::routing_state::{IngressRouting, RoutingStore};
 use super::tokens::TokenStore;
 use crate::metrics::HubMetrics;
@@ -58,12 +70,61 @@ const WRITE_CONCURRENCY: usize = 32;
 /// Why a session ends when its Cluster's provider changed.
 const PROVIDER_CHANGED: &str = "the cluster's provider changed: reconnect for a new Welcome";
 
+/// What the controller writes with, while it leads (built on the fenced store).
+struct Writers {
+    store: Arc<dyn Store>,
+    registry: Registry,
+    tokens: TokenStore,
+    routing: RoutingStore,
+    recorder: Recorder,
+    dns: DnsStore,
+}
+
+impl Writers {
+    fn new(store: Arc<dyn Store>) -> Self {
+        let registry = Registry::new(store.clone());
+        Self {
+            recorder: Recorder::new(registry.clone()),
+            registry,
+            tokens: TokenStore::new(store.clone()),
+            routing: RoutingStore::new(store.clone()),
+            dns: DnsStore::new(store.clone()),
+            store,
+        }
+    }
+}
+
+/// What a controller is started with.
+pub struct Parts {
+    /// Reads (lists, watches) go through it, on the plain store.
+    pub registry: Registry,
+    /// The agent sessions this replica holds: plans are published there.
+    pub sessions: Arc<Hub>,
+    /// What every cluster's agent said: `sessions` itself with one replica, the mirror
+    /// of the shared agent records with several.
+    pub agents: Arc<Hub>,
+    /// Leader or follower (always leader with one replica).
+    pub role: watch::Receiver<Role>,
+    /// DNS steering, when the embedded DNS server runs.
+    pub gslb: Option<Gslb>,
+    pub metrics: Arc<HubMetrics>,
+}
+
 pub struct Controller {
     registry: Registry,
-    hub: Arc<Hub>,
-    tokens: TokenStore,
-    routing_store: RoutingStore,
-    recorder: Recorder,
+    sessions: Arc<Hub>,
+    agents: Arc<Hub>,
+    role: watch::Receiver<Role>,
+    /// `Some` while leading.
+    writers: Option<Writers>,
+    /// What DNS serves, as stored (followed by every replica).
+    dns_store: DnsStore,
+    stored_dns: BTreeMap<IngressKey, RoutedIngress>,
+    /// Revision of the stored serial key the served snapshot was built at.
+    built_serial: Revision,
+    /// The next DNS publication writes the serial key even without changes (a new
+    /// leader completes its predecessor's last batch).
+    publish_serial: bool,
     /// DNS steering, when the embedded DNS server runs.
     gslb: Option<Gslb>,
     metrics: Arc<HubMetrics>,
@@ -83,38 +144,53 @@ pub struct Controller {
     restoring: bool,
     pending: Dirty,
     last_prune: Option<Instant>,
+    /// Revision the DNS state watch resumes after.
+    dns_revision: Revision,
+    /// The highest serial key revision seen in the stored DNS state.
+    stored_serial: Revision,
 }
 
 impl Controller {
-    /// Lists every object, loads the persisted routing state and runs the first pass
-    /// (plans published, DNS snapshot built), so that what is served next starts right.
-    pub async fn start(
-        registry: Registry,
-        hub: Arc<Hub>,
-        tokens: TokenStore,
-        gslb: Option<Gslb>,
-        metrics: Arc<HubMetrics>,
-    ) -> anyhow::Result<Self> {
+    /// Lists every object, loads the persisted routing and DNS state and runs the first
+    /// pass (plans published, DNS snapshot built), so that what is served next starts
+    /// right.
+    pub async fn start(parts: Parts) -> anyhow::Result<Self> {
         use anyhow::Context;
-        let routing_store = RoutingStore::new(registry.store().clone());
-        let routing = routing_store.load().await?;
+        let Parts {
+            registry,
+            sessions,
+            agents,
+            role,
+            gslb,
+            metrics,
+        } = parts;
+        let routing = RoutingStore::new(registry.store().clone())
+            .load()
+            .await?;
+        let dns_store = DnsStore::new(registry.store().clone());
+        let (dns, dns_revision) = dns_store.load().await.context("loading the DNS state")?;
         let cache = Cache::list(&registry)
             .await
             .map_err(|e| anyhow::anyhow!("{}", e.message))
             .context("listing clusters and ingresses")?;
-        let tick = (hub.settings.lease / 4).max(Duration::from_millis(100));
+        let tick = (agents.settings.lease / 4).max(Duration::from_millis(100));
         tracing::info!(
             clusters = cache.clusters.len(),
             ingresses = cache.ingresses.len(),
             routing_states = routing.len(),
+            dns_names = dns.routed.len(),
             "controller starting from stored state"
         );
         let mut controller = Self {
-            recorder: Recorder::new(registry.clone()),
-            routing_store,
             registry,
-            hub,
-            tokens,
+            sessions,
+            agents,
+            role,
+            writers: None,
+            dns_store,
+            stored_dns: dns.routed.clone(),
+            built_serial: dns.serial_revision.unwrap_or_default(),
+            publish_serial: false,
             gslb,
             metrics,
             tick,
@@ -122,7 +198,7 @@ impl Controller {
             routing,
             placements: BTreeMap::new(),
             conflicts: BTreeMap::new(),
-            routed: BTreeMap::new(),
+            routed: dns.routed,
             connected: BTreeMap::new(),
             timers: BTreeMap::new(),
             dns_problems: HashMap::new(),
@@ -133,14 +209,20 @@ impl Controller {
                 ..Dirty::default()
             },
             last_prune: None,
+            dns_revision,
+            stored_serial: dns.serial_revision.unwrap_or_default(),
         };
+        // DNS answers from the stored state from the first packet.
+        controller.rebuild_dns(&BTreeSet::new(), controller.built_serial, true);
+        controller.take_role().await;
         controller.pass(true).await;
         Ok(controller)
     }
 
     /// Runs until the process ends.
     pub async fn run(mut self) {
-        let mut changes = self.hub.subscribe_changes();
+        let mut changes = self.agents.subscribe_changes();
+        let mut dns_events: Option<WatchStream> = None;
         loop {
             let mut events = match self
                 .registry
@@ -155,6 +237,9 @@ impl Controller {
                 }
             };
             loop {
+                if dns_events.is_none() {
+                    dns_events = self.watch_dns().await;
+                }
                 let wait = self.next_wait();
                 tokio::select! {
                     event = events.next() => match event {
@@ -162,7 +247,9 @@ impl Controller {
                         Some(Err(e)) => { self.relist(&e).await; break; }
                         None => { self.relist(&StoreError::Closed).await; break; }
                     },
+                    event = next_event(&mut dns_events) => self.observe_dns(event, &mut dns_events),
                     _ = changes.changed() => {}
+                    _ = self.role.changed() => self.take_role().await,
                     () = tokio::time::sleep(wait) => {}
                 }
                 // Debounce: let a burst land, then take everything that arrived.
@@ -177,6 +264,11 @@ impl Controller {
                         }
                     }
                 }
+                while let Some(event) =
+                    futures_util::FutureExt::now_or_never(next_event(&mut dns_events))
+                {
+                    self.observe_dns(event, &mut dns_events);
+                }
                 self.collect_triggers();
                 if !self.pending.is_empty() {
                     self.pass(false).await;
@@ -189,6 +281,132 @@ impl Controller {
         }
     }
 
+    /// Starts following the stored DNS state (after a compaction: loads it again first).
+    async fn watch_dns(&mut self) -> Option<WatchStream> {
+        let store = self.registry.store().clone();
+        match store.watch(super::dns_state::PREFIX, self.dns_revision).await {
+            Ok(events) => Some(events),
+            Err(StoreError::Compacted { .. }) => {
+                match self.dns_store.load().await {
+                    Ok((state, revision)) => {
+                        self.stored_dns = state.routed;
+                        self.dns_revision = revision;
+                        if let Some(serial) = state.serial_revision {
+                            self.follow_dns(serial);
+                        }
+                    }
+                    Err(e) => tracing::warn!(error = %e, "loading the DNS state failed"),
+                }
+                None
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "watching the DNS state failed; retrying");
+                None
+            }
+        }
+    }
+
+    /// One event of the stored DNS state: records are remembered, a serial builds the
+    /// snapshot (followers; the leader built it when it wrote).
+    fn observe_dns(
+        &mut self,
+        event: Option<Result<fedingress_store::Event, StoreError>>,
+        stream: &mut Option<WatchStream>,
+    ) {
+        let event = match event {
+            Some(Ok(event)) => event,
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "DNS state watch ended; watching again");
+                *stream = None;
+                return;
+            }
+            None => {
+                *stream = None;
+                return;
+            }
+        };
+        self.dns_revision = event.revision;
+        match super::dns_state::decode(&event) {
+            Some(DnsChange::Routed(key, Some(routed))) => {
+                self.stored_dns.insert(key, *routed);
+            }
+            Some(DnsChange::Routed(key, None)) => {
+                self.stored_dns.remove(&key);
+            }
+            Some(DnsChange::Serial(revision)) => {
+                self.stored_serial = self.stored_serial.max(revision);
+                if self.writers.is_none() {
+                    self.follow_dns(revision);
+                }
+            }
+            None => {}
+        }
+    }
+
+    /// Serves the stored DNS state, complete at the serial key's `revision`.
+    fn follow_dns(&mut self, revision: Revision) {
+        if revision <= self.built_serial {
+            return;
+        }
+        let changed: BTreeSet<String> = self
+            .stored_dns
+            .iter()
+            .filter(|(k, v)| self.routed.get(*k) != Some(*v))
+            .map(|(k, _)| k.to_string())
+            .chain(
+                self.routed
+                    .keys()
+                    .filter(|k| !self.stored_dns.contains_key(*k))
+                    .map(ToString::to_string),
+            )
+            .collect();
+        self.routed = self.stored_dns.clone();
+        self.rebuild_dns(&changed, revision, false);
+        tracing::debug!(
+            serial = serial_of(revision),
+            changed = changed.len(),
+            "DNS snapshot follows the stored state"
+        );
+    }
+
+    /// Takes the role the election says: a new leader loads its predecessor's routing
+    /// memory and recomputes everything; a follower stops writing and serves the stored
+    /// DNS state.
+    async fn take_role(&mut self) {
+        let role = self.role.borrow_and_update().clone();
+        match role {
+            Role::Leader(store)
+                if self
+                    .writers
+                    .as_ref()
+                    .is_none_or(|w| !Arc::ptr_eq(&w.store, &store)) =>
+            {
+                tracing::info!("leading: this replica's controller writes");
+                let writers = Writers::new(store);
+                match writers.routing.load().await {
+                    Ok(routing) => self.routing = routing,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "loading routing state failed; deciding from what agents report")
+                    }
+                }
+                self.writers = Some(writers);
+                self.routed = self.stored_dns.clone();
+                self.publish_serial = true;
+                self.pending.all = true;
+                self.pending.replan = true;
+                self.metrics.set_leader(true);
+            }
+            Role::Follower if self.writers.is_some() => {
+                tracing::info!("following: another replica's controller writes");
+                self.writers = None;
+                self.metrics.set_leader(false);
+                let serial = self.stored_serial;
+                self.follow_dns(serial);
+            }
+            _ => {}
+        }
+    }
+
     /// How long until the next timer or lease check.
     fn next_wait(&self) -> Duration {
         let now_ms = now_ms();
@@ -197,7 +415,7 @@ impl Controller {
             .values()
             .min()
             .map(|&at| Duration::from_millis(at.saturating_sub(now_ms)));
-        let restoring = self.restoring.then(|| self.hub.restoring_left());
+        let restoring = self.restoring.then(|| self.agents.restoring_left());
         [Some(self.tick), timer, restoring]
             .into_iter()
             .flatten()
@@ -209,7 +427,10 @@ impl Controller {
     async fn observe(&mut self, event: &fedingress_store::Event) {
         let observed = self.cache.apply(event);
         for gone in observed.deleted_clusters {
-            match self.tokens.revoke_all(&gone).await {
+            let Some(writers) = &self.writers else {
+                continue;
+            };
+            match writers.tokens.revoke_all(&gone).await {
                 Ok(n) => {
                     tracing::info!(cluster = %gone, tokens = n, "cluster deleted: tokens revoked")
                 }
@@ -223,7 +444,7 @@ impl Controller {
                 cluster,
                 "cluster provider changed: ending its agent's session"
             );
-            self.hub.end_session(&cluster, PROVIDER_CHANGED);
+            self.sessions.end_session(&cluster, PROVIDER_CHANGED);
         }
         self.pending.merge(observed.dirty);
     }
@@ -237,7 +458,7 @@ impl Controller {
                     for (name, cluster) in &cache.clusters {
                         let before = self.cache.clusters.get(name).map(|c| c.spec.provider);
                         if before.is_some_and(|p| p != cluster.spec.provider) {
-                            self.hub.end_session(name, PROVIDER_CHANGED);
+                            self.sessions.end_session(name, PROVIDER_CHANGED);
                         }
                     }
                     let gone: Vec<String> = self
@@ -249,7 +470,10 @@ impl Controller {
                         .collect();
                     self.cache = cache;
                     for cluster in gone {
-                        if let Err(e) = self.tokens.revoke_all(&cluster).await {
+                        let Some(writers) = &self.writers else {
+                            continue;
+                        };
+                        if let Err(e) = writers.tokens.revoke_all(&cluster).await {
                             tracing::warn!(cluster, error = %e, "revoking tokens of a deleted cluster failed");
                         }
                     }
@@ -267,14 +491,14 @@ impl Controller {
 
     /// Agent messages, lease expiries, due timers and the end of restoring.
     fn collect_triggers(&mut self) {
-        self.pending.clusters.extend(self.hub.take_dirty());
-        for (name, agent) in self.hub.agents() {
+        self.pending.clusters.extend(self.agents.take_dirty());
+        for (name, agent) in self.agents.agents() {
             if self.connected.get(&name) != Some(&agent.connected) {
                 self.pending.clusters.insert(name.clone());
                 self.connected.insert(name, agent.connected);
             }
         }
-        if self.restoring && !self.hub.restoring() {
+        if self.restoring && !self.agents.restoring() {
             tracing::info!("restoring ended: clusters whose agents did not reconnect are offline");
             self.restoring = false;
             self.pending.all = true;
@@ -303,11 +527,11 @@ impl Controller {
             clusters = dirty.clusters.len()
         );
         async {
-            let agents = self.hub.agents();
+            let agents = self.agents.agents();
             for (name, agent) in &agents {
                 self.connected.insert(name.clone(), agent.connected);
             }
-            self.restoring = self.restoring && self.hub.restoring();
+            self.restoring = self.restoring && self.agents.restoring();
             let now = Time(chrono::Utc::now());
             let world = World {
                 clusters: &self.cache.clusters,
@@ -328,16 +552,18 @@ impl Controller {
         .instrument(span)
         .await;
         self.metrics.observe_pass(started.elapsed());
-        if self
-            .last_prune
-            .is_none_or(|t| t.elapsed() > Duration::from_secs(60))
+        if let Some(writers) = &mut self.writers
+            && self
+                .last_prune
+                .is_none_or(|t| t.elapsed() > Duration::from_secs(60))
         {
             self.last_prune = Some(Instant::now());
-            self.recorder.prune(Time(chrono::Utc::now())).await;
+            writers.recorder.prune(Time(chrono::Utc::now())).await;
         }
     }
 
-    /// Publishes, persists, rebuilds DNS, records events and writes status.
+    /// Publishes plans; when leading, also persists routing and DNS state, rebuilds DNS,
+    /// records events and writes status.
     async fn apply(&mut self, pass: Pass, now: Time, first: bool) {
         let Pass {
             placements,
@@ -360,15 +586,19 @@ impl Controller {
             let version = u64::try_from(self.cache.revision).unwrap_or_default();
             for name in self.cache.clusters.keys() {
                 let plan = plans.get(name).cloned().unwrap_or_default();
-                self.hub.publish(name, plan, version);
+                self.sessions.publish(name, plan, version);
             }
             let names: Vec<String> = self.cache.clusters.keys().cloned().collect();
-            self.hub.retain_clusters(&names);
+            self.sessions.retain_clusters(&names);
+        }
+        if self.writers.is_none() {
+            // A follower: the leader persists, serves DNS state and writes status.
+            return;
         }
 
         // Routing state: remember, persist what changed, arm timers.
         let now_ms = now_ms();
-        let mut changed_routes: BTreeSet<String> = BTreeSet::new();
+        let mut routed_changes: Vec<(IngressKey, Option<RoutedIngress>)> = Vec::new();
         let mut statuses: Vec<(IngressKey, FederatedIngressStatus)> = Vec::new();
         let mut saves = Vec::new();
         for (key, outcome) in ingresses {
@@ -392,13 +622,8 @@ impl Controller {
                 Some(at) => self.timers.insert(key.clone(), at),
                 None => self.timers.remove(&key),
             };
-            let before = self.routed.get(&key);
-            if before != routed.as_ref() {
-                changed_routes.insert(key.to_string());
-                match routed {
-                    Some(routed) => self.routed.insert(key.clone(), routed),
-                    None => self.routed.remove(&key),
-                };
+            if self.routed.get(&key) != routed.as_ref() {
+                routed_changes.push((key.clone(), routed));
             }
             if self.cache.ingresses.contains_key(&key) {
                 statuses.push((key, status));
@@ -407,32 +632,9 @@ impl Controller {
         self.save_routing(saves).await;
         self.metrics.set_routing(&self.routing, now_ms);
 
-        // DNS: rebuilt only when an answer-relevant input changed.
-        let mut answer_changes: Vec<AnswerChange> = Vec::new();
-        if let Some(gslb) = &mut self.gslb {
-            if !changed_routes.is_empty() || first {
-                let mut order: Vec<&RoutedIngress> = self.routed.values().collect();
-                let age = |r: &RoutedIngress| {
-                    r.ingress
-                        .split_once('/')
-                        .map(|(ns, name)| IngressKey::new(ns, name))
-                        .and_then(|k| self.cache.ingresses.get(&k))
-                        .and_then(|i| i.metadata().creation_timestamp.map(|t| t.0))
-                };
-                order.sort_by(|a, b| (age(a), &a.ingress).cmp(&(age(b), &b.ingress)));
-                let revision = self.cache.revision;
-                let step = tokio::task::block_in_place(|| {
-                    gslb.step(&order, &changed_routes, revision, first)
-                });
-                if let Some(took) = step.build_time {
-                    self.metrics.observe_snapshot_build(took);
-                }
-                for change in &step.changes {
-                    self.metrics.count_answer_change(change);
-                }
-                self.dns_problems = step.problems;
-                answer_changes = step.changes;
-            }
+        // DNS: published, then rebuilt, only when an answer-relevant input changed.
+        let answer_changes = self.publish_dns(routed_changes, first).await;
+        if let Some(gslb) = &self.gslb {
             let snapshot = gslb.snapshot();
             for (key, status) in &mut statuses {
                 let Some(ingress) = self.cache.ingresses.get(key) else {
@@ -456,6 +658,9 @@ impl Controller {
         for change in answer_changes {
             self.record_change(&change, now).await;
         }
+        let Some(writers) = &self.writers else {
+            return;
+        };
 
         // Status writes, concurrently.
         let ingress_writes: Vec<(FederatedIngress, FederatedIngressStatus)> = statuses
@@ -469,7 +674,7 @@ impl Controller {
             .into_iter()
             .filter_map(|(name, status)| Some((self.cache.clusters.get(&name)?.clone(), status)))
             .collect();
-        let registry = &self.registry;
+        let registry = &writers.registry;
         stream::iter(ingress_writes)
             .for_each_concurrent(WRITE_CONCURRENCY, |(object, status)| async move {
                 write_status(registry, &object, status).await;
@@ -480,6 +685,82 @@ impl Controller {
                 write_status(registry, &object, status).await;
             })
             .await;
+    }
+
+    /// Stores what DNS serves for the changed ingresses (then the serial), and rebuilds
+    /// the snapshot from it with that serial: every replica builds the same one. When
+    /// the store refuses, the answers stay as they are and the ingresses are recomputed
+    /// on the next pass. Returns the clusters that entered or left answers.
+    async fn publish_dns(
+        &mut self,
+        changes: Vec<(IngressKey, Option<RoutedIngress>)>,
+        first: bool,
+    ) -> Vec<AnswerChange> {
+        let Some(writers) = &self.writers else {
+            return Vec::new();
+        };
+        if changes.is_empty() && !self.publish_serial {
+            return Vec::new();
+        }
+        let keys: Vec<IngressKey> = changes.iter().map(|(k, _)| k.clone()).collect();
+        match writers.dns.publish(changes.clone()).await {
+            Ok(serial) => {
+                self.publish_serial = false;
+                for (key, routed) in changes {
+                    match routed {
+                        Some(routed) => self.routed.insert(key, routed),
+                        None => self.routed.remove(&key),
+                    };
+                }
+                let changed: BTreeSet<String> = keys.iter().map(ToString::to_string).collect();
+                self.rebuild_dns(&changed, serial, first)
+            }
+            Err(e) => {
+                if e.is_fenced() {
+                    tracing::warn!(error = %e, "no longer the leader: DNS state not published");
+                    self.writers = None;
+                    self.metrics.set_leader(false);
+                } else {
+                    tracing::warn!(error = %e, "publishing the DNS state failed; answers unchanged, retrying");
+                    self.pending.ingresses.extend(keys);
+                }
+                Vec::new()
+            }
+        }
+    }
+
+    /// Rebuilds the snapshot from `self.routed` with the serial of `revision` (the serial
+    /// key's); returns the clusters that entered or left the `changed` ingresses' answers.
+    fn rebuild_dns(
+        &mut self,
+        changed: &BTreeSet<String>,
+        revision: Revision,
+        first: bool,
+    ) -> Vec<AnswerChange> {
+        self.built_serial = self.built_serial.max(revision);
+        let Some(gslb) = &mut self.gslb else {
+            return Vec::new();
+        };
+        let mut order: Vec<&RoutedIngress> = self.routed.values().collect();
+        let age = |r: &RoutedIngress| {
+            r.ingress
+                .split_once('/')
+                .map(|(ns, name)| IngressKey::new(ns, name))
+                .and_then(|k| self.cache.ingresses.get(&k))
+                .and_then(|i| i.metadata().creation_timestamp.map(|t| t.0))
+        };
+        order.sort_by(|a, b| (age(a), &a.ingress).cmp(&(age(b), &b.ingress)));
+        let serial = serial_of(revision.max(1));
+        let step = tokio::task::block_in_place(|| gslb.step(&order, changed, serial, first));
+        if let Some(took) = step.build_time {
+            self.metrics.observe_snapshot_build(took);
+        }
+        self.metrics.set_dns_serial(serial);
+        for change in &step.changes {
+            self.metrics.count_answer_change(change);
+        }
+        self.dns_problems = step.problems;
+        step.changes
     }
 
     /// When `key`'s routing next changes with time alone.
@@ -500,7 +781,10 @@ impl Controller {
     }
 
     async fn save_routing(&self, saves: Vec<(IngressKey, Option<IngressRouting>)>) {
-        let store = &self.routing_store;
+        let Some(writers) = &self.writers else {
+            return;
+        };
+        let store = &writers.routing;
         stream::iter(saves)
             .for_each_concurrent(WRITE_CONCURRENCY, |(key, routing)| async move {
                 if let Err(e) = store.save(&key, routing.as_ref()).await {
@@ -530,9 +814,12 @@ impl Controller {
             change.cluster, change.detail
         );
         let ingress = ingress.clone();
-        self.recorder
-            .record(&ingress, type_, reason, &message, now)
-            .await;
+        if let Some(writers) = &mut self.writers {
+            writers
+                .recorder
+                .record(&ingress, type_, reason, &message, now)
+                .await;
+        }
     }
 }
 
@@ -579,5 +866,15 @@ impl HasStatus for FederatedIngress {
     type Status = FederatedIngressStatus;
     fn set_status(&mut self, status: FederatedIngressStatus) {
         self.status = Some(status);
+    }
+}
+
+/// The next event of the DNS state watch (pending forever while there is none).
+async fn next_event(
+    stream: &mut Option<WatchStream>,
+) -> Option<Result<fedingress_store::Event, StoreError>> {
+    match stream {
+        Some(stream) => stream.next().await,
+        None => std::future::pending().await,
     }
 }
