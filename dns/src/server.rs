@@ -44,6 +44,13 @@
 //! packets per transport. [`DnsServer::write_prometheus`] renders them in the
 //! Prometheus text format; [`DnsServer::stats`] sums them.
 //!
+//! # Wildcard addresses
+//!
+//! A UDP socket bound to `0.0.0.0` or `::` answers every query from the address it was
+//! sent to (IP_PKTINFO / IPV6_PKTINFO, `server/pktinfo.rs`), so one listener can serve
+//! several nameserver addresses of a host: resolvers drop replies from another source
+//! address. TCP replies always leave from the connection's own address.
+//!
 //! # Zone transfers
 //!
 //! AXFR (and IXFR, answered with a full transfer) over TCP from addresses in
@@ -60,6 +67,7 @@
 //!
 //! Never panics on any input; per-packet problems are logged at debug level.
 
+mod pktinfo;
 pub(crate) mod wire;
 
 use std::fmt::Write as _;
@@ -342,7 +350,9 @@ impl DnsServer {
         Ok(())
     }
 
-    /// Serves UDP on `socket` until dropped: one receive loop per available core.
+    /// Serves UDP on `socket` until dropped: one receive loop per available core. On a
+    /// wildcard address (`0.0.0.0`, `::`) replies leave from the address each query was
+    /// sent to (packet info, `server/pktinfo.rs`).
     ///
     /// # Errors
     ///
@@ -353,6 +363,16 @@ impl DnsServer {
         allow_transfer: Arc<[IpNet]>,
     ) -> io::Result<()> {
         let local = socket.local_addr().ok();
+        let destinations = match local {
+            Some(local) if pktinfo::needed(local) => match pktinfo::enable(&socket) {
+                Ok(()) => true,
+                Err(error) => {
+                    warn!(%error, address = %local, "DNS UDP listener on a wildcard address cannot learn the address each query was sent to; replies leave from the kernel's choice of source address");
+                    false
+                }
+            },
+            _ => false,
+        };
         let socket = Arc::new(socket);
         let workers = std::thread::available_parallelism()
             .map(usize::from)
@@ -361,21 +381,39 @@ impl DnsServer {
         info!(address = ?local, workers, "DNS UDP listener serving");
         let mut tasks = JoinSet::new();
         for _ in 0..workers {
-            tasks.spawn(
-                self.clone()
-                    .udp_loop(socket.clone(), allow_transfer.clone()),
-            );
+            tasks.spawn(self.clone().udp_loop(
+                socket.clone(),
+                allow_transfer.clone(),
+                destinations,
+            ));
         }
         while tasks.join_next().await.is_some() {}
         Ok(())
     }
 
-    async fn udp_loop(self: Arc<Self>, socket: Arc<UdpSocket>, allow: Arc<[IpNet]>) {
+    /// One receive loop. With `destinations` (a wildcard socket with packet info on,
+    /// see `server/pktinfo.rs`) each reply leaves from the address its query was sent to.
+    async fn udp_loop(
+        self: Arc<Self>,
+        socket: Arc<UdpSocket>,
+        allow: Arc<[IpNet]>,
+        destinations: bool,
+    ) {
         let mut buf = vec![0u8; 65_535];
+        let mut control = if destinations {
+            pktinfo::control_buffer()
+        } else {
+            Vec::new()
+        };
         let mut out = Vec::with_capacity(1500);
         let mut consecutive_errors = 0u32;
         loop {
-            let (len, peer) = match socket.recv_from(&mut buf).await {
+            let received = if destinations {
+                pktinfo::recv(&socket, &mut buf, &mut control).await
+            } else {
+                (socket.recv_from(&mut buf).await).map(|(len, peer)| (len, peer, None))
+            };
+            let (len, peer, destination) = match received {
                 Ok(received) => {
                     consecutive_errors = 0;
                     received
@@ -402,7 +440,11 @@ impl DnsServer {
                 &mut out,
             ) {
                 Outcome::Reply => {
-                    if let Err(error) = socket.send_to(&out, peer).await {
+                    let sent = match destination {
+                        Some(from) => pktinfo::send(&socket, &out, peer, from).await,
+                        None => socket.send_to(&out, peer).await,
+                    };
+                    if let Err(error) = sent {
                         debug!(%peer, %error, "DNS UDP send failed");
                     }
                 }

@@ -128,6 +128,74 @@ async fn geo_answers_depend_on_the_client_subnet_with_its_scope() {
     assert!(dns.server.stats().fast >= 5, "{:?}", dns.server.stats());
 }
 
+/// Sends `packet` from `client` to `server`; the response and the address it came from.
+async fn ask_from(client: &UdpSocket, server: SocketAddr, packet: &[u8]) -> (Vec<u8>, SocketAddr) {
+    client.send_to(packet, server).await.unwrap();
+    let mut buf = vec![0u8; 65_535];
+    let (len, from) = tokio::time::timeout(Duration::from_secs(2), client.recv_from(&mut buf))
+        .await
+        .unwrap_or_else(|_| panic!("no response to a query sent to {server}"))
+        .unwrap();
+    buf.truncate(len);
+    (buf, from)
+}
+
+/// One listener on the wildcard address serves several nameserver addresses: every
+/// reply leaves from the address its query was sent to (resolvers drop replies from any
+/// other; before packet info, the kernel sent them all from 127.0.0.1). Fast path (A)
+/// and slow path (SOA), IPv4 and, on a dual-stack `::` socket, IPv4-mapped and IPv6.
+#[tokio::test]
+async fn on_a_wildcard_address_replies_leave_from_the_address_asked() {
+    let dns = start_at("0.0.0.0".parse().unwrap(), snapshot().0, vec![]).await;
+    let client = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    for (i, asked) in ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
+        .into_iter()
+        .enumerate()
+    {
+        let server = SocketAddr::new(asked.parse().unwrap(), dns.addr.port());
+        let id = i as u16;
+        let (response, from) = ask_from(
+            &client,
+            server,
+            &query(id, &format!("geo.{ZONE}"), 1, false),
+        )
+        .await;
+        assert_eq!(from, server);
+        assert_eq!(
+            a_records(&response),
+            vec!["192.0.2.1".parse::<IpAddr>().unwrap()]
+        );
+        let (response, from) = ask_from(&client, server, &query(id + 10, ZONE, 6, true)).await;
+        assert_eq!(from, server);
+        assert_eq!(response[..2], (id + 10).to_be_bytes());
+    }
+    // dig checks the source address too ("reply from unexpected source").
+    let soa = dig(
+        SocketAddr::new("127.0.0.2".parse().unwrap(), dns.addr.port()),
+        &["+norec", ZONE, "SOA"],
+    )
+    .await;
+    assert!(soa.contains("status: NOERROR"), "{soa}");
+
+    let Ok(probe) = std::net::UdpSocket::bind("[::1]:0") else {
+        eprintln!("no IPv6 loopback here: the dual-stack part is skipped");
+        return;
+    };
+    drop(probe);
+    let dns = start_at("::".parse().unwrap(), snapshot().0, vec![]).await;
+    for (client, asked) in [("127.0.0.1:0", "127.0.0.2"), ("[::1]:0", "::1")] {
+        let client = UdpSocket::bind(client).await.unwrap();
+        let server = SocketAddr::new(asked.parse().unwrap(), dns.addr.port());
+        let (response, from) =
+            ask_from(&client, server, &query(3, &format!("geo.{ZONE}"), 1, false)).await;
+        assert_eq!(from, server);
+        assert_eq!(
+            a_records(&response),
+            vec!["192.0.2.1".parse::<IpAddr>().unwrap()]
+        );
+    }
+}
+
 #[tokio::test]
 async fn aaaa_and_plain_queries_through_hickory_resolver() {
     let dns = running().await;

@@ -1,13 +1,17 @@
 //! The embedded DNS server as a zone checker sees it (issue 11, part 5). Debian's
-//! `zonemaster-cli` runs an undelegated test of the zone of three federation-apiserver
-//! replicas, each serving DNS on its own address (127.0.0.1-3, port 53) and listing all
-//! three as nameservers with glue; then the same against Knot serving the equivalent
-//! static zone on the same addresses. Everything zonemaster reports for ours at NOTICE
-//! and above, it also reports for Knot (same level and tag), and Knot's errors and
-//! warnings are only those the setup causes: loopback nameserver addresses (ADDRESS01),
-//! their missing PTR records (ADDRESS02) and an MNAME on a localhost address (ZONE01).
-//! Before the two runs, `dig` asks both the same questions and gets the same answers,
-//! so the zones are equivalent.
+//! `zonemaster-cli` runs an undelegated test of a zone with three nameservers on
+//! 127.0.0.1-3, port 53, listed with glue, served by federation-apiserver; then the same
+//! against Knot serving the equivalent static zone on the same addresses. Everything
+//! zonemaster reports for ours at NOTICE and above, it also reports for Knot (same level
+//! and tag), and Knot's errors and warnings are only those the setup causes: loopback
+//! nameserver addresses (ADDRESS01), their missing PTR records (ADDRESS02) and an MNAME
+//! on a localhost address (ZONE01). Before the two runs, `dig` asks both the same
+//! questions at every address and gets the same answers, each from the address it
+//! asked, so the zones are equivalent.
+//!
+//! Two ways to serve the three addresses: three replicas, each a process of its own on
+//! one address; and one process on the wildcard address `0.0.0.0:53` (against Knot on
+//! `0.0.0.0@53`), whose replies must leave from the address each query was sent to.
 //!
 //! Everything runs inside a network namespace of the test's own with only loopback up:
 //! zonemaster's queries to the root servers fail at once and nothing leaves the machine.
@@ -24,8 +28,8 @@ use fedingress_tests::netns::NetNs;
 use fedingress_tests::{Process, binary, eventually};
 
 const ZONE: &str = "fedingress.test";
-/// Replicas, and so nameservers: `ns<i>.fedingress.test` on `127.0.0.<i>:53`.
-const REPLICAS: u8 = 3;
+/// Nameservers: `ns<i>.fedingress.test` on `127.0.0.<i>:53`.
+const NAMESERVERS: u8 = 3;
 const START: Duration = Duration::from_secs(30);
 /// zonemaster-cli takes about a second here; it is killed after this.
 const ZONEMASTER_TIMEOUT_SECONDS: &str = "300";
@@ -55,43 +59,80 @@ fn address(i: u8) -> String {
     format!("127.0.0.{i}")
 }
 
-/// Every replica's config: the zone with its SOA defaults (MNAME the first nameserver,
-/// RNAME hostmaster.<zone>, refresh 3600, retry 600, expire 604800, minimum 30, TTL 3600).
-fn apiserver_config() -> String {
+/// How the three nameserver addresses are served.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Listen {
+    /// Three replicas, each a process on one address (`--dns-listen 127.0.0.<i>:53`).
+    PerAddress,
+    /// One process on `0.0.0.0:53` for all three.
+    Wildcard,
+}
+
+impl Listen {
+    /// The `--dns-listen` of each apiserver process.
+    fn apiservers(self) -> Vec<String> {
+        match self {
+            Listen::PerAddress => (1..=NAMESERVERS)
+                .map(|i| format!("{}:53", address(i)))
+                .collect(),
+            Listen::Wildcard => vec!["0.0.0.0:53".into()],
+        }
+    }
+
+    /// Knot's `server.listen`.
+    fn knot(self) -> Vec<String> {
+        match self {
+            Listen::PerAddress => (1..=NAMESERVERS)
+                .map(|i| format!("{}@53", address(i)))
+                .collect(),
+            Listen::Wildcard => vec!["0.0.0.0@53".into()],
+        }
+    }
+}
+
+/// The apiserver's config: the zone with its SOA defaults (MNAME the first nameserver,
+/// RNAME hostmaster.<zone>, refresh 3600, retry 600, expire 604800, minimum 30, TTL
+/// 3600). Dev mode listens on loopback only: on the wildcard address, a token file.
+fn apiserver_config(listen: Listen, dir: &Path) -> String {
+    let auth = match listen {
+        Listen::PerAddress => "dev: true\n".to_string(),
+        Listen::Wildcard => {
+            let tokens = dir.join("tokens.csv");
+            std::fs::write(&tokens, "zonemaster-test,admin,1,\"system:masters\"\n").unwrap();
+            format!("tokenFile: {}\n", tokens.display())
+        }
+    };
     let mut nameservers = String::new();
-    for i in 1..=REPLICAS {
+    for i in 1..=NAMESERVERS {
         nameservers.push_str(&format!(
             "    - {{name: ns{i}.{ZONE}, addresses: [{}]}}\n",
             address(i)
         ));
     }
     format!(
-        "listen: 127.0.0.1:0\nagentListen: 127.0.0.1:0\ndev: true\ndns:\n  listen: 127.0.0.1:0\n  zones:\n  - name: {ZONE}\n    nameservers:\n{nameservers}"
+        "listen: 127.0.0.1:0\nagentListen: 127.0.0.1:0\n{auth}dns:\n  listen: 127.0.0.1:0\n  zones:\n  - name: {ZONE}\n    nameservers:\n{nameservers}"
     )
 }
 
-/// The same zone for Knot, with the serial the replicas serve.
+/// The same zone for Knot, with the serial ours serves.
 fn knot_zone(serial: &str) -> String {
     let mut text = format!(
         "$ORIGIN {ZONE}.\n$TTL 3600\n@ SOA ns1.{ZONE}. hostmaster.{ZONE}. {serial} 3600 600 604800 30\n"
     );
-    for i in 1..=REPLICAS {
+    for i in 1..=NAMESERVERS {
         text.push_str(&format!("@ NS ns{i}.{ZONE}.\n"));
     }
-    for i in 1..=REPLICAS {
+    for i in 1..=NAMESERVERS {
         text.push_str(&format!("ns{i} A {}\n", address(i)));
     }
     text
 }
 
-fn knot_config(dir: &Path) -> String {
+fn knot_config(listen: Listen, dir: &Path) -> String {
     let d = dir.display();
-    let listen: Vec<String> = (1..=REPLICAS)
-        .map(|i| format!("{}@53", address(i)))
-        .collect();
     format!(
         "server:\n    listen: [{}]\n    rundir: \"{d}\"\n    pidfile: \"{d}/knot.pid\"\ncontrol:\n    listen: \"{d}/knot.sock\"\ndatabase:\n    storage: \"{d}/db\"\nlog:\n  - target: stderr\n    any: warning\ntemplate:\n  - id: default\n    storage: \"{d}\"\n    file: \"%s.zone\"\n    zonefile-sync: -1\n    journal-content: none\nzone:\n  - domain: {ZONE}\n",
-        listen.join(", ")
+        listen.knot().join(", ")
     )
 }
 
@@ -155,7 +196,7 @@ fn dig(ns: &NetNs, server: &str, name: &str, qtype: &str) -> Result<Answer, Stri
 /// Every [`QUESTIONS`] asked of every nameserver address.
 fn answers(ns: &NetNs) -> Vec<(String, Answer)> {
     let mut all = Vec::new();
-    for i in 1..=REPLICAS {
+    for i in 1..=NAMESERVERS {
         for (name, qtype) in QUESTIONS {
             let answer = dig(ns, &address(i), name, qtype).unwrap();
             all.push((format!("@{} {name} {qtype}", address(i)), answer));
@@ -167,7 +208,7 @@ fn answers(ns: &NetNs) -> Vec<(String, Answer)> {
 /// Waits until every nameserver address answers the zone's SOA; returns the serial.
 fn wait_serving(ns: &NetNs, what: &str) -> String {
     let mut serial = String::new();
-    for i in 1..=REPLICAS {
+    for i in 1..=NAMESERVERS {
         serial = eventually(START, &format!("{what} serving on {}", address(i)), || {
             let answer = dig(ns, &address(i), ZONE, "SOA")?;
             answer
@@ -205,7 +246,7 @@ fn zonemaster(ns: &NetNs) -> Vec<Finding> {
         "--level",
         "NOTICE",
     ]);
-    for i in 1..=REPLICAS {
+    for i in 1..=NAMESERVERS {
         command
             .arg("--ns")
             .arg(format!("ns{i}.{ZONE}/{}", address(i)));
@@ -256,6 +297,17 @@ fn show(findings: &[Finding]) -> String {
 
 #[test]
 fn zonemaster_reports_nothing_for_three_replicas_beyond_what_it_reports_for_knot() {
+    check(Listen::PerAddress);
+}
+
+#[test]
+fn one_listener_on_the_wildcard_address_serves_three_nameservers_as_knot_does() {
+    check(Listen::Wildcard);
+}
+
+/// Ours, then Knot, serving the three addresses as `listen` says: the same answers to
+/// dig, and nothing from zonemaster for ours that it does not report for Knot.
+fn check(listen: Listen) {
     if let Some(why) = NetNs::unavailable() {
         eprintln!("SKIPPED zonemaster test: {why}");
         return;
@@ -265,38 +317,43 @@ fn zonemaster_reports_nothing_for_three_replicas_beyond_what_it_reports_for_knot
     }
     let apiserver = binary("federation-apiserver");
     // Created first, so dropped last: after every process running inside it.
-    let ns = NetNs::create("zonemaster").unwrap();
+    let ns = NetNs::create(match listen {
+        Listen::PerAddress => "zm-replicas",
+        Listen::Wildcard => "zm-wildcard",
+    })
+    .unwrap();
     let dir = tempfile::tempdir().unwrap();
 
-    // Ours: three replicas, each its own process and data, one nameserver address each.
+    // Ours: each apiserver process with its own data; the same zone for all.
     let config = dir.path().join("apiserver.yaml");
-    std::fs::write(&config, apiserver_config()).unwrap();
-    let mut replicas = Vec::new();
-    for i in 1..=REPLICAS {
+    std::fs::write(&config, apiserver_config(listen, dir.path())).unwrap();
+    let mut apiservers = Vec::new();
+    for (i, dns_listen) in listen.apiservers().iter().enumerate() {
         let mut command = ns.command(&apiserver);
         command
             .arg("--config")
             .arg(&config)
             .arg("--data-dir")
-            .arg(dir.path().join(format!("replica-{i}")))
+            .arg(dir.path().join(format!("apiserver-{i}")))
             .arg("--dns-listen")
-            .arg(format!("{}:53", address(i)));
-        let replica = Process::start(command, &format!("replica {i}"), START).unwrap();
-        assert_eq!(replica.addr("dns"), format!("{}:53", address(i)));
-        replicas.push(replica);
+            .arg(dns_listen);
+        let process =
+            Process::start(command, &format!("apiserver on {dns_listen}"), START).unwrap();
+        assert_eq!(&process.addr("dns"), dns_listen);
+        apiservers.push(process);
     }
-    let serial = wait_serving(&ns, "replicas");
+    let serial = wait_serving(&ns, "apiserver");
     let ours_answers = answers(&ns);
     let ours = zonemaster(&ns);
-    for replica in replicas {
-        replica.terminate(Duration::from_secs(10));
+    for process in apiservers {
+        process.terminate(Duration::from_secs(10));
     }
 
     // Knot: the same zone, static, on the same addresses.
     let knot_dir = dir.path().join("knot");
     std::fs::create_dir_all(knot_dir.join("db")).unwrap();
     std::fs::write(knot_dir.join(format!("{ZONE}.zone")), knot_zone(&serial)).unwrap();
-    std::fs::write(knot_dir.join("knot.conf"), knot_config(&knot_dir)).unwrap();
+    std::fs::write(knot_dir.join("knot.conf"), knot_config(listen, &knot_dir)).unwrap();
     let mut command = ns.command("knotd");
     command.arg("-c").arg(knot_dir.join("knot.conf"));
     let knot = Process::spawn(command, "knotd").unwrap();
@@ -306,22 +363,19 @@ fn zonemaster_reports_nothing_for_three_replicas_beyond_what_it_reports_for_knot
     knot.terminate(Duration::from_secs(10));
 
     eprintln!(
-        "zonemaster-cli on the replicas ({} findings):\n{}zonemaster-cli on Knot ({} findings):\n{}",
+        "zonemaster-cli on ours ({listen:?}, {} findings):\n{}zonemaster-cli on Knot ({} findings):\n{}",
         ours.len(),
         show(&ours),
         theirs.len(),
         show(&theirs)
     );
     for ((question, ours), (_, knot)) in ours_answers.iter().zip(&knot_answers) {
-        assert_eq!(
-            ours, knot,
-            "{question}: the replicas and Knot answer differently"
-        );
+        assert_eq!(ours, knot, "{question}: ours and Knot answer differently");
     }
     let extra: BTreeSet<_> = tags(&ours).difference(&tags(&theirs)).cloned().collect();
     assert!(
         extra.is_empty(),
-        "zonemaster reports for the replicas but not for Knot: {extra:?}"
+        "zonemaster reports for ours ({listen:?}) but not for Knot: {extra:?}"
     );
     let problems: BTreeSet<_> = tags(&theirs)
         .into_iter()
@@ -335,7 +389,7 @@ fn zonemaster_reports_nothing_for_three_replicas_beyond_what_it_reports_for_knot
     for tag in SETUP_PROBLEMS {
         assert!(
             ours.iter().any(|f| f.tag == tag),
-            "zonemaster did not report {tag} for the replicas"
+            "zonemaster did not report {tag} for ours ({listen:?})"
         );
     }
 }

@@ -223,7 +223,7 @@ pub fn snapshot() -> (Snapshot, Vec<Problem>) {
     Snapshot::build(&zones(), 7, &ingresses(), locator())
 }
 
-/// A server on 127.0.0.1, UDP and TCP on the same port; aborted on drop.
+/// A running server, UDP and TCP on the same port; aborted on drop.
 pub struct Running {
     pub addr: SocketAddr,
     pub server: Arc<DnsServer>,
@@ -237,8 +237,13 @@ impl Drop for Running {
 }
 
 pub async fn start(snapshot: Snapshot, allow_transfer: Vec<IpNet>) -> Running {
+    start_at("127.0.0.1".parse().unwrap(), snapshot, allow_transfer).await
+}
+
+/// A server on `ip` (e.g. the wildcard `0.0.0.0`), UDP and TCP on the same port.
+pub async fn start_at(ip: IpAddr, snapshot: Snapshot, allow_transfer: Vec<IpNet>) -> Running {
     let (udp, tcp) = loop {
-        let udp = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let udp = UdpSocket::bind(SocketAddr::new(ip, 0)).await.unwrap();
         let addr = udp.local_addr().unwrap();
         if let Ok(tcp) = TcpListener::bind(addr).await {
             break (udp, tcp);
