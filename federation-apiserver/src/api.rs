@@ -68,6 +68,8 @@ pub struct AppState {
     pub hub: Option<HubHandle>,
     pub metrics: Arc<Metrics>,
     pub settings: ApiSettings,
+    /// Whether the store answers (`/readyz`; writes refused while it does not).
+    pub health: Arc<crate::health::StoreHealth>,
     openapi_document: Bytes,
     openapi_hash: String,
     openapi_v2: Bytes,
@@ -92,6 +94,7 @@ impl AppState {
             hub,
             metrics: Arc::new(Metrics::default()),
             settings,
+            health: crate::health::StoreHealth::new("the store"),
             openapi_document: Bytes::from(document),
             openapi_hash,
             openapi_v2: Bytes::from(openapi_v2::document()),
@@ -141,8 +144,23 @@ async fn dispatch(state: &AppState, request: Request) -> Outcome {
     let nonresource =
         |value: Value| Ok(("get", String::new(), json_response(StatusCode::OK, &value)));
     match path.as_str() {
-        "/healthz" | "/readyz" | "/livez" => {
+        "/livez" => {
             return Ok(("get", String::new(), (StatusCode::OK, "ok").into_response()));
+        }
+        "/healthz" | "/readyz" => {
+            let (ok, body) = state.health.readyz();
+            let code = if ok {
+                StatusCode::OK
+            } else {
+                StatusCode::SERVICE_UNAVAILABLE
+            };
+            let verbose = request.uri().query().is_some_and(|q| q.contains("verbose"));
+            let body = if ok && !verbose {
+                "ok".to_string()
+            } else {
+                body
+            };
+            return Ok(("get", String::new(), (code, body).into_response()));
         }
         "/version" => return nonresource(discovery::version()),
         _ => {}
@@ -175,7 +193,15 @@ async fn dispatch(state: &AppState, request: Request) -> Outcome {
                 if !user.may("get") {
                     return Err(("get", String::new(), forbidden_path(&user, "/metrics")));
                 }
-                let revision = state.registry.store().revision().await.unwrap_or_default();
+                // A store that does not answer must not stall the scrape.
+                let revision = tokio::time::timeout(
+                    Duration::from_millis(500),
+                    state.registry.store().revision(),
+                )
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .unwrap_or_default();
                 let mut text = state.metrics.render(revision);
                 if let Some(hub) = &state.hub {
                     let connected = hub.hub.agents().values().filter(|a| a.connected).count();
@@ -203,6 +229,15 @@ async fn dispatch(state: &AppState, request: Request) -> Outcome {
             }
             _ => {}
         }
+    }
+    // Objects live in the store: while it does not answer, fail at once with why
+    // (discovery, OpenAPI, metrics and health above need no store).
+    let write = !matches!(
+        *request.method(),
+        Method::GET | Method::HEAD | Method::OPTIONS
+    );
+    if let Some(reason) = state.health.unavailable_reason(write) {
+        return Err(("", String::new(), ApiError::unavailable(reason)));
     }
     if let Some(rest) = path.strip_prefix("/api/v1/") {
         let target = parse_target(rest).map_err(|e| ("", String::new(), e))?;

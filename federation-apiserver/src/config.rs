@@ -467,7 +467,11 @@ fn replica_settings(
             let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
                 .map(|h| h.trim().to_string())
                 .unwrap_or_default();
-            let host = if host.is_empty() { "replica".into() } else { host };
+            let host = if host.is_empty() {
+                "replica".into()
+            } else {
+                host
+            };
             format!("{host}-{}", std::process::id())
         }
     };

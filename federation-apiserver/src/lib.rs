@@ -13,6 +13,7 @@ pub mod auth;
 pub mod codec;
 pub mod config;
 pub mod discovery;
+pub mod health;
 pub mod hub;
 pub mod metrics;
 pub mod openapi;

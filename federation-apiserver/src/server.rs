@@ -21,8 +21,8 @@ use crate::config::Settings;
 use crate::hub::Hub;
 use crate::hub::controller::{Controller, Parts};
 use crate::hub::directory::{AgentDirectory, AgentPublisher};
-use crate::hub::replication::{Replication, Role};
 use crate::hub::gateway::Gateway;
+use crate::hub::replication::{Replication, Role};
 use crate::hub::tokens::TokenStore;
 use crate::metrics::HubMetrics;
 use crate::registry::Registry;
@@ -149,6 +149,7 @@ impl Server {
                     .run(),
                 );
                 let role = replication.role.clone();
+                tokio::spawn(report_role(role.clone(), hub_metrics.clone()));
                 (mirror, role, Some((replication, shared.clone())), None)
             }
         };
@@ -162,7 +163,7 @@ impl Server {
         })
         .await
         .context("starting the controller")?;
-        let state = Arc::new(AppState::new(
+        let mut state = AppState::new(
             registry.clone(),
             settings.auth,
             tokens.clone(),
@@ -175,7 +176,19 @@ impl Server {
                 bookmark_interval: settings.bookmark_interval,
                 ..ApiSettings::default()
             },
-        ));
+        );
+        let health = crate::health::StoreHealth::new(if settings.etcd.is_some() {
+            "etcd"
+        } else {
+            "the store"
+        });
+        state.health = health.clone();
+        let state = Arc::new(state);
+        let replica_name = match &storage {
+            Storage::Shared(_) => settings.replica.name.clone(),
+            Storage::Embedded(_) => "federation-apiserver".to_string(),
+        };
+        tokio::spawn(health.probe(store.clone(), registry.clone(), replica_name));
         let mut gateway = tonic::transport::Server::builder()
             .http2_keepalive_interval(Some(Duration::from_secs(10)))
             .tcp_nodelay(true);
@@ -332,6 +345,17 @@ impl Storage {
         match self {
             Storage::Embedded(store) => store.clone(),
             Storage::Shared(store) => store.clone(),
+        }
+    }
+}
+
+/// Keeps the leader gauge true to the election (not to the controller, which may be in
+/// the middle of a pass when leadership ends).
+async fn report_role(mut role: tokio::sync::watch::Receiver<Role>, metrics: Arc<HubMetrics>) {
+    loop {
+        metrics.set_leader(role.borrow_and_update().is_leader());
+        if role.changed().await.is_err() {
+            return;
         }
     }
 }

@@ -144,6 +144,11 @@ impl Process {
         self.child.id()
     }
 
+    /// Whether the process has not exited.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
     /// SIGSTOP: the process freezes (its sockets stay open, nothing is served or sent)
     /// until [`Process::resume`]. Dropping a stopped process still kills it.
     pub fn pause(&self) {

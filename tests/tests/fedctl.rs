@@ -1,17 +1,19 @@
 //! fedctl end to end: the real binary against a real federation-apiserver, agents and
 //! DNS server (`dig`), and `fedctl dev up` with every command it suggests run exactly
-//! as printed. Own loopback blocks 127.0.41.x–127.0.46.x (port 0 elsewhere).
+//! as printed, alone and with `--ha` (etcd and three replicas, one killed). Own loopback
+//! blocks 127.0.41.x–127.0.47.x (port 0 elsewhere).
 
 #![allow(clippy::unwrap_used)]
 
 use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use fedingress_tests::echo::Echo;
-use fedingress_tests::fedctl::{Fedctl, golden, normalize_ages, suggestions};
+use fedingress_tests::fedctl::{Fedctl, Suggestion, golden, normalize_ages, suggestions};
 use fedingress_tests::federation::{
     ClusterSpec, HubProcess, agent_config, create_cluster, curl_json, get_json, issue_token,
     kubectl, start_agent, start_hub_with,
@@ -960,21 +962,24 @@ fn running(pid: u32, exe: &str) -> bool {
     cmdline.starts_with(exe.as_bytes()) && !zombie
 }
 
-fn dev_up(cwd: &Path, state_dir: &Path) -> (std::process::Child, Lines) {
+/// `dev up`'s own block and ports in the test without `--ha`.
+const DEV_UP: [&str; 8] = [
+    "--block",
+    "45",
+    "--dns-port",
+    "15345",
+    "--api-port",
+    "16445",
+    "--agent-port",
+    "16446",
+];
+
+fn dev_up(cwd: &Path, state_dir: &Path, args: &[&str]) -> (std::process::Child, Lines) {
     let mut command = Command::new(binary("fedctl"));
     command
         .args(["dev", "up", "--state-dir"])
         .arg(state_dir)
-        .args([
-            "--block",
-            "45",
-            "--dns-port",
-            "15345",
-            "--api-port",
-            "16445",
-            "--agent-port",
-            "16446",
-        ])
+        .args(args)
         .current_dir(cwd)
         .env_remove("KUBECONFIG")
         .stdin(Stdio::null())
@@ -985,23 +990,80 @@ fn dev_up(cwd: &Path, state_dir: &Path) -> (std::process::Child, Lines) {
     (child, lines)
 }
 
-#[test]
-fn dev_up_comes_up_and_every_suggested_command_works() {
+/// Whether `tool` is on PATH.
+fn installed(tool: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()
+        .unwrap()
+        .status
+        .success()
+}
+
+/// The tools the commands `dev up` suggests use.
+fn require_suggestion_tools() {
     for tool in ["nc", "dig", "kubectl", "curl"] {
         assert!(
-            Command::new("sh")
-                .args(["-c", &format!("command -v {tool}")])
-                .output()
-                .unwrap()
-                .status
-                .success(),
+            installed(tool),
             "the dev up test runs the suggested commands: it needs {tool} (nc: apt-get install netcat-openbsd)"
         );
     }
+}
+
+/// Runs one suggested command exactly as printed, from `cwd`: it must succeed, print
+/// something, and print what its comment says. Returns its output.
+fn run_suggestion(cwd: &Path, s: &Suggestion) -> String {
+    let out = Command::new("bash")
+        .args(["-c", &s.command])
+        .current_dir(cwd)
+        .env_remove("KUBECONFIG")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(
+        out.status.success(),
+        "{:?} failed: {}\n{stdout}",
+        s.command,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!stdout.is_empty(), "{:?} printed nothing", s.command);
+    if let Some(expect) = &s.expect {
+        assert!(
+            expect.starts_with(&stdout),
+            "{:?} printed {stdout:?}, the comment says {expect:?}",
+            s.command
+        );
+    }
+    stdout
+}
+
+/// Sends SIGINT to `dev up`, waits until it exits, and returns what it printed last.
+fn interrupt(up: &mut std::process::Child, lines: &mut Lines) -> String {
+    Command::new("kill")
+        .args(["-INT", &up.id().to_string()])
+        .status()
+        .unwrap();
+    let text = lines.until("Stopped ", WAIT);
+    let deadline = Instant::now() + WAIT;
+    let status = loop {
+        if let Some(status) = up.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "dev up did not exit");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{text}");
+    text
+}
+
+#[test]
+fn dev_up_comes_up_and_every_suggested_command_works() {
+    require_suggestion_tools();
     let dir = tempfile::tempdir().unwrap();
     let cwd = dir.path();
     let state_dir: PathBuf = cwd.join("dev");
-    let (mut up, mut lines) = dev_up(cwd, &state_dir);
+    let (mut up, mut lines) = dev_up(cwd, &state_dir, &DEV_UP);
     let text = lines.until("Logs:", Duration::from_secs(120));
     for step in [
         "✓ echo backends",
@@ -1038,49 +1100,16 @@ fn dev_up_comes_up_and_every_suggested_command_works() {
             .count()
             >= 4
     );
+    assert!(!text.contains("kill -9"), "{text}");
     for s in &suggested {
-        let out = Command::new("bash")
-            .args(["-c", &s.command])
-            .current_dir(cwd)
-            .env_remove("KUBECONFIG")
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        assert!(
-            out.status.success(),
-            "{:?} failed: {}\n{stdout}",
-            s.command,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(!stdout.is_empty(), "{:?} printed nothing", s.command);
-        if let Some(expect) = &s.expect {
-            assert!(
-                expect.starts_with(&stdout),
-                "{:?} printed {stdout:?}, the comment says {expect:?}",
-                s.command
-            );
-        }
+        run_suggestion(cwd, s);
     }
 
     // Ctrl-C stops every process it started.
     let pids = dev_pids(&state_dir);
     assert_eq!(pids.len(), 7, "{pids:?}");
     assert!(pids.iter().all(|(pid, exe)| running(*pid, exe)));
-    Command::new("kill")
-        .args(["-INT", &up.id().to_string()])
-        .status()
-        .unwrap();
-    let text = lines.until("Stopped ", WAIT);
-    let deadline = Instant::now() + WAIT;
-    let status = loop {
-        if let Some(status) = up.try_wait().unwrap() {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "dev up did not exit");
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    assert!(status.success(), "{text}");
+    let text = interrupt(&mut up, &mut lines);
     assert!(text.contains("Stopped 7 processes"), "{text}");
     for (pid, exe) in &pids {
         assert!(!running(*pid, exe), "{exe} ({pid}) still runs");
@@ -1088,7 +1117,7 @@ fn dev_up_comes_up_and_every_suggested_command_works() {
     assert!(!state_dir.join("state.json").exists());
 
     // A dev up that dies leaves its processes; dev down stops them.
-    let (mut up, mut lines) = dev_up(cwd, &state_dir);
+    let (mut up, mut lines) = dev_up(cwd, &state_dir, &DEV_UP);
     lines.until("Logs:", Duration::from_secs(120));
     let pids = dev_pids(&state_dir);
     up.kill().unwrap();
@@ -1111,4 +1140,245 @@ fn dev_up_comes_up_and_every_suggested_command_works() {
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&again.stdout).contains("nothing to stop"));
+}
+
+/// `dig @ip -p port +short ...`: the answer's lines (or dig's complaint).
+fn dig_short(ip: &str, port: &str, args: &[&str]) -> Vec<String> {
+    let out = Command::new("dig")
+        .args([
+            &format!("@{ip}"),
+            "-p",
+            port,
+            "+short",
+            "+tries=1",
+            "+time=2",
+        ])
+        .args(args)
+        .output()
+        .unwrap();
+    let mut lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    lines.sort();
+    lines
+}
+
+/// The example name as every region's clients get it from one DNS server.
+fn steering(ip: &str, port: &str) -> Vec<Vec<String>> {
+    (1..=3)
+        .map(|subnet| {
+            dig_short(
+                ip,
+                port,
+                &[
+                    &format!("+subnet=10.{subnet}.0.0/24"),
+                    "echo.fedingress.test",
+                ],
+            )
+        })
+        .collect()
+}
+
+/// `dev up --ha`: etcd and three replicas answer the same; `kill -9` of r1, as the
+/// printed commands do it, changes no answer of r2 and r3 (not even while it happens:
+/// the printed watch loop runs throughout), r2's context still lists the objects and the
+/// agents are connected again; Ctrl-C stops everything, etcd included.
+#[test]
+fn dev_up_ha_survives_a_killed_replica() {
+    if !installed("etcd") {
+        eprintln!(
+            "SKIPPED dev_up_ha_survives_a_killed_replica: no etcd on PATH (apt-get install etcd-server; scripts/test installs it)"
+        );
+        return;
+    }
+    require_suggestion_tools();
+    let dir = tempfile::tempdir().unwrap();
+    let cwd = dir.path();
+    let state_dir: PathBuf = cwd.join("dev");
+    let dns_port = "15347";
+    let (mut up, mut lines) = dev_up(
+        cwd,
+        &state_dir,
+        &[
+            "--ha",
+            "--block",
+            "47",
+            "--dns-port",
+            dns_port,
+            "--api-port",
+            "16447",
+            "--agent-port",
+            "16448",
+        ],
+    );
+    let text = lines.until("Logs:", Duration::from_secs(150));
+    for step in [
+        "✓ echo backends",
+        "✓ etcd",
+        "✓ apiservers",
+        "✓ clusters",
+        "✓ agents",
+        "✓ sample service",
+        "✓ DNS steering",
+        "✓ HTTP",
+    ] {
+        assert!(text.contains(step), "{step:?} in\n{text}");
+    }
+    let replicas = ["127.0.47.1", "127.0.47.2", "127.0.47.3"];
+    let pids = dev_pids(&state_dir);
+    assert_eq!(
+        pids.len(),
+        10,
+        "3 backends, etcd, 3 apiservers, 3 agents: {pids:?}"
+    );
+    assert!(pids.iter().all(|(pid, exe)| running(*pid, exe)));
+    let state: Value =
+        serde_json::from_slice(&std::fs::read(state_dir.join("state.json")).unwrap()).unwrap();
+    let r1_pid = state["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["role"] == "apiserver" && p["name"] == "r1")
+        .and_then(|p| p["pid"].as_u64())
+        .unwrap();
+
+    // Every replica answers the same: each region its nearest cluster, and the zone
+    // names one nameserver per replica.
+    let steady: Vec<Vec<String>> = (11..=13).map(|i| vec![format!("127.0.47.{i}")]).collect();
+    for ip in replicas {
+        assert_eq!(steering(ip, dns_port), steady, "DNS of {ip}");
+        assert_eq!(
+            dig_short(ip, dns_port, &["NS", "fedingress.test"]),
+            [
+                "ns1.fedingress.test.",
+                "ns2.fedingress.test.",
+                "ns3.fedingress.test."
+            ],
+            "NS from {ip}"
+        );
+        assert_eq!(
+            dig_short(ip, dns_port, &["ns2.fedingress.test"]),
+            ["127.0.47.2"],
+            "ns2 from {ip}"
+        );
+    }
+
+    // Every suggested command, in order, as printed: the watch loop runs in the
+    // background from where it is printed, `kill -9` kills r1.
+    let suggested = suggestions(&text);
+    let mut watch = None;
+    let mut killed = None;
+    for s in &suggested {
+        if s.command.starts_with("while ") {
+            watch = Some(
+                Command::new("bash")
+                    .args(["-c", &s.command])
+                    .current_dir(cwd)
+                    .process_group(0)
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .unwrap(),
+            );
+            // A few answers before the kill.
+            std::thread::sleep(Duration::from_secs(3));
+        } else if let Some(pid) = s.command.strip_prefix("kill -9 ") {
+            assert_eq!(pid, r1_pid.to_string(), "the printed kill is r1's PID");
+            let status = Command::new("bash")
+                .args(["-c", &s.command])
+                .status()
+                .unwrap();
+            assert!(status.success());
+            killed = Some(Instant::now());
+        } else {
+            let stdout = run_suggestion(cwd, s);
+            if killed.is_some() && s.command.starts_with("kubectl ") {
+                assert!(s.command.contains("--context r2"), "{s:?}");
+                for name in ["echo ", "echo-http ", "eu-west ", "us-east ", "ap-south "] {
+                    assert!(stdout.contains(name), "{name:?} in\n{stdout}");
+                }
+            }
+        }
+    }
+    let killed = killed.expect("dev up --ha prints a kill -9 of r1");
+    let mut watch = watch.expect("dev up --ha prints a watch loop");
+    let (_, apiserver_exe) = pids.iter().find(|(p, _)| u64::from(*p) == r1_pid).unwrap();
+    assert!(!running(r1_pid as u32, apiserver_exe), "r1 still runs");
+
+    // The agents connected to r1 are connected again, through r2 or r3.
+    let kubeconfig = state_dir.join("kubeconfig");
+    eventually(
+        Duration::from_secs(15),
+        "every agent connected after the kill",
+        || {
+            let out = Command::new(fedingress_tests::kubectl_path(None))
+                .arg("--kubeconfig")
+                .arg(&kubeconfig)
+                .args(["--context", "r2", "get", "clusters", "-o", "json"])
+                .output()
+                .unwrap();
+            let list: Value = serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())?;
+            let connected = list["items"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|c| c["status"]["connected"] == true)
+                .count();
+            (connected == 3)
+                .then_some(())
+                .ok_or_else(|| format!("{connected} of 3 connected"))
+        },
+    );
+    // Nothing happened: the survivors answer as before, for every region.
+    while killed.elapsed() < Duration::from_secs(6) {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    for ip in &replicas[1..] {
+        assert_eq!(steering(ip, dns_port), steady, "DNS of {ip} after the kill");
+    }
+    Command::new("kill")
+        .args(["-TERM", "--", &format!("-{}", watch.id())])
+        .status()
+        .unwrap();
+    let mut watched = String::new();
+    std::io::Read::read_to_string(&mut watch.stdout.take().unwrap(), &mut watched).unwrap();
+    watch.wait().unwrap();
+    let answers: Vec<&str> = watched.lines().collect();
+    assert!(answers.len() >= 7, "the watch loop answered {answers:?}");
+    assert!(
+        answers.iter().all(|a| *a == "127.0.47.11"),
+        "an answer changed while r1 was killed: {answers:?}"
+    );
+
+    // dev up saw r1 go; Ctrl-C stops the rest, etcd included.
+    let text = interrupt(&mut up, &mut lines);
+    assert!(
+        text.contains(&format!(
+            "! federation-apiserver r1 (PID {r1_pid}) exited: killed by signal 9; r2 and r3 still serve"
+        )),
+        "{text}"
+    );
+    assert!(text.contains("Stopped 9 processes"), "{text}");
+    assert!(text.contains("etcd ("), "{text}");
+    for (pid, exe) in &pids {
+        assert!(!running(*pid, exe), "{exe} ({pid}) still runs");
+    }
+    assert!(!state_dir.join("state.json").exists());
+}
+
+#[test]
+fn dev_up_ha_without_etcd_says_how_to_install_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let state_dir = dir.path().join("dev");
+    let mut command = Fedctl { kubeconfig: None }.command(&["dev", "up", "--ha", "--state-dir"]);
+    command.arg(&state_dir).env("PATH", dir.path());
+    let out = fedingress_tests::fedctl::run(command);
+    assert_eq!(out.code, 1, "{}\n{}", out.stderr, out.stdout);
+    assert_eq!(
+        out.stderr,
+        "fedctl: dev up --ha needs etcd and there is no `etcd` on PATH: install it (Debian, Ubuntu: apt-get install etcd-server) and run it again\n"
+    );
+    assert!(!state_dir.exists(), "nothing is started or written");
 }

@@ -194,18 +194,17 @@ impl AgentPublisher {
                 continue;
             }
             let this = &self;
-            let results: Vec<(Write, Result<Option<Revision>, StoreError>)> =
-                stream::iter(writes)
-                    .map(|write| {
-                        let lease = lease.clone();
-                        async move {
-                            let result = this.apply(&write, &lease).await;
-                            (write, result)
-                        }
-                    })
-                    .buffer_unordered(WRITE_CONCURRENCY)
-                    .collect()
-                    .await;
+            let results: Vec<(Write, Result<Option<Revision>, StoreError>)> = stream::iter(writes)
+                .map(|write| {
+                    let lease = lease.clone();
+                    async move {
+                        let result = this.apply(&write, &lease).await;
+                        (write, result)
+                    }
+                })
+                .buffer_unordered(WRITE_CONCURRENCY)
+                .collect()
+                .await;
             for (write, result) in results {
                 match result {
                     Ok(revision) => match write.record {
@@ -369,11 +368,14 @@ impl AgentDirectory {
         }
     }
 
-    /// Mirrors every record; returns the revision to watch from.
+    /// Mirrors every record; returns the revision to watch from. Agents live before
+    /// the list (the watch broke, e.g. etcd was unreachable and nothing could be
+    /// refreshed) get one more lease from now: records that vanished meanwhile (an old
+    /// lease expiring) are written again by their replicas within it.
     async fn list(&self, live: &mut BTreeSet<String>) -> Result<Revision, StoreError> {
         let mut start_after: Option<String> = None;
         let mut revision = None;
-        live.clear();
+        let mut fresh = BTreeSet::new();
         loop {
             let page = self
                 .store
@@ -384,7 +386,7 @@ impl AgentDirectory {
             revision.get_or_insert(page.revision);
             for kv in &page.kvs {
                 if let Some(cluster) = kv.key.strip_prefix(PREFIX) {
-                    self.observe(cluster, &kv.value, live);
+                    self.observe(cluster, &kv.value, &mut fresh);
                 }
             }
             match (page.more, page.kvs.last()) {
@@ -392,6 +394,9 @@ impl AgentDirectory {
                 _ => break,
             }
         }
+        self.mirror
+            .refresh(live.iter().chain(fresh.iter()).map(String::as_str));
+        *live = fresh;
         Ok(revision.unwrap_or_default())
     }
 

@@ -86,11 +86,7 @@ pub fn decode(event: &Event) -> Option<DnsChange> {
     if event.kv.key == SERIAL_KEY {
         return (event.kind == EventKind::Put).then_some(DnsChange::Serial(event.revision));
     }
-    let (namespace, name) = event
-        .kv
-        .key
-        .strip_prefix(INGRESS_PREFIX)?
-        .split_once('/')?;
+    let (namespace, name) = event.kv.key.strip_prefix(INGRESS_PREFIX)?.split_once('/')?;
     let ingress = IngressKey::new(namespace, name);
     match event.kind {
         EventKind::Delete => Some(DnsChange::Routed(ingress, None)),
@@ -233,7 +229,10 @@ mod tests {
         let a = IngressKey::new("default", "a");
         let b = IngressKey::new("default", "b");
         let serial = dns
-            .publish(vec![(a.clone(), Some(routed("a"))), (b.clone(), Some(routed("b")))])
+            .publish(vec![
+                (a.clone(), Some(routed("a"))),
+                (b.clone(), Some(routed("b"))),
+            ])
             .await
             .unwrap();
         let mut seen = Vec::new();

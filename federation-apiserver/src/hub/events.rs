@@ -16,7 +16,7 @@ pub const EVENT_TTL: Duration = Duration::from_secs(3600);
 /// The `source.component` of events the hub records.
 pub const COMPONENT: &str = "fedingress-gslb";
 
-/// Identifies "the same event": object uid, reason, message.
+/// Identifies "the same event": object (kind, name, uid), reason, message.
 type EventKey = (String, String, String);
 
 pub struct Recorder {
@@ -43,9 +43,31 @@ impl Recorder {
         now: Time,
     ) {
         let meta = object.metadata();
-        let namespace = meta.namespace.clone().unwrap_or_else(|| "default".into());
-        let uid = meta.uid.clone().unwrap_or_default();
-        let key = (uid.clone(), reason.to_string(), message.to_string());
+        let about = ObjectReference {
+            api_version: R::api_version(),
+            kind: R::KIND.into(),
+            namespace: meta.namespace.clone().unwrap_or_else(|| "default".into()),
+            name: meta.name.clone().unwrap_or_default(),
+            uid: meta.uid.clone().unwrap_or_default(),
+        };
+        self.record_about(about, type_, reason, message, now).await;
+    }
+
+    /// Records an event about the object `about` names (stored in its namespace).
+    pub async fn record_about(
+        &mut self,
+        about: ObjectReference,
+        type_: &str,
+        reason: &str,
+        message: &str,
+        now: Time,
+    ) {
+        let namespace = about.namespace.clone();
+        let key = (
+            format!("{}/{}/{}", about.kind, about.name, about.uid),
+            reason.to_string(),
+            message.to_string(),
+        );
         if let Some(name) = self.recent.get(&key).cloned() {
             let bumped = self
                 .registry
@@ -62,7 +84,6 @@ impl Recorder {
             }
             self.recent.remove(&key);
         }
-        let object_name = meta.name.clone().unwrap_or_default();
         // Time plus a random part: several events of one object in one pass get
         // distinct names.
         let suffix = format!(
@@ -70,18 +91,13 @@ impl Recorder {
             now.0.timestamp_nanos_opt().unwrap_or_default(),
             rand::random::<u16>()
         );
-        let name = format!("{object_name}.{suffix}");
+        let name = format!("{}.{suffix}", about.name);
+        let kind = about.kind.clone();
         let event = Event {
             api_version: "v1".into(),
             kind: "Event".into(),
             metadata: ObjectMeta::namespaced(namespace.clone(), name.clone()),
-            involved_object: ObjectReference {
-                api_version: R::api_version(),
-                kind: R::KIND.into(),
-                namespace: namespace.clone(),
-                name: object_name,
-                uid,
-            },
+            involved_object: about,
             reason: reason.into(),
             message: message.into(),
             source: EventSource {
@@ -99,7 +115,7 @@ impl Recorder {
             .await
         {
             Ok(_) => {
-                tracing::info!(kind = R::KIND, name = %name, reason, message, "event recorded");
+                tracing::info!(kind = %kind, name = %name, reason, message, "event recorded");
                 self.recent.insert(key, name);
             }
             Err(e) => tracing::warn!(reason, error = %e, "recording an event failed"),

@@ -46,8 +46,8 @@ use fedingress_api::{
 };
 use fedingress_dns::RoutedIngress;
 use fedingress_store::{Revision, Store, StoreError, WatchStream};
-use tokio::sync::watch;
 use futures_util::{StreamExt, stream};
+use tokio::sync::watch;
 use tracing::Instrument;
 
 use self::decide::{Dirty, IngressOutcome, Pass, World, dns_status};
@@ -164,9 +164,7 @@ impl Controller {
             gslb,
             metrics,
         } = parts;
-        let routing = RoutingStore::new(registry.store().clone())
-            .load()
-            .await?;
+        let routing = RoutingStore::new(registry.store().clone()).load().await?;
         let dns_store = DnsStore::new(registry.store().clone());
         let (dns, dns_revision) = dns_store.load().await.context("loading the DNS state")?;
         let cache = Cache::list(&registry)
@@ -284,7 +282,10 @@ impl Controller {
     /// Starts following the stored DNS state (after a compaction: loads it again first).
     async fn watch_dns(&mut self) -> Option<WatchStream> {
         let store = self.registry.store().clone();
-        match store.watch(super::dns_state::PREFIX, self.dns_revision).await {
+        match store
+            .watch(super::dns_state::PREFIX, self.dns_revision)
+            .await
+        {
             Ok(events) => Some(events),
             Err(StoreError::Compacted { .. }) => {
                 match self.dns_store.load().await {
@@ -394,12 +395,10 @@ impl Controller {
                 self.publish_serial = true;
                 self.pending.all = true;
                 self.pending.replan = true;
-                self.metrics.set_leader(true);
             }
             Role::Follower if self.writers.is_some() => {
                 tracing::info!("following: another replica's controller writes");
                 self.writers = None;
-                self.metrics.set_leader(false);
                 let serial = self.stored_serial;
                 self.follow_dns(serial);
             }
@@ -719,7 +718,6 @@ impl Controller {
                 if e.is_fenced() {
                     tracing::warn!(error = %e, "no longer the leader: DNS state not published");
                     self.writers = None;
-                    self.metrics.set_leader(false);
                 } else {
                     tracing::warn!(error = %e, "publishing the DNS state failed; answers unchanged, retrying");
                     self.pending.ingresses.extend(keys);

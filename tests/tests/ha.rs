@@ -1,0 +1,661 @@
+//! Several federation-apiserver replicas on one etcd, with real processes and faults:
+//! three etcd members and three replicas on loopback (block 127.0.81.x), two standalone
+//! agents that know every replica's gateway, a RoundRobin FederatedIngress and a steady
+//! stream of DNS queries to every replica (issue 11, item 4). In one run, in order:
+//!
+//! 1. steady state: every replica answers the same addresses with the same SOA serial;
+//! 2. `kill -9` of a replica holding an agent, during 1,000 concurrent creates spread
+//!    over the replicas: no acknowledged write is lost, and a watch on every surviving
+//!    replica sees each acknowledged write exactly once, in revision order; the
+//!    replica's agents reconnect elsewhere within 5 s;
+//! 3. loss of one etcd member (its raft leader): writes through every surviving replica
+//!    still succeed;
+//! 4. `kill -9` of the elected leader: the last replica leads within the lease, and a
+//!    routing change (a backend dies) still reaches its DNS answers.
+//!
+//! And with the only etcd member gone for a while (block 127.0.82.x): the replicas stay
+//! up, read-only (writes refused with 503, `/readyz` says why), and answer DNS as before;
+//! once etcd is back, writes work again and an Event says what happened.
+//!
+//! Throughout (until the backend dies) no surviving replica's DNS answer differs from the
+//! steady state. Times are asserted with generous bounds; the benchmarks measure them.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use fedingress_store::etcd_process::EtcdCluster;
+use fedingress_tests::dnsprobe::{Prober, Target, judge};
+use fedingress_tests::echo::Echo;
+use fedingress_tests::federation::{ClusterSpec, agent_config, create_cluster, start_agent};
+use fedingress_tests::{Kubectl, Process, binary, eventually, write_kubeconfig};
+use futures_util::StreamExt;
+
+const BLOCK: u8 = 81;
+const WAIT: Duration = Duration::from_secs(30);
+/// `--leader-elect-lease-duration` of the replicas.
+const REPLICA_LEASE: Duration = Duration::from_secs(2);
+const WRITES: usize = 1000;
+const NAME: &str = "echo.ha.test";
+
+fn config(dir: &Path, block: u8) -> std::path::PathBuf {
+    let path = dir.join("apiserver.yaml");
+    let nameservers: String = (1..=3)
+        .map(|i| format!("    - {{name: ns{i}.ha.test, addresses: [127.0.{block}.{i}]}}\n"))
+        .collect();
+    let text = format!(
+        "dev: true\nagents:\n  heartbeatIntervalMs: 300\n  leaseMs: 3000\ndns:\n  zones:\n  - name: ha.test\n    nameservers:\n{nameservers}    soa: {{mname: ns1.ha.test, rname: hostmaster.ha.test, refresh: 3600, retry: 600, expire: 86400, minimum: 30}}\n  locations:\n    default: {{region: europe-west1, latitude: 50.0, longitude: 4.0}}\n"
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+struct Replica {
+    name: String,
+    process: Option<Process>,
+    api: String,
+    agent: String,
+    dns: SocketAddr,
+    prober: Option<Prober>,
+}
+
+impl Replica {
+    fn start(dir: &Path, block: u8, i: u8, etcd: &str) -> Self {
+        let ip = format!("127.0.{block}.{i}");
+        let mut command = Command::new(binary("federation-apiserver"));
+        command
+            .arg("--config")
+            .arg(config(dir, block))
+            .args(["--etcd-servers", etcd, "--etcd-prefix", "/ha"])
+            .args(["--replica-name", &format!("r{i}")])
+            .args(["--leader-elect-lease-duration", "2"])
+            .args(["--listen", &format!("{ip}:16443")])
+            .args(["--agent-listen", &format!("{ip}:16444")])
+            .args(["--dns-listen", &format!("{ip}:5353")])
+            .arg("--data-dir")
+            .arg(dir.join(format!("unused-{i}")));
+        let process = Process::start(command, &format!("replica r{i}"), WAIT).unwrap();
+        Replica {
+            name: format!("r{i}"),
+            api: format!("http://{}", process.addr("api")),
+            agent: format!("http://{}", process.addr("agent")),
+            dns: process.addr("dns").parse().unwrap(),
+            process: Some(process),
+            prober: None,
+        }
+    }
+
+    fn alive(&self) -> bool {
+        self.process.is_some()
+    }
+
+    /// A gauge or counter of this replica's `/metrics` (`None` when unreachable).
+    fn metric(&self, name: &str) -> Option<f64> {
+        let out = Command::new("curl")
+            .args(["-sS", "--max-time", "2", &format!("{}/metrics", self.api)])
+            .output()
+            .ok()?;
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    fn is_leader(&self) -> bool {
+        self.metric("fedingress_controller_leader") == Some(1.0)
+    }
+
+    fn agents(&self) -> usize {
+        self.metric("fedingress_agents_connected").unwrap_or(0.0) as usize
+    }
+
+    fn dig(&self, args: &[&str]) -> Vec<String> {
+        let out = Command::new("dig")
+            .arg(format!("@{}", self.dns.ip()))
+            .args([
+                "-p",
+                &self.dns.port().to_string(),
+                "+short",
+                "+time=2",
+                "+tries=1",
+            ])
+            .args(args)
+            .output()
+            .unwrap();
+        let mut lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_string)
+            .filter(|l| !l.is_empty())
+            .collect();
+        lines.sort();
+        lines
+    }
+
+    fn serial(&self) -> Option<String> {
+        self.dig(&["SOA", "ha.test"])
+            .first()
+            .and_then(|soa| soa.split_whitespace().nth(2).map(str::to_string))
+    }
+
+    fn kubectl(&self, dir: &Path) -> Kubectl {
+        let path = dir.join(format!("kubeconfig-{}", self.name));
+        write_kubeconfig(&path, &self.api, None, None);
+        Kubectl::new(None, path)
+    }
+
+    fn kill9(&mut self) -> Instant {
+        if let Some(prober) = self.prober.take() {
+            prober.stop();
+        }
+        self.process.take().unwrap().kill9();
+        Instant::now()
+    }
+}
+
+/// Every live replica answers `steady` for the name, with one SOA serial among them.
+fn converged(replicas: &[Replica], steady: &[String]) -> Result<String, String> {
+    let mut serials = BTreeSet::new();
+    for replica in replicas.iter().filter(|r| r.alive()) {
+        let answer = replica.dig(&["A", NAME]);
+        if answer != steady {
+            return Err(format!("{} answers {answer:?}", replica.name));
+        }
+        serials.insert(replica.serial().unwrap_or_default());
+    }
+    match serials.len() {
+        1 => Ok(serials.into_iter().next().unwrap()),
+        _ => Err(format!("serials differ: {serials:?}")),
+    }
+}
+
+fn leader(replicas: &[Replica]) -> Result<usize, String> {
+    let leaders: Vec<usize> = (0..replicas.len())
+        .filter(|&i| replicas[i].alive() && replicas[i].is_leader())
+        .collect();
+    match leaders.as_slice() {
+        [one] => Ok(*one),
+        other => Err(format!("leaders: {other:?}")),
+    }
+}
+
+/// One event of a watch: type, name, resourceVersion.
+type Seen = (String, String, i64);
+
+/// Watches FederatedIngresses in namespace `load` from `revision` on `api`, recording
+/// every event.
+fn watch(runtime: &tokio::runtime::Runtime, api: &str, revision: i64) -> Arc<Mutex<Vec<Seen>>> {
+    let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
+    let url = format!(
+        "{api}/apis/fedingress.io/v1alpha1/namespaces/load/federatedingresses?watch=true&resourceVersion={revision}&allowWatchBookmarks=false"
+    );
+    let out = seen.clone();
+    runtime.spawn(async move {
+        let response = reqwest::get(&url).await.unwrap();
+        let mut body = response.bytes_stream();
+        let mut buffer = Vec::new();
+        while let Some(Ok(chunk)) = body.next().await {
+            buffer.extend_from_slice(&chunk);
+            while let Some(end) = buffer.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = buffer.drain(..=end).collect();
+                let Ok(event) = serde_json::from_slice::<serde_json::Value>(&line) else {
+                    continue;
+                };
+                let meta = &event["object"]["metadata"];
+                out.lock().unwrap().push((
+                    event["type"].as_str().unwrap_or_default().to_string(),
+                    meta["name"].as_str().unwrap_or_default().to_string(),
+                    meta["resourceVersion"]
+                        .as_str()
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or_default(),
+                ));
+            }
+        }
+    });
+    seen
+}
+
+/// Creates `count` FederatedIngresses (placed nowhere) concurrently, spread over the
+/// `apis`; calls `halfway` once half were acknowledged. Returns the acknowledged ones:
+/// name → resourceVersion.
+fn create_many(
+    runtime: &tokio::runtime::Runtime,
+    apis: Vec<String>,
+    count: usize,
+    halfway: impl FnOnce() + Send + 'static,
+) -> BTreeMap<String, i64> {
+    runtime.block_on(async move {
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(20))
+            .build()
+            .unwrap();
+        let acknowledged: Arc<Mutex<BTreeMap<String, i64>>> = Arc::default();
+        let halfway = Arc::new(Mutex::new(Some(halfway)));
+        futures_util::stream::iter(0..count)
+            .for_each_concurrent(50, |i| {
+                let client = client.clone();
+                let api = apis[i % apis.len()].clone();
+                let acknowledged = acknowledged.clone();
+                let halfway = halfway.clone();
+                async move {
+                    let name = format!("w-{i:04}");
+                    let body = serde_json::json!({
+                        "apiVersion": "fedingress.io/v1alpha1",
+                        "kind": "FederatedIngress",
+                        "metadata": {"name": name, "namespace": "load"},
+                        "spec": {
+                            "placement": {"clusters": ["nowhere"]},
+                            "rules": [{"protocol": "TCP", "port": 9000, "backend": {"service": "echo", "port": 9000}}],
+                            "traffic": {"dnsName": format!("{name}.load.ha.test")}
+                        }
+                    });
+                    let url = format!("{api}/apis/fedingress.io/v1alpha1/namespaces/load/federatedingresses");
+                    let Ok(response) = client.post(&url).json(&body).send().await else {
+                        return;
+                    };
+                    if response.status() != reqwest::StatusCode::CREATED {
+                        if i < 3 {
+                            eprintln!("create {name}: {}", response.text().await.unwrap_or_default());
+                        }
+                        return;
+                    }
+                    let Ok(object) = response.json::<serde_json::Value>().await else {
+                        return;
+                    };
+                    let rv = object["metadata"]["resourceVersion"]
+                        .as_str()
+                        .and_then(|v| v.parse().ok())
+                        .unwrap();
+                    let mut acknowledged = acknowledged.lock().unwrap();
+                    acknowledged.insert(name, rv);
+                    if acknowledged.len() == count / 2 {
+                        let call = halfway.lock().unwrap().take();
+                        drop(acknowledged);
+                        if let Some(call) = call {
+                            // Blocks this task briefly: the kill must land mid-stream.
+                            call();
+                        }
+                    }
+                }
+            })
+            .await;
+        std::mem::take(&mut *acknowledged.lock().unwrap())
+    })
+}
+
+/// Every acknowledged create seen exactly once, as ADDED with its resourceVersion, and
+/// every event in revision order.
+fn check_watch(
+    name: &str,
+    seen: &[Seen],
+    acknowledged: &BTreeMap<String, i64>,
+) -> Result<(), String> {
+    let mut added: BTreeMap<&str, Vec<i64>> = BTreeMap::new();
+    for (kind, object, rv) in seen {
+        if kind == "ADDED" {
+            added.entry(object.as_str()).or_default().push(*rv);
+        }
+    }
+    for (object, rv) in acknowledged {
+        match added.get(object.as_str()).map(Vec::as_slice) {
+            Some([seen_rv]) if seen_rv == rv => {}
+            other => return Err(format!("{name}: {object} (rv {rv}) seen as {other:?}")),
+        }
+    }
+    if let Some(pair) = seen.windows(2).find(|w| w[1].2 <= w[0].2) {
+        return Err(format!("{name}: out of order: {pair:?}"));
+    }
+    Ok(())
+}
+
+/// Replicas, two clusters with agents that know every replica, and a RoundRobin
+/// ingress answered with both clusters' addresses.
+struct Federation {
+    replicas: Vec<Replica>,
+    _agents: Vec<Process>,
+    echoes: Vec<Option<Echo>>,
+    specs: [ClusterSpec; 2],
+    steady_ips: Vec<IpAddr>,
+    steady: Vec<String>,
+}
+
+fn federation(dir: &Path, block: u8, replicas: u8, etcd: &str) -> Federation {
+    let replicas: Vec<Replica> = (1..=replicas)
+        .map(|i| Replica::start(dir, block, i, etcd))
+        .collect();
+    eventually(WAIT, "one elected leader", || leader(&replicas));
+    let k = replicas[0].kubectl(dir);
+    let gateways = replicas
+        .iter()
+        .map(|r| r.agent.clone())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut echoes = Vec::new();
+    let mut agents = Vec::new();
+    let specs = [
+        ClusterSpec::numbered(block, 1, "europe-west1", 50.4, 3.8),
+        ClusterSpec::numbered(block, 2, "us-east1", 39.0, -77.5),
+    ];
+    for spec in &specs {
+        echoes.push(Some(Echo::start(spec.backend).unwrap()));
+        create_cluster(&k, dir, spec);
+        let token = fedingress_tests::federation::issue_token(&replicas[0].api, &spec.name)
+            .unwrap()
+            .1;
+        let config = agent_config(dir, &replicas[0].agent, spec, &token);
+        let text = std::fs::read_to_string(&config).unwrap().replace(
+            &format!("  address: {}\n", replicas[0].agent),
+            &format!("  addresses: [{gateways}]\n"),
+        );
+        std::fs::write(&config, text).unwrap();
+        agents.push(start_agent(&config, &spec.name));
+    }
+    let ingress = dir.join("echo.yaml");
+    std::fs::write(
+        &ingress,
+        format!("apiVersion: fedingress.io/v1alpha1\nkind: FederatedIngress\nmetadata:\n  name: echo\nspec:\n  rules:\n  - protocol: TCP\n    port: 7000\n    backend: {{service: echo, port: 9000}}\n  traffic:\n    dnsName: {NAME}\n    ttl: 5\n    strategy: {{type: RoundRobin}}\n"),
+    )
+    .unwrap();
+    k.ok(&["apply", "-f", &ingress.display().to_string()]);
+    let steady_ips: Vec<IpAddr> = specs.iter().map(|s| s.bind).collect();
+    let mut steady: Vec<String> = steady_ips.iter().map(ToString::to_string).collect();
+    steady.sort();
+    Federation {
+        replicas,
+        _agents: agents,
+        echoes,
+        specs,
+        steady_ips,
+        steady,
+    }
+}
+
+impl Federation {
+    /// Starts a prober on every live replica.
+    fn probe(&mut self) {
+        for replica in self.replicas.iter_mut().filter(|r| r.alive()) {
+            replica.prober = Some(Prober::start(
+                replica.dns,
+                vec![Target::steady(
+                    "any",
+                    NAME,
+                    "10.1.0.0".parse().unwrap(),
+                    self.steady_ips.clone(),
+                )],
+                Duration::from_millis(10),
+            ));
+        }
+    }
+
+    /// Stops the probers; asserts no replica answered anything but the steady state.
+    fn judge(&mut self, since: Instant) {
+        for replica in &mut self.replicas {
+            let Some(prober) = replica.prober.take() else {
+                continue;
+            };
+            let targets = prober.targets.clone();
+            let started = prober.started;
+            let samples = prober.stop();
+            let verdict = judge(&targets, started, &samples, since, &[], 5);
+            eprintln!("{}: {}", replica.name, verdict.report);
+            assert!(
+                verdict.passed(),
+                "{} deviated:\n{}",
+                replica.name,
+                verdict.report
+            );
+        }
+    }
+}
+
+#[test]
+fn replicas_on_etcd_survive_replica_leader_and_etcd_member_loss() {
+    let mut etcd = EtcdCluster::three();
+    let endpoints = etcd.endpoints().join(",");
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut f = federation(dir.path(), BLOCK, 3, &endpoints);
+    let steady = f.steady.clone();
+    let replicas = &mut f.replicas;
+
+    // 1. Steady state, identical on every replica.
+    let serial = eventually(WAIT, "every replica answers the same", || {
+        converged(replicas, &steady)
+    });
+    eprintln!("steady state: {steady:?}, serial {serial} on all replicas");
+    let probing_since = Instant::now();
+    f.probe();
+    let replicas = &mut f.replicas;
+
+    // 2. kill -9 of a replica holding an agent (a follower when one holds one) during
+    // 1,000 concurrent creates.
+    let leading = leader(replicas).unwrap();
+    let victim = eventually(WAIT, "agents connected", || {
+        let holding: Vec<usize> = (0..3).filter(|&i| replicas[i].agents() > 0).collect();
+        let total: usize = holding.iter().map(|&i| replicas[i].agents()).sum();
+        if total != 2 {
+            return Err(format!("{total} agents connected"));
+        }
+        Ok(holding
+            .iter()
+            .copied()
+            .find(|&i| i != leading)
+            .unwrap_or(holding[0]))
+    });
+    let start_revision: i64 = {
+        let list = fedingress_tests::federation::curl_json(&[&format!(
+            "{}/apis/fedingress.io/v1alpha1/namespaces/load/federatedingresses",
+            replicas[0].api
+        )])
+        .unwrap();
+        list["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let watches: Vec<(usize, Arc<Mutex<Vec<Seen>>>)> = (0..3)
+        .filter(|&i| i != victim)
+        .map(|i| (i, watch(&runtime, &replicas[i].api, start_revision)))
+        .collect();
+    let victim_process = Arc::new(Mutex::new(replicas[victim].process.take()));
+    let victim_prober = replicas[victim].prober.take();
+    let killed_at: Arc<Mutex<Option<Instant>>> = Arc::default();
+    let apis: Vec<String> = replicas.iter().map(|r| r.api.clone()).collect();
+    let acknowledged = {
+        let victim_process = victim_process.clone();
+        let killed_at = killed_at.clone();
+        create_many(&runtime, apis, WRITES, move || {
+            if let Some(prober) = victim_prober {
+                prober.stop();
+            }
+            victim_process.lock().unwrap().take().unwrap().kill9();
+            *killed_at.lock().unwrap() = Some(Instant::now());
+        })
+    };
+    let killed_at = killed_at.lock().unwrap().expect("the victim was killed");
+    eprintln!(
+        "replica {} killed during the writes; {} of {WRITES} creates acknowledged",
+        replicas[victim].name,
+        acknowledged.len()
+    );
+    assert!(acknowledged.len() >= WRITES / 2);
+    let reconnected = eventually(WAIT, "both agents on the surviving replicas", || {
+        let total: usize = replicas
+            .iter()
+            .filter(|r| r.alive())
+            .map(Replica::agents)
+            .sum();
+        (total == 2)
+            .then(Instant::now)
+            .ok_or(format!("{total} connected"))
+    });
+    let took = reconnected.duration_since(killed_at);
+    eprintln!("agents reconnected elsewhere {took:?} after the kill");
+    assert!(took <= Duration::from_secs(5), "reconnect took {took:?}");
+    for (i, seen) in &watches {
+        eventually(WAIT, "every acknowledged write watched", || {
+            check_watch(&replicas[*i].name, &seen.lock().unwrap(), &acknowledged)
+        });
+    }
+    let survivor = replicas.iter().find(|r| r.alive()).unwrap();
+    let listed = fedingress_tests::federation::curl_json(&[&format!(
+        "{}/apis/fedingress.io/v1alpha1/namespaces/load/federatedingresses",
+        survivor.api
+    )])
+    .unwrap();
+    let names: BTreeSet<&str> = listed["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|i| i["metadata"]["name"].as_str())
+        .collect();
+    let lost: Vec<&String> = acknowledged
+        .keys()
+        .filter(|n| !names.contains(n.as_str()))
+        .collect();
+    assert!(lost.is_empty(), "acknowledged but lost: {lost:?}");
+
+    // 3. One etcd member (the raft leader) lost: writes through every survivor go on.
+    let etcd_leader = etcd.wait_for_leader(WAIT);
+    etcd.member_mut(etcd_leader).kill();
+    for (n, replica) in replicas.iter().filter(|r| r.alive()).enumerate() {
+        let path = dir.path().join(format!("after-etcd-{n}.yaml"));
+        std::fs::write(
+            &path,
+            format!("apiVersion: fedingress.io/v1alpha1\nkind: FederatedIngress\nmetadata:\n  name: after-etcd-{n}\n  namespace: load\nspec:\n  placement: {{clusters: [nowhere]}}\n  rules:\n  - protocol: TCP\n    port: 9000\n    backend: {{service: echo, port: 9000}}\n  traffic: {{dnsName: after-etcd-{n}.load.ha.test}}\n"),
+        )
+        .unwrap();
+        let k = replica.kubectl(dir.path());
+        eventually(WAIT, "a write after the etcd member loss", || {
+            let out = k.run(&["apply", "-f", &path.display().to_string()]);
+            out.status
+                .success()
+                .then_some(())
+                .ok_or_else(|| String::from_utf8_lossy(&out.stderr).to_string())
+        });
+    }
+
+    // 4. kill -9 of the leader: the last replica leads within the lease.
+    let leading = eventually(WAIT, "a leader among the survivors", || leader(replicas));
+    eprintln!("killing the leader {}", replicas[leading].name);
+    let leader_killed = replicas[leading].kill9();
+    let last = (0..3).find(|&i| replicas[i].alive()).unwrap();
+    let elected = eventually(WAIT, "the last replica leads", || {
+        replicas[last]
+            .is_leader()
+            .then(Instant::now)
+            .ok_or_else(|| "not yet".to_string())
+    });
+    let took = elected.duration_since(leader_killed);
+    eprintln!("new leader {took:?} after the leader's kill (lease {REPLICA_LEASE:?})");
+    assert!(
+        took <= REPLICA_LEASE * 3,
+        "a new leader took {took:?} (lease {REPLICA_LEASE:?})"
+    );
+    eventually(WAIT, "both agents on the last replica", || {
+        let total = replicas[last].agents();
+        (total == 2).then_some(()).ok_or(format!("{total}"))
+    });
+
+    // Until now no surviving replica answered anything but the steady state.
+    f.judge(probing_since);
+
+    // A routing change still reaches DNS: c2's backend dies.
+    f.echoes[1].take();
+    let only_c1 = vec![f.specs[0].bind.to_string()];
+    eventually(WAIT, "c2 leaves the answers", || {
+        let answer = f.replicas[last].dig(&["A", NAME]);
+        (answer == only_c1)
+            .then_some(())
+            .ok_or(format!("{answer:?}"))
+    });
+    drop(f);
+}
+
+#[test]
+fn losing_etcd_makes_replicas_read_only_while_dns_answers_as_before() {
+    let mut etcd = EtcdCluster::single();
+    let endpoints = etcd.endpoints().join(",");
+    let dir = tempfile::tempdir().unwrap();
+    let mut f = federation(dir.path(), 82, 2, &endpoints);
+    let steady = f.steady.clone();
+    eventually(WAIT, "every replica answers the same", || {
+        converged(&f.replicas, &steady)
+    });
+    let since = Instant::now();
+    f.probe();
+
+    etcd.member_mut(0).kill();
+    let k = f.replicas[1].kubectl(dir.path());
+    for replica in &f.replicas {
+        eventually(WAIT, "/readyz fails and says why", || {
+            let out = Command::new("curl")
+                .args([
+                    "-sS",
+                    "-w",
+                    "%{http_code}",
+                    &format!("{}/readyz", replica.api),
+                ])
+                .output()
+                .unwrap();
+            let body = String::from_utf8_lossy(&out.stdout).to_string();
+            (body.ends_with("503") && body.contains("[-]etcd failed: etcd unavailable since"))
+                .then_some(())
+                .ok_or(body)
+        });
+    }
+    let created = dir.path().join("during.yaml");
+    std::fs::write(
+        &created,
+        "apiVersion: fedingress.io/v1alpha1\nkind: FederatedIngress\nmetadata:\n  name: during\nspec:\n  rules:\n  - protocol: TCP\n    port: 7001\n    backend: {service: echo, port: 9000}\n  traffic: {dnsName: during.ha.test}\n",
+    )
+    .unwrap();
+    let refused = k.fails(&["create", "-f", &created.display().to_string()]);
+    assert!(
+        refused.contains("read-only, writes are refused"),
+        "{refused}"
+    );
+    let refused = k.fails(&["get", "federatedingresses"]);
+    assert!(refused.contains("objects cannot be read"), "{refused}");
+    // Longer than the replica and agent leases: nothing expires into a wrong answer.
+    std::thread::sleep(Duration::from_secs(5));
+    for replica in &mut f.replicas {
+        assert!(
+            replica.process.as_mut().unwrap().is_running(),
+            "{} still runs",
+            replica.name
+        );
+    }
+
+    etcd.member_mut(0).restart();
+    eventually(WAIT, "writes accepted again", || {
+        let out = k.run(&["label", "federatedingress", "echo", "tier=gold"]);
+        out.status
+            .success()
+            .then_some(())
+            .ok_or_else(|| String::from_utf8_lossy(&out.stderr).to_string())
+    });
+    eventually(WAIT, "an Event says etcd was gone", || {
+        let events = k.ok(&["get", "events", "-n", "default", "-o", "json"]);
+        (events.contains("StoreUnavailable")
+            && events.contains("refused writes and served DNS from its last state"))
+        .then_some(())
+        .ok_or(events)
+    });
+    // Leases lost meanwhile are granted again and the agents' records written again:
+    // the steady state never changed.
+    std::thread::sleep(Duration::from_secs(5));
+    eventually(WAIT, "every replica answers the same", || {
+        converged(&f.replicas, &steady)
+    });
+    f.judge(since);
+}
