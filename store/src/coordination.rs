@@ -100,9 +100,3 @@ pub trait Coordination: Send + Sync + 'static {
 pub trait SharedStore: Store + Coordination {}
 
 impl<T: Store + Coordination> SharedStore for T {}
-
-/// Keeps a lease alive: renews every third of the time to live; the lease is lost when
-/// no renewal succeeded for a whole time to live or the store says it expired.
-pub(crate) fn renewal_interval(ttl: Duration) -> Duration {
-    (ttl / 3).max(Duration::from_millis(200))
-}

@@ -12,11 +12,16 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::EtcdStore;
-use crate::coordination::renewal_interval;
 use crate::{
     Coordination, Event, EventKind, Fence, KeyValue, Lease, Precondition, RangeResult, Revision,
     Store, StoreError, WatchStream,
 };
+
+/// Renewals happen every third of the time to live: the lease is lost when none
+/// succeeded for a whole time to live, or the store says it expired.
+fn renewal_interval(ttl: Duration) -> Duration {
+    (ttl / 3).max(Duration::from_millis(200))
+}
 
 /// Ends the keep-alive task and revokes the lease (best effort) when dropped.
 struct Keeper {
