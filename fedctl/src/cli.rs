@@ -302,6 +302,11 @@ pub struct DevUpArgs {
     /// How long starting may take.
     #[arg(long, value_name = "DURATION", default_value = "90s", value_parser = parse_duration)]
     pub timeout: Duration,
+    /// High availability: one etcd member (needs `etcd` on PATH) and three apiserver
+    /// replicas r1-r3 on 127.0.N.1-3 (same ports), each serving the API, the agent
+    /// gateway and DNS; agents know all three.
+    #[arg(long)]
+    pub ha: bool,
 }
 
 #[derive(Debug, Subcommand)]

@@ -8,8 +8,9 @@
 //!
 //! Supported: `server`, `certificate-authority`, `certificate-authority-data`,
 //! `insecure-skip-tls-verify`, `token`, `tokenFile`, the context's `namespace`, and the
-//! cluster extension `fedingress.io/agent-gateway` (`{address: URL}`), which `fedctl dev
-//! up` writes so that `fedctl join --emit` knows where agents connect. Client
+//! cluster extension `fedingress.io/agent-gateway` (`{address: URL}`, or `{addresses:
+//! [URL, ...]}` with one per federation-apiserver replica), which `fedctl dev up` writes
+//! so that `fedctl join --emit` knows where agents connect. Client
 //! certificates and exec/auth-provider plugins are not: the federation-apiserver
 //! authenticates bearer tokens only.
 
@@ -36,8 +37,9 @@ pub struct Connection {
     pub token: Option<String>,
     /// The context's namespace, if it sets one.
     pub namespace: Option<String>,
-    /// `fedingress.io/agent-gateway` extension of the cluster entry.
-    pub agent_gateway: Option<String>,
+    /// `fedingress.io/agent-gateway` extension of the cluster entry: `address`, or
+    /// every one of `addresses` (one per replica); empty without the extension.
+    pub agent_gateways: Vec<String>,
     /// The context's name.
     pub context: String,
 }
@@ -246,13 +248,22 @@ pub fn load(files: &[PathBuf], context: Option<&str>) -> anyhow::Result<Connecti
             (None, None) => None,
         },
     };
-    let agent_gateway = cluster
+    let agent_gateways = cluster
         .extensions
         .iter()
         .find(|e| e.name == AGENT_GATEWAY_EXTENSION)
-        .and_then(|e| e.extension.get("address"))
-        .and_then(|a| a.as_str())
-        .map(str::to_string);
+        .map(|e| {
+            let one = e.extension.get("address").and_then(|a| a.as_str());
+            let many = e
+                .extension
+                .get("addresses")
+                .and_then(|a| a.as_sequence())
+                .into_iter()
+                .flatten()
+                .filter_map(|a| a.as_str());
+            one.into_iter().chain(many).map(str::to_string).collect()
+        })
+        .unwrap_or_default();
     Ok(Connection {
         server: cluster.server.trim_end_matches('/').to_string(),
         ca_pem,
@@ -260,7 +271,7 @@ pub fn load(files: &[PathBuf], context: Option<&str>) -> anyhow::Result<Connecti
         insecure_skip_tls_verify: cluster.insecure_skip_tls_verify,
         token: token.filter(|t| !t.is_empty()),
         namespace: ctx.namespace.clone().filter(|n| !n.is_empty()),
-        agent_gateway,
+        agent_gateways,
         context: name,
     })
 }
@@ -274,18 +285,46 @@ pub fn io_text(error: &std::io::Error) -> String {
     }
 }
 
-/// Text of a kubeconfig for `server`, with the agent gateway extension when given
-/// (what `fedctl dev up` writes).
-pub fn render(context: &str, server: &str, agent_gateway: Option<&str>, namespace: &str) -> String {
-    let extension = agent_gateway
-        .map(|address| {
-            format!(
+/// One context of a kubeconfig [`render`] writes; its cluster and user entries take
+/// its name.
+pub struct RenderContext<'a> {
+    pub name: &'a str,
+    pub server: &'a str,
+    /// Written as the agent gateway extension: `address` for one, `addresses` for
+    /// several (one per replica), none when empty.
+    pub agent_gateways: &'a [String],
+}
+
+/// Text of a kubeconfig with these contexts, the first one current (what `fedctl dev
+/// up` writes: one context, or one per replica).
+pub fn render(contexts: &[RenderContext<'_>], namespace: &str) -> String {
+    let mut clusters = String::new();
+    let mut users = String::new();
+    let mut entries = String::new();
+    for context in contexts {
+        let name = context.name;
+        clusters.push_str(&format!(
+            "- name: {name}\n  cluster:\n    server: {}\n",
+            context.server
+        ));
+        match context.agent_gateways {
+            [] => {}
+            [address] => clusters.push_str(&format!(
                 "    extensions:\n    - name: {AGENT_GATEWAY_EXTENSION}\n      extension:\n        address: {address}\n"
-            )
-        })
-        .unwrap_or_default();
+            )),
+            addresses => clusters.push_str(&format!(
+                "    extensions:\n    - name: {AGENT_GATEWAY_EXTENSION}\n      extension:\n        addresses: [{}]\n",
+                addresses.join(", ")
+            )),
+        }
+        users.push_str(&format!("- name: {name}\n  user: {{}}\n"));
+        entries.push_str(&format!(
+            "- name: {name}\n  context:\n    cluster: {name}\n    user: {name}\n    namespace: {namespace}\n"
+        ));
+    }
+    let current = contexts.first().map(|c| c.name).unwrap_or_default();
     format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: {context}\n  cluster:\n    server: {server}\n{extension}users:\n- name: {context}\n  user: {{}}\ncontexts:\n- name: {context}\n  context:\n    cluster: {context}\n    user: {context}\n    namespace: {namespace}\ncurrent-context: {context}\n"
+        "apiVersion: v1\nkind: Config\nclusters:\n{clusters}users:\n{users}contexts:\n{entries}current-context: {current}\n"
     )
 }
 
@@ -316,7 +355,7 @@ mod tests {
         assert_eq!(one.ca_file, Some(dir.path().join("ca.pem")));
         assert_eq!(one.token.as_deref(), Some("abc"));
         assert_eq!(one.namespace.as_deref(), Some("shop"));
-        assert_eq!(one.agent_gateway.as_deref(), Some("https://hub:6444"));
+        assert_eq!(one.agent_gateways, vec!["https://hub:6444"]);
         let two = load(std::slice::from_ref(&path), Some("two")).unwrap();
         assert_eq!(two.ca_pem.as_deref(), Some(&b"PEM"[..]));
         assert_eq!(two.token.as_deref(), Some("secret-from-file"));
@@ -362,18 +401,45 @@ mod tests {
             dir.path(),
             "kubeconfig",
             &render(
-                "fedingress-dev",
-                "http://127.0.0.1:6443",
-                Some("http://127.0.0.1:6444"),
+                &[RenderContext {
+                    name: "fedingress-dev",
+                    server: "http://127.0.0.1:6443",
+                    agent_gateways: &["http://127.0.0.1:6444".to_string()],
+                }],
                 "default",
             ),
         );
         let connection = load(&[path], None).unwrap();
         assert_eq!(connection.server, "http://127.0.0.1:6443");
-        assert_eq!(
-            connection.agent_gateway.as_deref(),
-            Some("http://127.0.0.1:6444")
-        );
+        assert_eq!(connection.agent_gateways, vec!["http://127.0.0.1:6444"]);
         assert_eq!(connection.namespace.as_deref(), Some("default"));
+    }
+
+    #[test]
+    fn rendered_config_with_a_context_per_replica() {
+        let dir = tempfile::tempdir().unwrap();
+        let gateways: Vec<String> = (1..=3)
+            .map(|i| format!("http://127.0.0.{i}:6444"))
+            .collect();
+        let servers: Vec<String> = (1..=3)
+            .map(|i| format!("http://127.0.0.{i}:6443"))
+            .collect();
+        let contexts: Vec<RenderContext<'_>> = ["r1", "r2", "r3"]
+            .iter()
+            .zip(&servers)
+            .map(|(name, server)| RenderContext {
+                name,
+                server,
+                agent_gateways: &gateways,
+            })
+            .collect();
+        let path = write(dir.path(), "kubeconfig", &render(&contexts, "default"));
+        let current = load(std::slice::from_ref(&path), None).unwrap();
+        assert_eq!(current.context, "r1");
+        assert_eq!(current.server, "http://127.0.0.1:6443");
+        assert_eq!(current.agent_gateways, gateways);
+        let r3 = load(&[path], Some("r3")).unwrap();
+        assert_eq!(r3.server, "http://127.0.0.3:6443");
+        assert_eq!(r3.agent_gateways, gateways);
     }
 }

@@ -211,18 +211,18 @@ fn hub_addresses(
         check_hub_addresses(&args.hub_addresses)?;
         return Ok((args.hub_addresses.clone(), None));
     }
-    Ok(match &connection.agent_gateway {
-        Some(address) => (vec![address.clone()], None),
-        None => (
-            vec![default_gateway(&connection.server).ok_or_else(|| {
-                UsageError(format!(
-                    "cannot derive the agent gateway from server {:?}: pass --hub-address",
-                    connection.server
-                ))
-            })?],
-            Some("assumed: the API server's host, port 6444 (set it with --hub-address)"),
-        ),
-    })
+    if !connection.agent_gateways.is_empty() {
+        return Ok((connection.agent_gateways.clone(), None));
+    }
+    Ok((
+        vec![default_gateway(&connection.server).ok_or_else(|| {
+            UsageError(format!(
+                "cannot derive the agent gateway from server {:?}: pass --hub-address",
+                connection.server
+            ))
+        })?],
+        Some("assumed: the API server's host, port 6444 (set it with --hub-address)"),
+    ))
 }
 
 /// What the agent would refuse in a list of hub addresses: one given twice, or

@@ -15,8 +15,15 @@
 //! stops every process it started, by PID. `dev down` stops a federation whose `dev up`
 //! is gone (or asks the running one to stop); `dev backend stop|start CLUSTER` stops or
 //! restarts one cluster's backend and waits until DNS has moved.
+//!
+//! `dev up --ha` starts one etcd member (`etcd` from PATH) instead of the embedded store,
+//! and three apiserver replicas on it, r1-r3 on 127.0.N.1-3 (the same ports on each), all
+//! serving the API, the agent gateway and DNS; the zone lists ns1-ns3, one per replica,
+//! the agents know every replica's gateway, the kubeconfig has a context per replica, and
+//! the commands to try end with killing r1 and watching nothing change.
 
 mod echo;
+mod etcd;
 mod process;
 mod state;
 
@@ -32,7 +39,7 @@ use fedingress_api::{Cluster, FederatedIngress};
 use serde_json::{Value, json};
 
 use self::process::{Proc, Started};
-use self::state::State;
+use self::state::{Replica, State};
 use crate::Ctx;
 use crate::cli::{BackendCommand, DevCommand, DevUpArgs};
 use crate::client::{Api, cluster_path, decode, ingress_path, token_path};
@@ -103,8 +110,45 @@ fn member(name: &str) -> anyhow::Result<(usize, &'static Member)> {
         })
 }
 
-fn hub_ip(block: u8) -> String {
-    format!("127.0.{block}.1")
+/// The address of apiserver replica `index` (0 for the only one).
+fn replica_ip(block: u8, index: usize) -> String {
+    format!("127.0.{block}.{}", 1 + index)
+}
+
+/// The order processes stop in: the agents, the apiservers, etcd (once nothing uses
+/// it), the backends.
+const STOP_ORDER: [&str; 4] = ["agent", "apiserver", "etcd", "backend"];
+
+/// An apiserver replica `dev up` starts: `apiserver` (context `fedingress-dev`), or
+/// r1-r3 with `--ha` (contexts named after them).
+struct Planned {
+    index: usize,
+    name: &'static str,
+    context: &'static str,
+    ip: String,
+}
+
+const HA_REPLICAS: [&str; 3] = ["r1", "r2", "r3"];
+
+fn planned_replicas(args: &DevUpArgs) -> Vec<Planned> {
+    if !args.ha {
+        return vec![Planned {
+            index: 0,
+            name: "apiserver",
+            context: "fedingress-dev",
+            ip: replica_ip(args.block, 0),
+        }];
+    }
+    HA_REPLICAS
+        .iter()
+        .enumerate()
+        .map(|(index, name)| Planned {
+            index,
+            name,
+            context: name,
+            ip: replica_ip(args.block, index),
+        })
+        .collect()
 }
 
 fn cluster_ip(block: u8, index: usize) -> String {
@@ -201,8 +245,8 @@ impl Supervisor {
         Ok(started.ready)
     }
 
-    /// Stops every process (agents first, the apiserver, then the backends), including
-    /// backends restarted by `dev backend start` since; returns what was stopped.
+    /// Stops every process in [`STOP_ORDER`], including backends restarted by `dev
+    /// backend start` since; returns what was stopped.
     fn stop_all(&mut self) -> Vec<String> {
         if let Ok(Some(on_disk)) = State::load(&self.dir) {
             for proc in on_disk.processes {
@@ -212,7 +256,7 @@ impl Supervisor {
             }
         }
         let mut stopped = Vec::new();
-        for role in ["agent", "apiserver", "backend"] {
+        for role in STOP_ORDER {
             for proc in self.state.processes.iter().filter(|p| p.role == role) {
                 let child = proc.pid.and_then(|pid| self.children.get_mut(&pid));
                 if process::stop(proc, child, Duration::from_secs(5)) {
@@ -228,8 +272,10 @@ impl Supervisor {
         stopped
     }
 
-    /// Processes (not backends: those are stopped on purpose) that died.
-    fn dead(&mut self) -> Vec<Proc> {
+    /// Processes (not backends: those are stopped on purpose) that died, with how
+    /// (a signal, else the last line they logged).
+    fn dead(&mut self) -> Vec<(Proc, String)> {
+        use std::os::unix::process::ExitStatusExt as _;
         let mut dead = Vec::new();
         for proc in &self.state.processes {
             let Some(pid) = proc.pid else { continue };
@@ -240,15 +286,32 @@ impl Supervisor {
                 }
                 continue;
             }
-            let exited = match self.children.get_mut(&pid) {
-                Some(child) => !matches!(child.try_wait(), Ok(None)),
-                None => !process::alive(proc),
+            let how = match self.children.get_mut(&pid) {
+                Some(child) => match child.try_wait() {
+                    Ok(None) => None,
+                    Ok(Some(status)) => Some(match status.signal() {
+                        Some(signal) => format!("killed by signal {signal}"),
+                        None => process::last_line(&proc.log, 0),
+                    }),
+                    Err(_) => Some(process::last_line(&proc.log, 0)),
+                },
+                None => (!process::alive(proc)).then(|| process::last_line(&proc.log, 0)),
             };
-            if exited {
-                dead.push(proc.clone());
+            if let Some(how) = how {
+                dead.push((proc.clone(), how));
             }
         }
         dead
+    }
+
+    /// The apiserver replicas that still run, by name.
+    fn live_replicas(&self) -> Vec<String> {
+        self.state
+            .processes
+            .iter()
+            .filter(|p| p.role == "apiserver" && process::alive(p))
+            .map(|p| p.name.clone())
+            .collect()
     }
 }
 
@@ -290,6 +353,8 @@ async fn start_process(
 }
 
 async fn up(args: DevUpArgs) -> anyhow::Result<()> {
+    // Before touching anything: `--ha` needs etcd.
+    let etcd = if args.ha { Some(etcd::find()?) } else { None };
     let shown_dir = args.state.state_dir.display().to_string();
     let dir = absolute(&args.state.state_dir)?;
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -314,9 +379,13 @@ async fn up(args: DevUpArgs) -> anyhow::Result<()> {
     }
     let exe = std::env::current_exe().context("locating fedctl's own executable")?;
     let bin_dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
-    let apiserver = bin_dir.join("federation-apiserver");
-    let agent = bin_dir.join("cluster-agent");
-    for binary in [&apiserver, &agent] {
+    let binaries = Binaries {
+        apiserver: bin_dir.join("federation-apiserver"),
+        agent: bin_dir.join("cluster-agent"),
+        fedctl: exe.clone(),
+        etcd,
+    };
+    for binary in [&binaries.apiserver, &binaries.agent] {
         if !binary.is_file() {
             bail!(
                 "{} not found next to fedctl: build every binary first (cargo build --release --bins)",
@@ -324,7 +393,7 @@ async fn up(args: DevUpArgs) -> anyhow::Result<()> {
             );
         }
     }
-    for sub in ["hub-data", "clusters", "logs"] {
+    for sub in ["hub-data", "etcd", "clusters", "logs"] {
         let path = dir.join(sub);
         if path.exists() {
             std::fs::remove_dir_all(&path)
@@ -365,16 +434,7 @@ async fn up(args: DevUpArgs) -> anyhow::Result<()> {
     supervisor.state.save(&dir)?;
     println!("fedctl dev up: a local federation in {shown_dir}");
     let started = Instant::now();
-    let result = start_all(
-        &args,
-        &dir,
-        &exe,
-        &apiserver,
-        &agent,
-        &mut supervisor,
-        &interrupt,
-    )
-    .await;
+    let result = start_all(&args, &dir, &binaries, &mut supervisor, &interrupt).await;
     let http_served = match result {
         Ok(http_served) => http_served,
         Err(e) => {
@@ -390,6 +450,26 @@ async fn up(args: DevUpArgs) -> anyhow::Result<()> {
             )));
         }
     };
+    let replicas = if args.ha {
+        supervisor
+            .state
+            .replicas
+            .iter()
+            .map(|r| ReplicaStep {
+                name: r.name.clone(),
+                dns: r.dns.clone(),
+                pid: supervisor
+                    .state
+                    .processes
+                    .iter()
+                    .find(|p| p.role == "apiserver" && p.name == r.name)
+                    .and_then(|p| p.pid)
+                    .unwrap_or_default(),
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     print!(
         "{}",
         next_steps(&NextSteps {
@@ -400,6 +480,7 @@ async fn up(args: DevUpArgs) -> anyhow::Result<()> {
             dns: supervisor.state.dns.clone(),
             http_served,
             started_in: started.elapsed(),
+            replicas,
         })
     );
     use std::io::Write as _;
@@ -412,15 +493,18 @@ async fn up(args: DevUpArgs) -> anyhow::Result<()> {
             _ = notify.notified() => {}
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
         }
-        for proc in supervisor.dead() {
+        for (proc, how) in supervisor.dead() {
             let pid = proc.pid.unwrap_or_default();
             if !reported.contains(&pid) {
                 reported.push(pid);
-                println!(
-                    "! {} (PID {pid}) exited: {}",
-                    proc.label(),
-                    process::last_line(&proc.log, 0)
-                );
+                let live = supervisor.live_replicas();
+                let others = if proc.role == "apiserver" && args.ha && !live.is_empty() {
+                    let verb = if live.len() == 1 { "serves" } else { "serve" };
+                    format!("; {} still {verb}", live.join(" and "))
+                } else {
+                    String::new()
+                };
+                println!("! {} (PID {pid}) exited: {how}{others}", proc.label());
             }
         }
     }
@@ -447,13 +531,20 @@ fn label(text: &str) -> String {
     format!("{text:<15}")
 }
 
+/// The executables `dev up` runs.
+struct Binaries {
+    fedctl: PathBuf,
+    apiserver: PathBuf,
+    agent: PathBuf,
+    /// With `--ha`.
+    etcd: Option<PathBuf>,
+}
+
 /// Starts everything; returns whether the HTTP sample is served.
 async fn start_all(
     args: &DevUpArgs,
     dir: &Path,
-    exe: &Path,
-    apiserver: &Path,
-    agent: &Path,
+    binaries: &Binaries,
     supervisor: &mut Supervisor,
     interrupt: &Interrupt,
 ) -> anyhow::Result<bool> {
@@ -468,7 +559,7 @@ async fn start_all(
         let started = start_process(
             "backend",
             m.name,
-            exe,
+            &binaries.fedctl,
             vec![
                 "dev".into(),
                 "echo".into(),
@@ -502,49 +593,139 @@ async fn start_all(
             .join(", ")
     ));
 
-    // 2. The apiserver with the embedded store and DNS server.
-    interrupt.check()?;
-    let step = Step::start(Stream::Stdout, label("apiserver"), false);
-    let config = dir.join("apiserver.yaml");
-    std::fs::write(&config, apiserver_config(args, dir))
-        .with_context(|| format!("writing {}", config.display()))?;
-    let started = match start_process(
-        "apiserver",
-        "apiserver",
-        apiserver,
-        vec!["--config".into(), config.display().to_string()],
-        &dir.join("logs").join("apiserver.log"),
-    )
-    .await
-    {
-        Ok(started) => started,
-        Err(e) => {
-            step.fail("");
-            return Err(e);
+    // 2. With --ha, etcd: one member on loopback, its data in the state dir.
+    let etcd_url = match &binaries.etcd {
+        Some(exe) => {
+            interrupt.check()?;
+            let step = Step::start(Stream::Stdout, label("etcd"), false);
+            let member = etcd::Member::on(&replica_ip(block, 0), &dir.join("etcd"))?;
+            let exe = exe.clone();
+            let log = dir.join("logs").join("etcd.log");
+            let started = tokio::task::spawn_blocking(move || {
+                member.start(&exe, &log, Duration::from_secs(30))
+            })
+            .await
+            .context("starting etcd")?;
+            let started = match started {
+                Ok(started) => started,
+                Err(e) => {
+                    step.fail("");
+                    return Err(e);
+                }
+            };
+            let ready = supervisor.add(started)?;
+            let url = ready["client"].as_str().unwrap_or_default().to_string();
+            supervisor.state.etcd = Some(url.clone());
+            supervisor.state.save(dir)?;
+            step.done(&format!("{url} (data {}/etcd)", shown(dir)));
+            Some(url)
         }
+        None => None,
     };
-    let ready = supervisor.add(started)?;
-    let text = |key: &str| ready[key].as_str().unwrap_or_default().to_string();
-    let (api_addr, agent_addr, dns_addr) = (text("api"), text("agent"), text("dns"));
-    let api_url = format!("http://{api_addr}");
-    let agent_url = format!("http://{agent_addr}");
-    supervisor.state.api = api_url.clone();
-    supervisor.state.agent_gateway = agent_url.clone();
-    supervisor.state.dns = dns_addr.clone();
-    supervisor.state.save(dir)?;
-    let kubeconfig_path = dir.join("kubeconfig");
-    std::fs::write(
-        &kubeconfig_path,
-        kubeconfig::render("fedingress-dev", &api_url, Some(&agent_url), "default"),
-    )
-    .with_context(|| format!("writing {}", kubeconfig_path.display()))?;
-    step.done(&format!(
-        "{api_url} (agent gateway {agent_addr}, DNS {dns_addr}, store {}/hub-data)",
-        shown(dir)
-    ));
 
-    // 3. Clusters: objects, tokens, agent configs, agents.
-    let api = Api::new(&kubeconfig::load(&[kubeconfig_path], None)?)?;
+    // 3. The apiserver(s) with the embedded DNS server: the embedded store, or etcd.
+    let planned = planned_replicas(args);
+    let step = Step::start(
+        Stream::Stdout,
+        label(if args.ha { "apiservers" } else { "apiserver" }),
+        false,
+    );
+    for replica in &planned {
+        interrupt.check()?;
+        let (config, log) = if args.ha {
+            (
+                dir.join(format!("apiserver-{}.yaml", replica.name)),
+                dir.join("logs")
+                    .join(format!("apiserver-{}.log", replica.name)),
+            )
+        } else {
+            (
+                dir.join("apiserver.yaml"),
+                dir.join("logs").join("apiserver.log"),
+            )
+        };
+        std::fs::write(
+            &config,
+            apiserver_config(args, dir, replica.index, etcd_url.as_deref()),
+        )
+        .with_context(|| format!("writing {}", config.display()))?;
+        let mut command = vec!["--config".to_string(), config.display().to_string()];
+        if args.ha {
+            // Its name in leader election and in the agent records the replicas share.
+            command.extend(["--replica-name".to_string(), replica.name.to_string()]);
+        }
+        let started = match start_process(
+            "apiserver",
+            replica.name,
+            &binaries.apiserver,
+            command,
+            &log,
+        )
+        .await
+        {
+            Ok(started) => started,
+            Err(e) => {
+                step.fail("");
+                return Err(e);
+            }
+        };
+        let ready = supervisor.add(started)?;
+        let text = |key: &str| ready[key].as_str().unwrap_or_default().to_string();
+        supervisor.state.replicas.push(Replica {
+            name: replica.name.to_string(),
+            context: replica.context.to_string(),
+            api: format!("http://{}", text("api")),
+            agent_gateway: format!("http://{}", text("agent")),
+            dns: text("dns"),
+        });
+        supervisor.state.save(dir)?;
+    }
+    let replicas = supervisor.state.replicas.clone();
+    let Some(first) = replicas.first() else {
+        bail!("no apiserver replica started");
+    };
+    supervisor.state.api = first.api.clone();
+    supervisor.state.agent_gateway = first.agent_gateway.clone();
+    supervisor.state.dns = first.dns.clone();
+    supervisor.state.save(dir)?;
+    let gateways: Vec<String> = replicas.iter().map(|r| r.agent_gateway.clone()).collect();
+    let kubeconfig_path = dir.join("kubeconfig");
+    let contexts: Vec<kubeconfig::RenderContext<'_>> = replicas
+        .iter()
+        .map(|r| kubeconfig::RenderContext {
+            name: &r.context,
+            server: &r.api,
+            agent_gateways: &gateways,
+        })
+        .collect();
+    std::fs::write(&kubeconfig_path, kubeconfig::render(&contexts, "default"))
+        .with_context(|| format!("writing {}", kubeconfig_path.display()))?;
+    if args.ha {
+        step.done(&format!(
+            "{} (agent gateways :{}, DNS :{}, store etcd)",
+            replicas
+                .iter()
+                .map(|r| format!("{} {}", r.name, r.api))
+                .collect::<Vec<_>>()
+                .join(", "),
+            port_of(&first.agent_gateway),
+            port_of(&first.dns),
+        ));
+    } else {
+        step.done(&format!(
+            "{} (agent gateway {}, DNS {}, store {}/hub-data)",
+            first.api,
+            first.agent_gateway.trim_start_matches("http://"),
+            first.dns,
+            shown(dir)
+        ));
+    }
+
+    // 4. Clusters: objects, tokens, agent configs, agents.
+    let api = Api::new(&kubeconfig::load(
+        std::slice::from_ref(&kubeconfig_path),
+        None,
+    )?)?;
     let step = Step::start(Stream::Stdout, label("clusters"), false);
     for (i, m) in MEMBERS.iter().enumerate() {
         interrupt.check()?;
@@ -569,7 +750,7 @@ async fn start_all(
         )?;
         std::fs::write(
             cluster_dir.join("agent.yaml"),
-            agent_config(m, i, block, &agent_url),
+            agent_config(m, i, block, &gateways),
         )?;
     }
     step.done(
@@ -587,7 +768,7 @@ async fn start_all(
         let started = match start_process(
             "agent",
             m.name,
-            agent,
+            &binaries.agent,
             vec!["--config".into(), config.display().to_string()],
             &dir.join("logs").join(format!("agent-{}.log", m.name)),
         )
@@ -624,7 +805,7 @@ async fn start_all(
     }
     step.done(&format!("{} connected", MEMBERS.len()));
 
-    // 4. The sample service.
+    // 5. The sample service.
     interrupt.check()?;
     let step = Step::start(Stream::Stdout, label("sample service"), false);
     let applied = apply(&api, ECHO_YAML).await?;
@@ -633,26 +814,22 @@ async fn start_all(
         applied.join(", ")
     ));
 
-    // 5. Routing: every region gets its nearest cluster.
+    // 6. Routing: every region gets its nearest cluster, from every replica.
+    // Explain answers from the snapshot each replica's DNS server serves.
+    let mut replica_apis = Vec::new();
+    for replica in &replicas {
+        let connection = kubeconfig::load(
+            std::slice::from_ref(&kubeconfig_path),
+            Some(&replica.context),
+        )?;
+        replica_apis.push((replica.name.clone(), Api::new(&connection)?));
+    }
     let step = Step::start(Stream::Stdout, label("DNS steering"), false);
     loop {
         interrupt.check()?;
-        let mut pending = None;
-        for (i, m) in MEMBERS.iter().enumerate() {
-            let answer = explain_records(&api, "echo", &region_client(m)).await;
-            if answer.as_ref().ok() != Some(&vec![cluster_ip(block, i)]) {
-                pending = Some(format!(
-                    "{} clients get {}",
-                    m.region,
-                    match answer {
-                        Ok(records) => format!("{records:?}"),
-                        Err(e) => e.to_string(),
-                    }
-                ));
-                break;
-            }
-        }
-        let Some(pending) = pending else { break };
+        let Some(pending) = steering_pending(&replica_apis, block, args.ha).await else {
+            break;
+        };
         if Instant::now() >= deadline {
             step.fail("");
             bail!("DNS did not steer every region to its nearest cluster in time: {pending}");
@@ -660,15 +837,27 @@ async fn start_all(
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     step.done(&format!(
-        "{ECHO_DNS_NAME}: {}",
+        "{ECHO_DNS_NAME}: {}{}",
         MEMBERS
             .iter()
             .map(|m| format!("{} → {}", m.region, m.name))
             .collect::<Vec<_>>()
-            .join(", ")
+            .join(", "),
+        if args.ha {
+            format!(
+                " (the same from {})",
+                replicas
+                    .iter()
+                    .map(|r| r.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        } else {
+            String::new()
+        }
     ));
 
-    // 6. HTTP: echo-http on every cluster.
+    // 7. HTTP: echo-http on every cluster.
     let step = Step::start(Stream::Stdout, label("HTTP"), false);
     let settle = Instant::now() + Duration::from_secs(10);
     loop {
@@ -706,6 +895,29 @@ async fn start_all(
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// What still keeps DNS from sending every region's clients to their nearest cluster,
+/// on the first replica that does not yet (`None`: every replica does).
+async fn steering_pending(apis: &[(String, Api)], block: u8, ha: bool) -> Option<String> {
+    for (replica, api) in apis {
+        for (i, m) in MEMBERS.iter().enumerate() {
+            let answer = explain_records(api, "echo", &region_client(m)).await;
+            if answer.as_ref().ok() == Some(&vec![cluster_ip(block, i)]) {
+                continue;
+            }
+            let answer = match answer {
+                Ok(records) => format!("{records:?}"),
+                Err(e) => e.to_string(),
+            };
+            return Some(if ha {
+                format!("on {replica}, {} clients get {answer}", m.region)
+            } else {
+                format!("{} clients get {answer}", m.region)
+            });
+        }
+    }
+    None
 }
 
 /// The A/AAAA records the DNS server serves `client` for ingress `name`.
@@ -758,8 +970,11 @@ async fn apply(api: &Api, yaml: &str) -> anyhow::Result<Vec<String>> {
     Ok(applied)
 }
 
-fn apiserver_config(args: &DevUpArgs, dir: &Path) -> String {
-    let hub = hub_ip(args.block);
+/// The config of apiserver replica `replica`: on the embedded store in `hub-data/`, or
+/// with `--ha` on the etcd at `etcd`, where the zone lists one nameserver per replica
+/// (ns1-ns3, each answered with its replica's address).
+fn apiserver_config(args: &DevUpArgs, dir: &Path, replica: usize, etcd: Option<&str>) -> String {
+    let hub = replica_ip(args.block, replica);
     let mut table = String::new();
     for m in &MEMBERS {
         table.push_str(&format!(
@@ -767,30 +982,60 @@ fn apiserver_config(args: &DevUpArgs, dir: &Path) -> String {
             m.subnet, m.region, m.latitude, m.longitude
         ));
     }
+    let planned = planned_replicas(args);
+    let nameservers = planned
+        .iter()
+        .map(|r| {
+            format!(
+                "{{name: ns{}.fedingress.test, addresses: [{}]}}",
+                r.index + 1,
+                r.ip
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    let (title, storage) = match etcd {
+        Some(url) => (
+            format!(
+                "replica {} of {}, on etcd",
+                planned.get(replica).map(|r| r.name).unwrap_or_default(),
+                planned.len()
+            ),
+            format!("storage:\n  etcd:\n    servers: [\"{url}\"]\n"),
+        ),
+        None => (
+            "embedded store".to_string(),
+            format!("dataDir: {}\n", dir.join("hub-data").display()),
+        ),
+    };
     let europe = &MEMBERS[0];
     format!(
-        "# Written by `fedctl dev up`: a local federation-apiserver in dev mode.\n\
+        "# Written by `fedctl dev up`: a local federation-apiserver in dev mode ({title}).\n\
          listen: {hub}:{api}\n\
          agentListen: {hub}:{agent}\n\
-         dataDir: {data}\n\
+         {storage}\
          dev: true\n\
          agents:\n  heartbeatIntervalMs: 1000\n  leaseMs: 3000\n\
-         dns:\n  listen: {hub}:{dns}\n  zones:\n  - name: fedingress.test\n    nameservers: [{{name: ns1.fedingress.test, addresses: [{hub}]}}]\n  locations:\n    default: {{region: {region}, latitude: {lat}, longitude: {lon}}}\n    table:\n{table}",
+         dns:\n  listen: {hub}:{dns}\n  zones:\n  - name: fedingress.test\n    nameservers: [{nameservers}]\n  locations:\n    default: {{region: {region}, latitude: {lat}, longitude: {lon}}}\n    table:\n{table}",
         api = args.api_port,
         agent = args.agent_port,
         dns = args.dns_port,
-        data = dir.join("hub-data").display(),
         region = europe.region,
         lat = europe.latitude,
         lon = europe.longitude,
     )
 }
 
-fn agent_config(m: &Member, index: usize, block: u8, gateway: &str) -> String {
+/// The config of `m`'s agent: it knows the agent gateway of every replica.
+fn agent_config(m: &Member, index: usize, block: u8, gateways: &[String]) -> String {
     let backend = backend_ip(block, index);
+    let hub = match gateways {
+        [gateway] => format!("hub:\n  address: {gateway}\n"),
+        gateways => format!("hub:\n  addresses: [{}]\n", gateways.join(", ")),
+    };
     format!(
         "# Written by `fedctl dev up`: the agent of dev cluster {name}.\n\
-         hub:\n  address: {gateway}\n\
+         {hub}\
          cluster: {name}\n\
          tokenFile: token\n\
          driver: standalone\n\
@@ -806,6 +1051,11 @@ fn agent_config(m: &Member, index: usize, block: u8, gateway: &str) -> String {
     )
 }
 
+/// The port of `host:port` (or of a URL ending in one).
+fn port_of(address: &str) -> &str {
+    address.rsplit_once(':').map_or(address, |(_, port)| port)
+}
+
 struct NextSteps {
     fedctl: String,
     state_dir: PathBuf,
@@ -814,6 +1064,16 @@ struct NextSteps {
     dns: String,
     http_served: bool,
     started_in: Duration,
+    /// With `--ha`: every replica, the one to kill first.
+    replicas: Vec<ReplicaStep>,
+}
+
+/// An apiserver replica in the commands to try.
+struct ReplicaStep {
+    name: String,
+    /// Its DNS server, `ip:port`.
+    dns: String,
+    pid: u32,
 }
 
 /// What to try next: every command works exactly as printed (the tests run them), and
@@ -834,7 +1094,19 @@ fn next_steps(n: &NextSteps) -> String {
             n.started_in.as_secs_f64()
         ),
         String::new(),
-        "  Look at it (kubectl and fedctl read the same kubeconfig):".into(),
+        if n.replicas.is_empty() {
+            "  Look at it (kubectl and fedctl read the same kubeconfig):".into()
+        } else {
+            format!(
+                "  Look at it (kubectl and fedctl read the same kubeconfig; it has a context per replica, {}, and {} is current):",
+                n.replicas
+                    .iter()
+                    .map(|r| r.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                n.replicas[0].name
+            )
+        },
         format!("    kubectl --kubeconfig {} get fing,clusters", n.kubeconfig),
         format!("    {fed} status"),
         format!("    {fed} describe ingress echo"),
@@ -871,6 +1143,60 @@ fn next_steps(n: &NextSteps) -> String {
         format!("    {}    # {} ({})", dig(1), ip(1), name(1)),
         format!("    {} dev backend start {}{state}", n.fedctl, name(0)),
         format!("    {}    # {} ({})", dig(1), ip(0), name(0)),
+    ]);
+    if let [killed, survivors @ ..] = n.replicas.as_slice()
+        && let Some(watched) = survivors.first()
+    {
+        let dig_at = |dns: &str| {
+            let (host, port) = dns.rsplit_once(':').unwrap_or((dns, "53"));
+            format!("dig @{host} -p {port} +short +subnet=10.1.0.0/24 {ECHO_DNS_NAME}")
+        };
+        let host = |dns: &str| dns.rsplit_once(':').map_or(dns, |(h, _)| h).to_string();
+        lines.extend([
+            String::new(),
+            format!(
+                "  Kill a replica and watch nothing happen. {} federation-apiservers share one etcd, and each serves the API, the agent gateway and DNS (nameservers ns1-ns{}.fedingress.test): {}. In a third terminal, ask {} every second:",
+                n.replicas.len(),
+                n.replicas.len(),
+                n.replicas
+                    .iter()
+                    .map(|r| format!("{} {} (PID {})", r.name, host(&r.dns), r.pid))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                watched.name
+            ),
+            format!("    while sleep 1; do {}; done", dig_at(&watched.dns)),
+            format!(
+                "  Kill {} (the current context, and most likely the leader, which runs the controllers): {} answer as before, and its agents move to {} within seconds:",
+                killed.name,
+                survivors
+                    .iter()
+                    .map(|r| r.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(" and "),
+                survivors
+                    .iter()
+                    .map(|r| r.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(" or "),
+            ),
+            format!("    kill -9 {}", killed.pid),
+        ]);
+        for survivor in survivors {
+            lines.push(format!(
+                "    {}    # {} ({})",
+                dig_at(&survivor.dns),
+                ip(0),
+                name(0)
+            ));
+        }
+        lines.push(format!(
+            "    kubectl --kubeconfig {} --context {} get fing,clusters",
+            n.kubeconfig, watched.name
+        ));
+        lines.push(format!("    {fed} --context {} status", watched.name));
+    }
+    lines.extend([
         String::new(),
         format!(
             "Logs: {}/logs. Press Ctrl-C to stop every process (or run `{} dev down{state}`).",
@@ -902,7 +1228,7 @@ async fn down(dir: &Path) -> anyhow::Result<()> {
         }
     }
     let mut stopped = Vec::new();
-    for role in ["agent", "apiserver", "backend"] {
+    for role in STOP_ORDER {
         for proc in state.processes.iter().filter(|p| p.role == role) {
             if process::stop(proc, None, Duration::from_secs(5)) {
                 stopped.push(format!(
@@ -937,9 +1263,10 @@ async fn backend(dir: &Path, cluster: &str, start: bool) -> anyhow::Result<()> {
             dir.display()
         );
     };
+    // A replica that still runs (with `--ha`, r1 may have been killed).
     let api = Api::new(&kubeconfig::load(
         std::slice::from_ref(&state.kubeconfig),
-        None,
+        state.live_context().as_deref(),
     )?)?;
     let Some(proc) = state.backend_mut(cluster).cloned() else {
         bail!(
@@ -1081,8 +1408,9 @@ mod tests {
         let crate::cli::Command::Dev(crate::cli::DevCommand::Up(args)) = cli.command else {
             panic!("not dev up");
         };
-        let text = apiserver_config(&args, Path::new("/tmp/x"));
+        let text = apiserver_config(&args, Path::new("/tmp/x"), 0, None);
         let config: yaml_serde::Value = yaml_serde::from_str(&text).unwrap();
+        assert_eq!(config["dataDir"].as_str(), Some("/tmp/x/hub-data"));
         let zone = &config["dns"]["zones"][0];
         assert_eq!(zone["name"].as_str(), Some("fedingress.test"));
         assert_eq!(
@@ -1130,6 +1458,7 @@ mod tests {
             dns: "127.0.0.1:5353".into(),
             http_served: false,
             started_in: Duration::from_secs(3),
+            replicas: Vec::new(),
         });
         assert!(text.contains(
             "    dig @127.0.0.1 -p 5353 +short +subnet=10.1.0.0/24 echo.fedingress.test    # 127.0.0.11 (eu-west)\n"
@@ -1145,8 +1474,130 @@ mod tests {
             dns: "127.0.45.1:15353".into(),
             http_served: true,
             started_in: Duration::from_secs(3),
+            replicas: Vec::new(),
         });
         assert!(text.contains("fedctl dev backend stop eu-west --state-dir /tmp/x\n"));
         assert!(text.contains("http://127.0.45.13:8080/"));
+        assert!(!text.contains("kill"));
+    }
+
+    fn ha_args(block: &str) -> DevUpArgs {
+        use clap::Parser as _;
+        let cli = crate::cli::Cli::parse_from(["fedctl", "dev", "up", "--ha", "--block", block]);
+        let crate::cli::Command::Dev(crate::cli::DevCommand::Up(args)) = cli.command else {
+            panic!("not dev up");
+        };
+        args
+    }
+
+    #[test]
+    fn ha_replicas_share_etcd_and_list_every_nameserver() {
+        let args = ha_args("7");
+        let text = apiserver_config(
+            &args,
+            Path::new("/tmp/x"),
+            1,
+            Some("http://127.0.7.1:40001"),
+        );
+        let config: yaml_serde::Value = yaml_serde::from_str(&text).unwrap();
+        assert_eq!(config["listen"].as_str(), Some("127.0.7.2:6443"));
+        assert_eq!(config["agentListen"].as_str(), Some("127.0.7.2:6444"));
+        assert_eq!(config["dns"]["listen"].as_str(), Some("127.0.7.2:5353"));
+        assert!(config["dataDir"].is_null(), "{text}");
+        assert_eq!(
+            config["storage"]["etcd"]["servers"][0].as_str(),
+            Some("http://127.0.7.1:40001")
+        );
+        let nameservers = config["dns"]["zones"][0]["nameservers"]
+            .as_sequence()
+            .unwrap();
+        let listed: Vec<(String, String)> = nameservers
+            .iter()
+            .map(|n| {
+                (
+                    n["name"].as_str().unwrap().to_string(),
+                    n["addresses"][0].as_str().unwrap().to_string(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            listed,
+            [
+                ("ns1.fedingress.test", "127.0.7.1"),
+                ("ns2.fedingress.test", "127.0.7.2"),
+                ("ns3.fedingress.test", "127.0.7.3"),
+            ]
+            .map(|(n, a)| (n.to_string(), a.to_string()))
+        );
+        assert!(text.starts_with("# Written by `fedctl dev up`: a local federation-apiserver in dev mode (replica r2 of 3, on etcd).\n"), "{text}");
+    }
+
+    #[test]
+    fn ha_agents_know_every_gateway() {
+        let gateways: Vec<String> = (1..=3)
+            .map(|i| format!("http://127.0.7.{i}:6444"))
+            .collect();
+        let text = agent_config(&MEMBERS[0], 0, 7, &gateways);
+        let config: yaml_serde::Value = yaml_serde::from_str(&text).unwrap();
+        assert!(config["hub"]["address"].is_null(), "{text}");
+        assert_eq!(
+            config["hub"]["addresses"][2].as_str(),
+            Some("http://127.0.7.3:6444")
+        );
+        let text = agent_config(&MEMBERS[0], 0, 7, &gateways[..1]);
+        let config: yaml_serde::Value = yaml_serde::from_str(&text).unwrap();
+        assert_eq!(
+            config["hub"]["address"].as_str(),
+            Some("http://127.0.7.1:6444")
+        );
+        assert_eq!(ha_args("7").block, 7);
+    }
+
+    #[test]
+    fn ha_next_steps_kill_the_first_replica_and_ask_the_others() {
+        let replicas = (1..=3)
+            .map(|i| ReplicaStep {
+                name: format!("r{i}"),
+                dns: format!("127.0.0.{i}:5353"),
+                pid: 100 + i,
+            })
+            .collect();
+        let text = next_steps(&NextSteps {
+            fedctl: "target/release/fedctl".into(),
+            state_dir: PathBuf::from(DEFAULT_STATE_DIR),
+            kubeconfig: ".fedingress/dev/kubeconfig".into(),
+            block: 0,
+            dns: "127.0.0.1:5353".into(),
+            http_served: true,
+            started_in: Duration::from_secs(3),
+            replicas,
+        });
+        let after_kill = text
+            .split("    kill -9 101\n")
+            .nth(1)
+            .unwrap_or_else(|| panic!("{text}"));
+        for line in [
+            "    dig @127.0.0.2 -p 5353 +short +subnet=10.1.0.0/24 echo.fedingress.test    # 127.0.0.11 (eu-west)\n",
+            "    dig @127.0.0.3 -p 5353 +short +subnet=10.1.0.0/24 echo.fedingress.test    # 127.0.0.11 (eu-west)\n",
+            "    kubectl --kubeconfig .fedingress/dev/kubeconfig --context r2 get fing,clusters\n",
+            "    target/release/fedctl --kubeconfig .fedingress/dev/kubeconfig --context r2 status\n",
+        ] {
+            assert!(
+                after_kill.contains(line),
+                "{line:?} after the kill in\n{text}"
+            );
+        }
+        let before_kill = text.split("    kill -9 101\n").next().unwrap_or_default();
+        assert!(before_kill.contains(
+            "    while sleep 1; do dig @127.0.0.2 -p 5353 +short +subnet=10.1.0.0/24 echo.fedingress.test; done\n"
+        ), "{text}");
+        assert!(
+            text.contains("r1 127.0.0.1 (PID 101), r2 127.0.0.2 (PID 102), r3 127.0.0.3 (PID 103)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("context per replica, r1, r2, r3, and r1 is current"),
+            "{text}"
+        );
     }
 }

@@ -1,8 +1,9 @@
 //! The dev federation's processes: started detached (own process group, output to a log
 //! file, so Ctrl-C reaches only `fedctl dev up`, which then stops them in order, and a
 //! crash of fedctl leaves nothing writing to a closed pipe), waited for by their `READY`
-//! line, and stopped by PID — after checking that the PID still runs the command that
-//! was started, so a recycled PID is never signalled.
+//! line (or another readiness probe: etcd prints none), and stopped by PID — after
+//! checking that the PID still runs the command that was started, so a recycled PID is
+//! never signalled.
 
 use std::io::Read as _;
 use std::os::unix::process::CommandExt as _;
@@ -18,9 +19,10 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Proc {
-    /// `apiserver`, `agent` or `backend`.
+    /// `apiserver`, `etcd`, `agent` or `backend`.
     pub role: String,
-    /// Which one: the cluster's name for agents and backends.
+    /// Which one: the cluster's name for agents and backends, the replica's (`r1`) for
+    /// the apiservers of `dev up --ha` (`apiserver` for the only one).
     pub name: String,
     /// `None` once stopped on purpose (a backend stopped with `dev backend stop`).
     pub pid: Option<u32>,
@@ -31,10 +33,11 @@ pub struct Proc {
 
 impl Proc {
     pub fn label(&self) -> String {
-        if self.role == "apiserver" {
-            "federation-apiserver".into()
-        } else {
-            format!("{} {}", self.role, self.name)
+        match self.role.as_str() {
+            "apiserver" if self.name == "apiserver" => "federation-apiserver".into(),
+            "apiserver" => format!("federation-apiserver {}", self.name),
+            "etcd" => "etcd".into(),
+            _ => format!("{} {}", self.role, self.name),
         }
     }
 }
@@ -56,6 +59,23 @@ pub fn start(
     args: Vec<String>,
     log: &Path,
     timeout: Duration,
+) -> anyhow::Result<Started> {
+    start_with(role, name, exe, args, log, timeout, |log, offset| {
+        ready_line(log, offset)
+    })
+}
+
+/// Starts `exe args` like [`start`], and waits up to `timeout` until `probe` (given the
+/// log and where this start's output begins in it) returns the JSON text of what the
+/// process is ready with.
+pub fn start_with(
+    role: &str,
+    name: &str,
+    exe: &Path,
+    args: Vec<String>,
+    log: &Path,
+    timeout: Duration,
+    mut probe: impl FnMut(&Path, u64) -> Option<String>,
 ) -> anyhow::Result<Started> {
     let file = std::fs::OpenOptions::new()
         .create(true)
@@ -81,7 +101,7 @@ pub fn start(
     };
     let deadline = Instant::now() + timeout;
     loop {
-        if let Some(line) = ready_line(log, offset) {
+        if let Some(line) = probe(log, offset) {
             let ready = serde_json::from_str(&line)
                 .with_context(|| format!("{} printed a bad READY line", proc.label()))?;
             return Ok(Started {

@@ -1,6 +1,6 @@
 //! The dev federation's state file (`<state-dir>/state.json`): which `fedctl dev up`
-//! supervises it, where it listens, and every process it started with its PID. `dev
-//! down` and `dev backend` read it; writes replace the file atomically.
+//! supervises it, where its replicas listen, and every process it started with its
+//! PID. `dev down` and `dev backend` read it; writes replace the file atomically.
 
 use std::path::{Path, PathBuf};
 
@@ -16,12 +16,30 @@ pub struct State {
     pub supervisor: Option<Proc>,
     /// Loopback block (127.0.N.x).
     pub block: u8,
-    /// REST API URL, agent gateway URL, DNS address.
+    /// REST API URL, agent gateway URL, DNS address (of the first replica).
     pub api: String,
     pub agent_gateway: String,
     pub dns: String,
+    /// Every federation-apiserver replica (one without `--ha`).
+    #[serde(default)]
+    pub replicas: Vec<Replica>,
+    /// The etcd client URL (`--ha`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd: Option<String>,
     pub kubeconfig: PathBuf,
     pub processes: Vec<Proc>,
+}
+
+/// One federation-apiserver replica: its addresses and its kubeconfig context.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Replica {
+    /// `r1`…`r3` with `--ha`, else `apiserver`: the name of its process.
+    pub name: String,
+    pub context: String,
+    pub api: String,
+    pub agent_gateway: String,
+    pub dns: String,
 }
 
 impl State {
@@ -53,6 +71,19 @@ impl State {
 
     pub fn remove(dir: &Path) {
         let _ = std::fs::remove_file(Self::path(dir));
+    }
+
+    /// The kubeconfig context of the first replica that still runs (`None`: the current
+    /// context).
+    pub fn live_context(&self) -> Option<String> {
+        self.replicas
+            .iter()
+            .find(|r| {
+                self.processes
+                    .iter()
+                    .any(|p| p.role == "apiserver" && p.name == r.name && super::process::alive(p))
+            })
+            .map(|r| r.context.clone())
     }
 
     /// The backend process of `cluster`.
