@@ -696,6 +696,42 @@ mod tests {
     }
 
     #[test]
+    fn replica_flags_are_checked() {
+        let error = |args: &[&str]| {
+            let mut all = vec!["federation-apiserver", "--dev", "--listen", "127.0.0.1:0"];
+            all.extend_from_slice(args);
+            load(&Cli::parse_from(all)).err().map(|e| e.to_string())
+        };
+        assert!(
+            error(&["--replica-name", "r1"])
+                .unwrap()
+                .contains("need --etcd-servers")
+        );
+        let etcd = ["--etcd-servers", "http://127.0.0.1:1"];
+        assert!(
+            error(&[&etcd[..], &["--replica-name", "r 1"]].concat())
+                .unwrap()
+                .contains("--replica-name \"r 1\"")
+        );
+        assert!(
+            error(&[&etcd[..], &["--leader-elect-lease-duration", "1"]].concat())
+                .unwrap()
+                .contains("at least 2 seconds")
+        );
+        let settings = load(&Cli::parse_from(
+            [
+                &["federation-apiserver", "--dev", "--listen", "127.0.0.1:0"][..],
+                &etcd[..],
+                &["--replica-name", "r1", "--leader-elect-lease-duration", "5"],
+            ]
+            .concat(),
+        ))
+        .unwrap();
+        assert_eq!(settings.replica.name, "r1");
+        assert_eq!(settings.replica.lease, Duration::from_secs(5));
+    }
+
+    #[test]
     fn unknown_keys_are_rejected() {
         let err = parse_file("listen: 127.0.0.1:0\nbogus: 1\n", "x.yaml").unwrap_err();
         assert!(err.to_string().contains("bogus"), "{err}");
