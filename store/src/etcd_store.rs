@@ -356,6 +356,19 @@ impl EtcdStore {
         })
     }
 
+    /// One key as etcd returns it (lease included).
+    async fn get_raw(&self, key: &str) -> Result<Option<etcd_client::KeyValue>, StoreError> {
+        let full = self.full_key(key);
+        let mut answer = self
+            .call(true, move |client| {
+                let full = full.clone();
+                async move { client.kv_client().get(full, None).await }
+            })
+            .await
+            .map_err(|f| f.into_store("read a key"))?;
+        Ok(answer.take_kvs().into_iter().next())
+    }
+
     /// The kv read by a transaction's failure branch (`TxnOp::get` of one key).
     fn current_from(&self, response: &TxnResponse) -> Result<Option<KeyValue>, StoreError> {
         for op in response.op_responses() {
@@ -604,18 +617,9 @@ impl Store for EtcdStore {
     }
 
     async fn get(&self, key: &str) -> Result<Option<KeyValue>, StoreError> {
-        let full = self.full_key(key);
-        let mut answer = self
-            .call(true, move |client| {
-                let full = full.clone();
-                async move { client.kv_client().get(full, None).await }
-            })
-            .await
-            .map_err(|f| f.into_store("read a key"))?;
-        answer
-            .take_kvs()
-            .first()
-            .map(|kv| self.key_value(kv))
+        self.get_raw(key)
+            .await?
+            .map(|kv| self.key_value(&kv))
             .transpose()
     }
 

@@ -214,18 +214,10 @@ impl Coordination for EtcdStore {
 impl EtcdStore {
     /// The lease `key` is attached to (`None`: no such key, or none).
     async fn lease_of(&self, key: &str) -> Result<Option<i64>, StoreError> {
-        let full = self.full_key(key);
-        let mut answer = self
-            .call(true, move |client| {
-                let full = full.clone();
-                async move { client.kv_client().get(full, None).await }
-            })
-            .await
-            .map_err(|f| f.into_store("read a key"))?;
-        Ok(answer
-            .take_kvs()
-            .first()
-            .map(etcd_client::KeyValue::lease)
+        Ok(self
+            .get_raw(key)
+            .await?
+            .map(|kv| kv.lease())
             .filter(|&id| id != 0))
     }
 }
