@@ -146,14 +146,17 @@ struct Written {
     /// The record's revision; `None` when another replica's write replaced ours.
     revision: Option<Revision>,
     at: Instant,
+    /// A change of load figures alone is waiting for [`LOAD_INTERVAL`] to pass.
+    held_back: bool,
 }
 
-/// One write the publisher decided on.
+/// One write the publisher decided on (or, `held_back`, decided to make later).
 struct Write {
     cluster: String,
     session: u64,
     record: Option<AgentRecord>,
     precondition: Precondition,
+    held_back: bool,
 }
 
 /// Writes the records of this replica's agent sessions; see the module docs.
@@ -170,6 +173,8 @@ impl AgentPublisher {
     pub async fn run(mut self) {
         let mut changes = self.hub.subscribe_changes();
         let mut written: HashMap<String, Written> = HashMap::new();
+        // Clusters whose write failed: decided again on the next round.
+        let mut retry: BTreeSet<String> = BTreeSet::new();
         let mut lease_id = None;
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -183,13 +188,23 @@ impl AgentPublisher {
             let Some(lease) = self.lease.borrow().clone() else {
                 continue;
             };
+            let mut candidates = self.hub.take_dirty();
+            candidates.append(&mut retry);
             if lease_id != Some(lease.id) {
                 // Records of an earlier lease went with it: everything is written again.
                 written.clear();
                 lease_id = Some(lease.id);
+                candidates.extend(self.hub.agents().into_keys());
             }
-            let _ = self.hub.take_dirty();
-            let writes = self.decide(&written);
+            let (held, writes): (Vec<Write>, Vec<Write>) = self
+                .decide(candidates, &written)
+                .into_iter()
+                .partition(|w| w.held_back);
+            for write in held {
+                if let Some(w) = written.get_mut(&write.cluster) {
+                    w.held_back = true;
+                }
+            }
             if writes.is_empty() {
                 continue;
             }
@@ -216,6 +231,7 @@ impl AgentPublisher {
                                     session: write.session,
                                     revision,
                                     at: Instant::now(),
+                                    held_back: false,
                                 },
                             );
                         }
@@ -234,6 +250,7 @@ impl AgentPublisher {
                                     session: write.session,
                                     revision: None,
                                     at: Instant::now(),
+                                    held_back: false,
                                 },
                             );
                         } else {
@@ -243,25 +260,67 @@ impl AgentPublisher {
                     Err(error) => {
                         // Retried on the next tick (nothing is remembered as written).
                         tracing::warn!(cluster = %write.cluster, error = %error, "writing an agent record failed");
+                        retry.insert(write.cluster);
                     }
                 }
             }
         }
     }
 
-    /// The writes that make the stored records say what the local sessions say.
-    fn decide(&self, written: &HashMap<String, Written>) -> Vec<Write> {
+    /// The writes that make the stored records say what the local sessions say: for the
+    /// clusters the hub marked dirty (`candidates`), sessions whose lease passed, load
+    /// changes held back that are now due, and clusters the hub forgot. Records are
+    /// built (the applied plan copied) only for those.
+    fn decide(
+        &self,
+        mut candidates: BTreeSet<String>,
+        written: &HashMap<String, Written>,
+    ) -> Vec<Write> {
         let agents = self.hub.agents();
+        for (cluster, w) in written {
+            let state = agents.get(cluster);
+            let expired = state.is_some_and(|s| s.connected != w.record.connected);
+            let held_back = w.held_back && w.at.elapsed() >= LOAD_INTERVAL;
+            if expired || held_back || state.is_none() {
+                candidates.insert(cluster.clone());
+            }
+        }
         let mut writes = Vec::new();
-        for (cluster, state) in &agents {
+        for cluster in candidates {
+            let before = written.get(&cluster);
+            let Some(state) = agents.get(&cluster) else {
+                // The hub forgot the cluster (deleted): our record goes.
+                if let Some(Written {
+                    revision: Some(revision),
+                    session,
+                    ..
+                }) = before
+                {
+                    writes.push(Write {
+                        cluster,
+                        session: *session,
+                        record: None,
+                        precondition: Precondition::ModRevision(*revision),
+                        held_back: false,
+                    });
+                }
+                continue;
+            };
             let record = AgentRecord::of(&self.replica, state);
-            let before = written.get(cluster);
             let precondition = match before {
                 // A session that started here since: it is ours, whoever wrote last.
                 Some(w) if w.session != state.session => Precondition::None,
                 Some(Written { revision: None, .. }) => continue,
                 Some(w) if w.record == record => continue,
                 Some(w) if w.record.same_but_load(&record) && w.at.elapsed() < LOAD_INTERVAL => {
+                    // Load alone changed: written once the interval has passed.
+                    writes.push(Write {
+                        cluster,
+                        session: state.session,
+                        record: None,
+                        precondition: Precondition::None,
+                        held_back: true,
+                    });
                     continue;
                 }
                 Some(Written {
@@ -273,22 +332,12 @@ impl AgentPublisher {
                 None => continue,
             };
             writes.push(Write {
-                cluster: cluster.clone(),
+                cluster,
                 session: state.session,
                 record: Some(record),
                 precondition,
+                held_back: false,
             });
-        }
-        // Clusters the hub forgot (deleted): their records go.
-        for (cluster, w) in written {
-            if let (false, Some(revision)) = (agents.contains_key(cluster), w.revision) {
-                writes.push(Write {
-                    cluster: cluster.clone(),
-                    session: w.session,
-                    record: None,
-                    precondition: Precondition::ModRevision(revision),
-                });
-            }
         }
         writes
     }
