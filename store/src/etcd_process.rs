@@ -1,24 +1,30 @@
 //! Real etcd servers for tests (cargo feature `etcd-process`): [`EtcdProcess`] runs one
 //! member, [`EtcdCluster`] a cluster of several, all on loopback with free ports and
-//! data in a temporary directory, killed by PID on drop.
+//! data in a temporary directory, killed by PID on drop. [`EtcdOptions`] says how many
+//! members, with what TLS, and under what command prefix (to run them in a network
+//! namespace of a test's own, say).
 //!
 //! The binary is Debian's `etcd-server` (`etcd` on `PATH`, or the path in
 //! `FEDINGRESS_ETCD`); when it is missing, starting panics and says how to install it
 //! (`scripts/test` does). Nothing is skipped.
 //!
 //! Health and leadership are read over plain HTTP from each member's metrics listener
-//! (`/health`, `/metrics`), so this module needs no etcd client and works the same for
-//! members that serve clients over TLS. Everything here blocks (std processes and
-//! sockets): call it from tests, before or beside the async code under test.
+//! (`/health`, `/metrics`), a Unix socket in the cluster's directory: this module needs
+//! no etcd client, works the same for members that serve clients over TLS, and reaches
+//! members whose loopback is not ours (a socket file is seen from every network
+//! namespace). Everything here blocks (std processes and sockets): call it from tests,
+//! before or beside the async code under test.
 
 #![allow(
     clippy::unwrap_used,
     reason = "test support: a failure is a failed test, reported with context"
 )]
 
+use std::ffi::OsString;
 use std::fs::File;
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, TcpListener};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -38,6 +44,56 @@ pub struct ServerTls {
     pub key_file: PathBuf,
     /// When set, clients must present a certificate signed by this CA.
     pub client_ca_file: Option<PathBuf>,
+}
+
+/// How to start an [`EtcdCluster`]: the number of members, TLS for their client URLs,
+/// and a command prefix they run under. [`EtcdCluster::start`] takes the first two;
+/// [`EtcdCluster::start_with`] all three.
+///
+/// ```no_run
+/// # use fedingress_store::etcd_process::{EtcdCluster, EtcdOptions};
+/// // One member in the network namespace `fedingress-zm-1234`: its client URL is on
+/// // that namespace's loopback, for clients that run there too.
+/// let etcd = EtcdCluster::start_with(
+///     EtcdOptions::members(1).wrapper(["ip", "netns", "exec", "fedingress-zm-1234"]),
+/// );
+/// ```
+#[derive(Clone, Debug)]
+pub struct EtcdOptions {
+    size: usize,
+    tls: Option<ServerTls>,
+    wrapper: Vec<OsString>,
+}
+
+impl EtcdOptions {
+    /// `size` members (at least one), plain HTTP, `etcd` run directly.
+    pub fn members(size: usize) -> Self {
+        Self {
+            size,
+            tls: None,
+            wrapper: Vec::new(),
+        }
+    }
+
+    /// Members serve clients over TLS as `tls` says.
+    pub fn tls(mut self, tls: ServerTls) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// Every member runs as `WRAPPER… etcd ARGS…`, e.g. `ip netns exec NAME` to put it
+    /// in that network namespace. The wrapper must exec etcd (as `ip netns exec` and
+    /// `nice` do) rather than run it as a child: the member's PID is then etcd's own,
+    /// and kill, restart and drop stop etcd itself. Ports are picked free in the
+    /// caller's namespace; in a namespace of the test's own every port is free anyway.
+    pub fn wrapper<I, S>(mut self, wrapper: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<OsString>,
+    {
+        self.wrapper = wrapper.into_iter().map(Into::into).collect();
+        self
+    }
 }
 
 /// The etcd binary: `FEDINGRESS_ETCD`, else `etcd` on `PATH`. Panics when there is none.
@@ -86,29 +142,33 @@ fn scratch_dir(prefix: &str) -> tempfile::TempDir {
     builder.tempdir().unwrap()
 }
 
-/// The ports and paths of one member.
+/// The ports and paths of one member, and how it is run.
 #[derive(Clone, Debug)]
 struct Member {
     name: String,
     client_port: u16,
     peer_port: u16,
-    metrics_port: u16,
+    /// The cluster's directory: the member's working directory, holding its data, log
+    /// and metrics socket.
+    dir: PathBuf,
     data_dir: PathBuf,
     log_file: PathBuf,
     tls: Option<ServerTls>,
+    wrapper: Vec<OsString>,
 }
 
 impl Member {
-    fn new(dir: &Path, index: usize, tls: Option<ServerTls>) -> Self {
+    fn new(dir: &Path, index: usize, options: &EtcdOptions) -> Self {
         let name = format!("m{index}");
         Self {
             client_port: free_port(),
             peer_port: free_port(),
-            metrics_port: free_port(),
+            dir: dir.to_path_buf(),
             data_dir: dir.join(&name),
             log_file: dir.join(format!("{name}.log")),
             name,
-            tls,
+            tls: options.tls.clone(),
+            wrapper: options.wrapper.clone(),
         }
     }
 
@@ -121,8 +181,15 @@ impl Member {
         format!("http://127.0.0.1:{}", self.peer_port)
     }
 
-    fn metrics_addr(&self) -> String {
-        format!("127.0.0.1:{}", self.metrics_port)
+    /// The metrics listener's socket file, `<name>.metrics:0` in the working directory:
+    /// etcd wants `unix://HOST:PORT` and creates the socket named `HOST:PORT`, relative
+    /// to its working directory (which keeps the path short, too).
+    fn metrics_socket_name(&self) -> String {
+        format!("{}.metrics:0", self.name)
+    }
+
+    fn metrics_socket(&self) -> PathBuf {
+        self.dir.join(self.metrics_socket_name())
     }
 
     fn spawn(&self, initial_cluster: &str) -> Child {
@@ -131,8 +198,16 @@ impl Member {
             .append(true)
             .open(&self.log_file)
             .unwrap();
-        let mut command = Command::new(etcd_binary());
+        let mut command = match self.wrapper.split_first() {
+            Some((program, args)) => {
+                let mut command = Command::new(program);
+                command.args(args).arg(etcd_binary());
+                command
+            }
+            None => Command::new(etcd_binary()),
+        };
         command
+            .current_dir(&self.dir)
             .arg("--name")
             .arg(&self.name)
             .arg("--data-dir")
@@ -143,7 +218,7 @@ impl Member {
             .args(["--initial-advertise-peer-urls", &self.peer_url()])
             .args([
                 "--listen-metrics-urls",
-                &format!("http://{}", self.metrics_addr()),
+                &format!("unix://{}", self.metrics_socket_name()),
             ])
             .args(["--initial-cluster", initial_cluster])
             .args(["--initial-cluster-state", "new"])
@@ -178,14 +253,17 @@ impl Member {
     }
 }
 
-/// `GET path` on a plain-HTTP address; the body, or `None` when nothing answers.
-fn http_get(addr: &str, path: &str) -> Option<String> {
-    let mut stream =
-        TcpStream::connect_timeout(&addr.parse().ok()?, Duration::from_secs(1)).ok()?;
+/// `GET path` over plain HTTP on a Unix socket; the body of a 200, or `None` when
+/// nothing answers (or something else does).
+fn http_get(socket: &Path, path: &str) -> Option<String> {
+    let mut stream = UnixStream::connect(socket).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    stream
+        .set_write_timeout(Some(Duration::from_secs(2)))
+        .ok()?;
     write!(
         stream,
-        "GET {path} HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.0\r\nHost: localhost\r\nConnection: close\r\n\r\n"
     )
     .ok()?;
     let mut response = String::new();
@@ -251,13 +329,13 @@ impl EtcdProcess {
 
     /// Whether `/health` answers healthy (the member has a leader and serves reads).
     pub fn is_healthy(&self) -> bool {
-        http_get(&self.member.metrics_addr(), "/health")
+        http_get(&self.member.metrics_socket(), "/health")
             .is_some_and(|body| body.contains("\"health\":\"true\""))
     }
 
     /// Whether the member is the raft leader now (its `etcd_server_is_leader` metric).
     pub fn is_leader(&self) -> bool {
-        http_get(&self.member.metrics_addr(), "/metrics").is_some_and(|body| {
+        http_get(&self.member.metrics_socket(), "/metrics").is_some_and(|body| {
             body.lines()
                 .any(|line| line.trim() == "etcd_server_is_leader 1")
         })
@@ -297,13 +375,23 @@ impl EtcdCluster {
 
     /// `size` members, serving clients over TLS when `tls` is given, all healthy.
     pub fn start(size: usize, tls: Option<ServerTls>) -> Self {
-        assert!(size > 0, "a cluster has at least one member");
+        let options = EtcdOptions::members(size);
+        Self::start_with(match tls {
+            Some(tls) => options.tls(tls),
+            None => options,
+        })
+    }
+
+    /// Members as `options` say, all healthy. Panics (with a member's log) when they do
+    /// not come up.
+    pub fn start_with(options: EtcdOptions) -> Self {
+        assert!(options.size > 0, "a cluster has at least one member");
         let binary = etcd_binary();
         let mut last_failure = String::new();
         for _ in 0..START_ATTEMPTS {
             let dir = scratch_dir("fedingress-etcd-");
-            let members: Vec<Member> = (0..size)
-                .map(|i| Member::new(dir.path(), i, tls.clone()))
+            let members: Vec<Member> = (0..options.size)
+                .map(|i| Member::new(dir.path(), i, &options))
                 .collect();
             let initial_cluster = members
                 .iter()

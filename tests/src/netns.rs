@@ -6,9 +6,10 @@
 //! Entry points: [`NetNs::create`] (needs root and iproute2; [`NetNs::unavailable`]
 //! says why a test should skip) and [`NetNs::command`] (a program run inside with
 //! `ip netns exec`, which execs it: the child's PID is the program's own, so
-//! [`crate::Process`] kills the program itself). The namespace is removed on drop, also
-//! when the test fails; one left behind by a killed test run is removed by the next
-//! [`NetNs::create`]. What does not belong here: the programs run inside.
+//! [`crate::Process`] kills the program itself; [`NetNs::exec_prefix`] is that prefix
+//! for commands built elsewhere, such as etcd members). The namespace is removed on
+//! drop, also when the test fails; one left behind by a killed test run is removed by
+//! the next [`NetNs::create`]. What does not belong here: the programs run inside.
 
 use std::ffi::OsStr;
 use std::process::{Command, Stdio};
@@ -61,12 +62,17 @@ impl NetNs {
     /// `program` run inside the namespace (`ip netns exec NAME program`); add its
     /// arguments to the returned command.
     pub fn command(&self, program: impl AsRef<OsStr>) -> Command {
-        let mut command = Command::new("ip");
+        let [ip, args @ ..] = self.exec_prefix();
+        let mut command = Command::new(ip);
+        command.args(args).arg(program).stdin(Stdio::null());
         command
-            .args(["netns", "exec", &self.name])
-            .arg(program)
-            .stdin(Stdio::null());
-        command
+    }
+
+    /// The command prefix that runs a program inside (`ip netns exec NAME`), for
+    /// harnesses that build their own commands, e.g.
+    /// `fedingress_store::etcd_process::EtcdOptions::wrapper`. It execs the program.
+    pub fn exec_prefix(&self) -> [&str; 4] {
+        ["ip", "netns", "exec", &self.name]
     }
 }
 

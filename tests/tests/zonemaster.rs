@@ -9,13 +9,21 @@
 //! questions at every address and gets the same answers, each from the address it
 //! asked, so the zones are equivalent.
 //!
-//! Two ways to serve the three addresses: three replicas, each a process of its own on
-//! one address; and one process on the wildcard address `0.0.0.0:53` (against Knot on
-//! `0.0.0.0@53`), whose replies must leave from the address each query was sent to.
+//! Two ways to serve the three addresses: three replicas on one etcd member, each a
+//! process on one address (`--replica-name rN --dns-listen 127.0.0.N:53`, one config
+//! for all), serving the zone from the DNS state they share, so zonemaster runs only
+//! once all three answer the same SOA serial; and one process with its embedded store
+//! on the wildcard address `0.0.0.0:53` (against Knot on `0.0.0.0@53`), whose replies
+//! must leave from the address each query was sent to.
 //!
-//! Everything runs inside a network namespace of the test's own with only loopback up:
-//! zonemaster's queries to the root servers fail at once and nothing leaves the machine.
-//! Needs root for `ip netns` (skips otherwise, saying why).
+//! The zone holds no ingress's records: those need a cluster whose agent (and backend)
+//! would have to run inside the namespace too.
+//!
+//! Everything runs inside a network namespace of the test's own with only loopback up
+//! (etcd too: its members run under `ip netns exec`): zonemaster's queries to the root
+//! servers fail at once and nothing leaves the machine. Every process is stopped by its
+//! PID, the namespace removed on drop. Needs root for `ip netns` (skips otherwise,
+//! saying why).
 
 #![allow(clippy::unwrap_used)]
 
@@ -24,6 +32,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use fedingress_store::etcd_process::{EtcdCluster, EtcdOptions};
 use fedingress_tests::netns::NetNs;
 use fedingress_tests::{Process, binary, eventually};
 
@@ -62,9 +71,10 @@ fn address(i: u8) -> String {
 /// How the three nameserver addresses are served.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Listen {
-    /// Three replicas, each a process on one address (`--dns-listen 127.0.0.<i>:53`).
+    /// Three replicas on one etcd, each a process on one address
+    /// (`--dns-listen 127.0.0.<i>:53`).
     PerAddress,
-    /// One process on `0.0.0.0:53` for all three.
+    /// One process with its embedded store on `0.0.0.0:53` for all three.
     Wildcard,
 }
 
@@ -205,22 +215,34 @@ fn answers(ns: &NetNs) -> Vec<(String, Answer)> {
     all
 }
 
-/// Waits until every nameserver address answers the zone's SOA; returns the serial.
+/// The zone's SOA serial as `server` answers it.
+fn serial(ns: &NetNs, server: &str) -> Result<String, String> {
+    let answer = dig(ns, server, ZONE, "SOA")?;
+    answer
+        .sections
+        .iter()
+        .find(|(name, _)| name == "ANSWER SECTION:")
+        .and_then(|(_, records)| records.iter().next())
+        .and_then(|soa| soa.split(' ').nth(6).map(str::to_string))
+        .ok_or_else(|| format!("@{server}: no SOA in {answer:?}"))
+}
+
+/// Waits until every nameserver address answers the zone's SOA, all with the same
+/// serial (replicas serve the state they share once each has read it); returns it.
 fn wait_serving(ns: &NetNs, what: &str) -> String {
-    let mut serial = String::new();
-    for i in 1..=NAMESERVERS {
-        serial = eventually(START, &format!("{what} serving on {}", address(i)), || {
-            let answer = dig(ns, &address(i), ZONE, "SOA")?;
-            answer
-                .sections
-                .iter()
-                .find(|(name, _)| name == "ANSWER SECTION:")
-                .and_then(|(_, records)| records.iter().next())
-                .and_then(|soa| soa.split(' ').nth(6).map(str::to_string))
-                .ok_or_else(|| format!("no SOA in {answer:?}"))
-        });
-    }
-    serial
+    eventually(
+        START,
+        &format!("{what} answering one SOA serial on every address"),
+        || {
+            let serials = (1..=NAMESERVERS)
+                .map(|i| serial(ns, &address(i)))
+                .collect::<Result<Vec<_>, _>>()?;
+            match serials.iter().collect::<BTreeSet<_>>().len() {
+                1 => Ok(serials[0].clone()),
+                _ => Err(format!("serials differ: {serials:?}")),
+            }
+        },
+    )
 }
 
 /// One zonemaster message.
@@ -324,22 +346,28 @@ fn check(listen: Listen) {
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
 
-    // Ours: each apiserver process with its own data; the same zone for all.
+    // Ours: replicas on one etcd member in the namespace, or one process with its
+    // embedded store; one config, the same zone for all.
+    let etcd = (listen == Listen::PerAddress)
+        .then(|| EtcdCluster::start_with(EtcdOptions::members(1).wrapper(ns.exec_prefix())));
     let config = dir.path().join("apiserver.yaml");
     std::fs::write(&config, apiserver_config(listen, dir.path())).unwrap();
     let mut apiservers = Vec::new();
-    for (i, dns_listen) in listen.apiservers().iter().enumerate() {
+    for (i, dns_listen) in (1..).zip(listen.apiservers()) {
         let mut command = ns.command(&apiserver);
         command
             .arg("--config")
             .arg(&config)
-            .arg("--data-dir")
-            .arg(dir.path().join(format!("apiserver-{i}")))
-            .arg("--dns-listen")
-            .arg(dns_listen);
+            .args(["--dns-listen", &dns_listen]);
+        match &etcd {
+            Some(etcd) => command
+                .args(["--etcd-servers", &etcd.endpoints().join(",")])
+                .args(["--replica-name", &format!("r{i}")]),
+            None => command.arg("--data-dir").arg(dir.path().join("apiserver")),
+        };
         let process =
             Process::start(command, &format!("apiserver on {dns_listen}"), START).unwrap();
-        assert_eq!(&process.addr("dns"), dns_listen);
+        assert_eq!(process.addr("dns"), dns_listen);
         apiservers.push(process);
     }
     let serial = wait_serving(&ns, "apiserver");
@@ -348,6 +376,8 @@ fn check(listen: Listen) {
     for process in apiservers {
         process.terminate(Duration::from_secs(10));
     }
+    // After the replicas; SIGKILL by PID.
+    drop(etcd);
 
     // Knot: the same zone, static, on the same addresses.
     let knot_dir = dir.path().join("knot");
