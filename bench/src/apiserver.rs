@@ -1,20 +1,23 @@
-//! apiserver-bench: durable create throughput, watch fan-out latency, list latency and
-//! resident memory of a real `federation-apiserver` process over loopback, on its
-//! embedded redb store or on real etcd (`--store etcd|etcd3` starts one member or a
-//! three-member cluster on loopback; `--compare` runs redb, etcd and etcd3 in one
-//! invocation and prints the ratios against redb).
+//! apiserver-bench: durable create throughput, watch latency (a create's acknowledgement
+//! → its event on a watch) and fan-out, list latency and resident memory of a real
+//! `federation-apiserver` process over loopback, on its embedded redb store or on real
+//! etcd (`--store etcd|etcd3` starts one member or a three-member cluster on loopback;
+//! `--compare` runs redb, etcd and etcd3 in one invocation and prints the ratios against
+//! redb).
 //!
 //! Run: `cargo build --release --bins && target/release/apiserver-bench`
 //! (see docs/benchmarks.md). It prints numbers; it asserts nothing.
 
-use std::net::{Ipv4Addr, TcpListener};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use clap::{Parser, ValueEnum};
+use clap::Parser;
+use fedingress_bench::etcd::{Etcd, StoreKind as Store, etcd_binary};
+use fedingress_bench::{ms, percentile, rss_mib};
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -52,34 +55,6 @@ struct Args {
     etcd: Option<PathBuf>,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum Store {
-    /// The embedded redb file (`--data-dir`).
-    Redb,
-    /// One etcd member.
-    Etcd,
-    /// A three-member etcd cluster.
-    Etcd3,
-}
-
-impl Store {
-    fn label(self) -> &'static str {
-        match self {
-            Store::Redb => "redb",
-            Store::Etcd => "etcd (1 member)",
-            Store::Etcd3 => "etcd (3 members)",
-        }
-    }
-
-    fn members(self) -> usize {
-        match self {
-            Store::Redb => 0,
-            Store::Etcd => 1,
-            Store::Etcd3 => 3,
-        }
-    }
-}
-
 /// What one run measured.
 struct Results {
     creates_per_s: f64,
@@ -89,6 +64,10 @@ struct Results {
     page_p50: Duration,
     watch_p50: Duration,
     watch_p99: Duration,
+    /// Create acknowledged → its ADDED event on a watch, ms (negative: the event came
+    /// first), while 16 clients create; and one create at a time.
+    ack_watch_loaded: (f64, f64),
+    ack_watch_sequential: (f64, f64),
     rss_creates: f64,
     rss_watches: f64,
 }
@@ -109,129 +88,6 @@ fn ingress(name: &str) -> Value {
             "traffic": {"dnsName": format!("{name}.bench.test"), "strategy": {"type": "Geo"}}
         }
     })
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[index.min(sorted.len() - 1)]
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.2} ms", d.as_secs_f64() * 1000.0)
-}
-
-fn rss_mib(pid: u32) -> anyhow::Result<f64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let kib: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .context("VmRSS not found")?;
-    Ok(kib / 1024.0)
-}
-
-/// A loopback port that was free a moment ago.
-fn free_port() -> anyhow::Result<u16> {
-    Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
-        .local_addr()?
-        .port())
-}
-
-/// Real etcd members on loopback, data on disk (the same temp filesystem as redb's
-/// file: etcd fsyncs its WAL per commit, so tmpfs would not be a fair peer); killed by
-/// PID on drop, before the data dir goes.
-struct Etcd {
-    children: Vec<Child>,
-    client_urls: Vec<String>,
-    _dir: tempfile::TempDir,
-}
-
-impl Etcd {
-    async fn start(binary: &Path, size: usize) -> anyhow::Result<Self> {
-        let dir = tempfile::Builder::new()
-            .prefix("apiserver-bench-etcd-")
-            .tempdir()?;
-        let mut members = Vec::new();
-        for i in 0..size {
-            members.push((format!("m{i}"), free_port()?, free_port()?));
-        }
-        let initial_cluster = members
-            .iter()
-            .map(|(name, _, peer)| format!("{name}=http://127.0.0.1:{peer}"))
-            .collect::<Vec<_>>()
-            .join(",");
-        let mut etcd = Self {
-            children: Vec::new(),
-            client_urls: Vec::new(),
-            _dir: dir,
-        };
-        for (name, client, peer) in &members {
-            let client_url = format!("http://127.0.0.1:{client}");
-            let peer_url = format!("http://127.0.0.1:{peer}");
-            let log = std::fs::File::create(etcd._dir.path().join(format!("{name}.log")))?;
-            let child = Command::new(binary)
-                .arg("--name")
-                .arg(name)
-                .arg("--data-dir")
-                .arg(etcd._dir.path().join(name))
-                .args(["--listen-client-urls", &client_url])
-                .args(["--advertise-client-urls", &client_url])
-                .args(["--listen-peer-urls", &peer_url])
-                .args(["--initial-advertise-peer-urls", &peer_url])
-                .args(["--initial-cluster", &initial_cluster])
-                .args(["--initial-cluster-state", "new"])
-                .args(["--initial-cluster-token", "apiserver-bench"])
-                .args(["--logger", "zap", "--log-outputs", "stderr"])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(log)
-                .spawn()
-                .with_context(|| format!("starting {}", binary.display()))?;
-            etcd.children.push(child);
-            etcd.client_urls.push(client_url);
-        }
-        let http = reqwest::Client::new();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        for url in &etcd.client_urls {
-            loop {
-                let healthy = match http.get(format!("{url}/health")).send().await {
-                    Ok(response) => response
-                        .text()
-                        .await
-                        .is_ok_and(|body| body.contains("\"health\":\"true\"")),
-                    Err(_) => false,
-                };
-                if healthy {
-                    break;
-                }
-                if Instant::now() > deadline {
-                    bail!(
-                        "etcd at {url} not healthy in 30 s (logs in {})",
-                        etcd._dir.path().display()
-                    );
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-        Ok(etcd)
-    }
-
-    fn pids(&self) -> Vec<u32> {
-        self.children.iter().map(Child::id).collect()
-    }
-}
-
-impl Drop for Etcd {
-    fn drop(&mut self) {
-        for child in &mut self.children {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
 }
 
 fn ratio(value: f64, base: f64) -> String {
@@ -268,7 +124,7 @@ fn print_table(results: &[(Store, Results)]) {
     let base = &results[0].1;
     type Row = (&'static str, fn(&Results) -> f64, fn(f64) -> String);
     let fmt_ms = |v: f64| format!("{v:.2} ms");
-    let rows: [Row; 9] = [
+    let rows: [Row; 13] = [
         (
             "durable creates/s",
             |r| r.creates_per_s,
@@ -276,6 +132,26 @@ fn print_table(results: &[(Store, Results)]) {
         ),
         ("create p50", |r| r.create_p50.as_secs_f64() * 1e3, fmt_ms),
         ("create p99", |r| r.create_p99.as_secs_f64() * 1e3, fmt_ms),
+        (
+            "create ack → on a watch, p50 (16 clients creating)",
+            |r| r.ack_watch_loaded.0,
+            fmt_ms,
+        ),
+        (
+            "create ack → on a watch, p99 (16 clients creating)",
+            |r| r.ack_watch_loaded.1,
+            fmt_ms,
+        ),
+        (
+            "create ack → on a watch, p50 (one create at a time)",
+            |r| r.ack_watch_sequential.0,
+            fmt_ms,
+        ),
+        (
+            "create ack → on a watch, p99 (one create at a time)",
+            |r| r.ack_watch_sequential.1,
+            fmt_ms,
+        ),
         (
             "watch fan-out p50",
             |r| r.watch_p50.as_secs_f64() * 1e3,
@@ -339,11 +215,7 @@ async fn run(args: &Args, store: Store) -> anyhow::Result<Results> {
     let etcd = if store == Store::Redb {
         None
     } else {
-        let etcd_binary = args
-            .etcd
-            .clone()
-            .or_else(|| std::env::var_os("FEDINGRESS_ETCD").map(PathBuf::from))
-            .unwrap_or_else(|| PathBuf::from("etcd"));
+        let etcd_binary = etcd_binary(args.etcd.clone());
         let etcd = Etcd::start(&etcd_binary, store.members()).await?;
         println!(
             "etcd {} (pids {:?}) at {}",
@@ -398,17 +270,22 @@ async fn run(args: &Args, store: Store) -> anyhow::Result<Results> {
         args.objects, args.clients, args.watchers
     );
 
+    // A watch on the namespace from before the first create: when each object arrives.
+    let added = watch_added(&client, &base).await?;
+
     // 1. Durable creates with concurrent clients.
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let latencies = Arc::new(Mutex::new(Vec::with_capacity(args.objects)));
+    let acks: Arc<Mutex<Vec<(String, Instant)>>> = Arc::default();
     let started = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..args.clients {
-        let (client, base, next, latencies, total) = (
+        let (client, base, next, latencies, acks, total) = (
             client.clone(),
             base.clone(),
             next.clone(),
             latencies.clone(),
+            acks.clone(),
             args.objects,
         );
         tasks.push(tokio::spawn(async move {
@@ -418,9 +295,10 @@ async fn run(args: &Args, store: Store) -> anyhow::Result<Results> {
                     return Ok::<_, anyhow::Error>(());
                 }
                 let t = Instant::now();
+                let name = format!("b{n:05}");
                 let response = client
                     .post(format!("{base}{NS}"))
-                    .json(&ingress(&format!("b{n:05}")))
+                    .json(&ingress(&name))
                     .send()
                     .await?;
                 if response.status() != 201 {
@@ -430,7 +308,9 @@ async fn run(args: &Args, store: Store) -> anyhow::Result<Results> {
                         response.text().await?
                     );
                 }
-                latencies.lock().await.push(t.elapsed());
+                let acked = Instant::now();
+                latencies.lock().await.push(acked - t);
+                acks.lock().await.push((name, acked));
             }
         }));
     }
@@ -451,6 +331,11 @@ async fn run(args: &Args, store: Store) -> anyhow::Result<Results> {
     );
     let rss_creates = rss_mib(pid)?;
     println!("rss after creates: {rss_creates:.1} MiB");
+    let ack_watch_loaded = ack_to_watch(&acks.lock().await, &added).await?;
+    println!(
+        "create acknowledged -> its ADDED event on a watch of the namespace, {} creates by {} clients: p50 {:.2} ms, p99 {:.2} ms ({:.1} % of the events arrived before the acknowledgement)",
+        args.objects, args.clients, ack_watch_loaded.0, ack_watch_loaded.1, ack_watch_loaded.2
+    );
 
     // 2. List latency.
     let mut full = Vec::new();
@@ -486,6 +371,27 @@ async fn run(args: &Args, store: Store) -> anyhow::Result<Results> {
         ms(percentile(&full, 1.0)),
         ms(percentile(&paged, 0.5))
     );
+
+    // The same one create at a time.
+    let mut sequential = Vec::with_capacity(args.writes);
+    for n in 0..args.writes {
+        let name = format!("s{n:05}");
+        let response = client
+            .post(format!("{base}{NS}"))
+            .json(&ingress(&name))
+            .send()
+            .await?;
+        if response.status() != 201 {
+            bail!("create failed: {}", response.status());
+        }
+        sequential.push((name, Instant::now()));
+    }
+    let ack_watch_sequential = ack_to_watch(&sequential, &added).await?;
+    println!(
+        "create acknowledged -> its ADDED event on a watch, {} creates one at a time: p50 {:.2} ms, p99 {:.2} ms ({:.1} % before the acknowledgement)",
+        args.writes, ack_watch_sequential.0, ack_watch_sequential.1, ack_watch_sequential.2
+    );
+    added.abort();
 
     // 3. Watch fan-out: time from sending a write to its event reaching every watcher.
     let list: Value = client
@@ -597,7 +503,109 @@ async fn run(args: &Args, store: Store) -> anyhow::Result<Results> {
         page_p50: percentile(&paged, 0.5),
         watch_p50: percentile(&delivery, 0.5),
         watch_p99: percentile(&delivery, 0.99),
+        ack_watch_loaded: (ack_watch_loaded.0, ack_watch_loaded.1),
+        ack_watch_sequential: (ack_watch_sequential.0, ack_watch_sequential.1),
         rss_creates,
         rss_watches,
     })
+}
+
+/// Object names the watch saw ADDED, and when.
+type Added = Arc<std::sync::Mutex<HashMap<String, Instant>>>;
+
+/// A watch task on the namespace from its current resourceVersion, recording when each
+/// object's ADDED event arrived.
+async fn watch_added(client: &reqwest::Client, base: &str) -> anyhow::Result<WatchTask> {
+    let list: Value = client
+        .get(format!("{base}{NS}?limit=1"))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let rv = list["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or("0")
+        .to_string();
+    let response = client
+        .get(format!("{base}{NS}?watch=true&resourceVersion={rv}"))
+        .send()
+        .await?;
+    let added: Added = Arc::default();
+    let out = added.clone();
+    let task = tokio::spawn(async move {
+        let mut stream = response.bytes_stream();
+        let mut buffer = Vec::new();
+        while let Some(Ok(chunk)) = stream.next().await {
+            let now = Instant::now();
+            buffer.extend_from_slice(&chunk);
+            while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = buffer.drain(..=end).collect();
+                if let Ok(event) = serde_json::from_slice::<Value>(&line)
+                    && event["type"] == "ADDED"
+                    && let Some(name) = event["object"]["metadata"]["name"].as_str()
+                {
+                    out.lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .entry(name.to_string())
+                        .or_insert(now);
+                }
+            }
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    Ok(WatchTask { added, task })
+}
+
+struct WatchTask {
+    added: Added,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl WatchTask {
+    fn abort(&self) {
+        self.task.abort();
+    }
+}
+
+/// For each acknowledged create, its event's arrival minus the acknowledgement, ms
+/// (waits up to 10 s for the last events): p50, p99, and the % that came first.
+async fn ack_to_watch(
+    acks: &[(String, Instant)],
+    watch: &WatchTask,
+) -> anyhow::Result<(f64, f64, f64)> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let missing = {
+            let added = watch.added.lock().unwrap_or_else(|p| p.into_inner());
+            acks.iter()
+                .filter(|(name, _)| !added.contains_key(name))
+                .count()
+        };
+        if missing == 0 {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("{missing} acknowledged creates never arrived on the watch");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let added = watch.added.lock().unwrap_or_else(|p| p.into_inner());
+    let mut deltas: Vec<f64> = acks
+        .iter()
+        .filter_map(|(name, acked)| {
+            let arrived = *added.get(name)?;
+            Some(if arrived >= *acked {
+                (arrived - *acked).as_secs_f64() * 1e3
+            } else {
+                -((*acked - arrived).as_secs_f64() * 1e3)
+            })
+        })
+        .collect();
+    deltas.sort_by(f64::total_cmp);
+    if deltas.is_empty() {
+        return Ok((0.0, 0.0, 0.0));
+    }
+    let at = |p: f64| deltas[((deltas.len() as f64 - 1.0) * p).round() as usize];
+    let before = deltas.iter().filter(|d| **d < 0.0).count() as f64 / deltas.len() as f64;
+    Ok((at(0.5), at(0.99), before * 100.0))
 }

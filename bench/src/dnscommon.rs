@@ -38,9 +38,6 @@ pub const REGIONS: [(&str, u8, f64, f64); 3] = [
 /// The `dns:` section: one zone, a 3-region location table, listening on `ip:0`; with
 /// `mmdb`, that MaxMind database for clients outside the table.
 pub fn dns_section(ip: &str, mmdb: Option<&Path>) -> String {
-    let mmdb = mmdb
-        .map(|path| format!("  mmdb: \"{}\"\n", path.display()))
-        .unwrap_or_default();
     format!(
         "dns:
   listen: {ip}:0
@@ -48,7 +45,18 @@ pub fn dns_section(ip: &str, mmdb: Option<&Path>) -> String {
   - name: {ZONE}
     nameservers: [ns1.{ZONE}]
     soa: {{mname: ns1.{ZONE}, rname: hostmaster.{ZONE}, refresh: 3600, retry: 600, expire: 86400, minimum: 30}}
-  locations:
+{}",
+        locations_section(mmdb)
+    )
+}
+
+/// The `locations:` part of [`dns_section`] (indented for the `dns:` section).
+pub fn locations_section(mmdb: Option<&Path>) -> String {
+    let mmdb = mmdb
+        .map(|path| format!("  mmdb: \"{}\"\n", path.display()))
+        .unwrap_or_default();
+    format!(
+        "  locations:
     default: {{region: europe-west1, latitude: 50.0, longitude: 4.0}}
     table:
     - {{cidr: 10.1.0.0/16, region: europe-west1, latitude: 50.8, longitude: 4.3}}
@@ -124,6 +132,7 @@ impl DnsHub {
 // --- DNS wire ----------------------------------------------------------------------
 
 pub const TYPE_A: u16 = 1;
+pub const TYPE_SOA: u16 = 6;
 const TYPE_OPT: u16 = 41;
 const OPTION_ECS: u16 = 8;
 
@@ -169,6 +178,8 @@ pub struct Response {
     pub authoritative: bool,
     /// A records of the answer section, in order.
     pub a: Vec<Ipv4Addr>,
+    /// The serial of the answer section's SOA record, if it has one.
+    pub serial: Option<u32>,
 }
 
 /// Skips a (possibly compressed) name at `at`; returns the offset after it.
@@ -203,6 +214,7 @@ pub fn parse(packet: &[u8]) -> anyhow::Result<Response> {
         rcode: packet[3] & 0x0F,
         authoritative: packet[2] & 0x04 != 0,
         a: Vec::new(),
+        serial: None,
     };
     let questions = u16_at(packet, 4)?;
     let answers = u16_at(packet, 6)?;
@@ -221,6 +233,14 @@ pub fn parse(packet: &[u8]) -> anyhow::Result<Response> {
             response
                 .a
                 .push(Ipv4Addr::new(rdata[0], rdata[1], rdata[2], rdata[3]));
+        }
+        if rtype == TYPE_SOA {
+            // MNAME and RNAME (possibly compressed), then the serial.
+            let serial_at = skip_name(packet, skip_name(packet, at + 10)?)?;
+            let bytes = packet
+                .get(serial_at..serial_at + 4)
+                .context("SOA serial runs past the end")?;
+            response.serial = Some(u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]));
         }
         at += 10 + rdlength;
     }

@@ -132,7 +132,7 @@ async fn run(
             &AgentSpec {
                 cluster: "c1",
                 token: &token,
-                hub: &hub.agent,
+                hubs: std::slice::from_ref(&hub.agent),
                 bind: AGENT_IP,
                 echo: &[backend],
                 extra: HEALTH,

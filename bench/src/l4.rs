@@ -288,7 +288,7 @@ async fn run(
         &AgentSpec {
             cluster: "l4",
             token: &token,
-            hub: &hub.agent,
+            hubs: std::slice::from_ref(&hub.agent),
             bind: AGENT_IP,
             echo: &[backend],
             extra: "",

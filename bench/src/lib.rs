@@ -4,8 +4,12 @@
 //!
 //! Benchmarks print numbers; they assert nothing about timing.
 //!
-//! Modules: [`sim_agent`], a simulated cluster agent on the real protocol.
+//! Modules: [`sim_agent`], a simulated cluster agent on the real protocol; [`etcd`], real
+//! etcd members and what they wrote; [`replicas`], several apiserver replicas on one
+//! etcd (or one on redb), to kill and restart.
 
+pub mod etcd;
+pub mod replicas;
 pub mod sim_agent;
 
 use std::net::SocketAddr;
@@ -115,12 +119,26 @@ impl Proc {
         self.ready[key].as_str().unwrap_or_default().to_string()
     }
 
+    /// SIGKILL to its PID (a crash: nothing is cleaned up); reaps it.
+    pub async fn kill9(mut self) {
+        let _ = Command::new("kill")
+            .args(["-KILL", &self.pid.to_string()])
+            .status();
+        let _ = self.child.wait().await;
+    }
+
     /// SIGTERM to its PID, wait up to 10 s, then SIGKILL; reaps it.
     pub async fn stop(mut self) {
         let _ = Command::new("kill")
             .args(["-TERM", &self.pid.to_string()])
             .status();
         match tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await {
+            Ok(Ok(status)) if !status.success() => {
+                eprintln!(
+                    "{} (pid {}) exited after SIGTERM with {status}",
+                    self.name, self.pid
+                );
+            }
             Ok(_) => {}
             Err(_) => {
                 eprintln!(
@@ -198,29 +216,53 @@ impl Api {
         })
     }
 
-    pub async fn get(&self, path: &str) -> anyhow::Result<Value> {
-        let response = self
+    /// Sends `method path` (with `build` adding a body); the answer when it is a
+    /// success, its status and text as the error otherwise.
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        build: impl FnOnce(reqwest::RequestBuilder) -> reqwest::RequestBuilder,
+    ) -> anyhow::Result<reqwest::Response> {
+        let request = self
             .client
-            .get(format!("{}{path}", self.base))
-            .send()
-            .await?;
+            .request(method.clone(), format!("{}{path}", self.base));
+        let response = build(request).send().await?;
         let status = response.status();
         if !status.is_success() {
-            bail!("GET {path}: {status} {}", response.text().await?);
+            bail!("{method} {path}: {status} {}", response.text().await?);
         }
+        Ok(response)
+    }
+
+    pub async fn get(&self, path: &str) -> anyhow::Result<Value> {
+        let response = self.call(reqwest::Method::GET, path, |r| r).await?;
         Ok(response.json().await?)
     }
 
     pub async fn post(&self, path: &str, body: Option<&Value>) -> anyhow::Result<Value> {
-        let mut request = self.client.post(format!("{}{path}", self.base));
-        if let Some(body) = body {
-            request = request.json(body);
-        }
-        let response = request.send().await?;
-        let status = response.status();
-        if !status.is_success() {
-            bail!("POST {path}: {status} {}", response.text().await?);
-        }
+        let response = self
+            .call(reqwest::Method::POST, path, |r| match body {
+                Some(body) => r.json(body),
+                None => r,
+            })
+            .await?;
+        Ok(response.json().await?)
+    }
+
+    pub async fn delete(&self, path: &str) -> anyhow::Result<()> {
+        self.call(reqwest::Method::DELETE, path, |r| r).await?;
+        Ok(())
+    }
+
+    /// A JSON merge patch.
+    pub async fn merge_patch(&self, path: &str, body: &Value) -> anyhow::Result<Value> {
+        let response = self
+            .call(reqwest::Method::PATCH, path, |r| {
+                r.header("content-type", "application/merge-patch+json")
+                    .body(body.to_string())
+            })
+            .await?;
         Ok(response.json().await?)
     }
 
@@ -259,8 +301,8 @@ impl Api {
 pub struct AgentSpec<'a> {
     pub cluster: &'a str,
     pub token: &'a str,
-    /// `host:port` of the hub's agent gateway.
-    pub hub: &'a str,
+    /// `host:port` of the hub's agent gateway, one per replica (`hub.addresses`).
+    pub hubs: &'a [String],
     pub bind: &'a str,
     /// Endpoints of the `echo` service.
     pub echo: &'a [SocketAddr],
@@ -284,12 +326,17 @@ impl Agent {
             .map(|e| format!("\"{e}\""))
             .collect::<Vec<_>>()
             .join(", ");
+        let hubs = spec
+            .hubs
+            .iter()
+            .map(|h| format!("http://{h}"))
+            .collect::<Vec<_>>()
+            .join(", ");
         let config = dir.path().join("agent.yaml");
         std::fs::write(
             &config,
             format!(
-                "hub:\n  address: http://{hub}\ncluster: {cluster}\ntokenFile: token\ndriver: standalone\nlisten:\n- bind: \"{bind}\"\nservices:\n  echo: [{endpoints}]\nstateDir: state\nadmin: 127.0.0.1:0\n{extra}",
-                hub = spec.hub,
+                "hub:\n  addresses: [{hubs}]\ncluster: {cluster}\ntokenFile: token\ndriver: standalone\nlisten:\n- bind: \"{bind}\"\nservices:\n  echo: [{endpoints}]\nstateDir: state\nadmin: 127.0.0.1:0\n{extra}",
                 cluster = spec.cluster,
                 bind = spec.bind,
                 extra = spec.extra,
@@ -447,6 +494,57 @@ pub fn summary(values: &[Duration]) -> String {
         ms(percentile(&sorted, 1.0)),
         sorted.len()
     )
+}
+
+/// A markdown table of several setups measured in one run: per row, p50 / p99 of each
+/// setup's durations and, after the first setup, the ratio against the first (> 1 is
+/// slower). `rows` holds a name and one list of durations per setup, in `labels`'
+/// order; a row whose first list is empty is left out.
+pub fn print_ratio_table(labels: &[String], rows: &[(&str, Vec<&[Duration]>)]) {
+    let quantiles = |values: &[Duration]| {
+        let mut sorted = values.to_vec();
+        sorted.sort();
+        (percentile(&sorted, 0.5), percentile(&sorted, 0.99))
+    };
+    let ratio = |a: Duration, b: Duration| {
+        if b.is_zero() {
+            "—".to_string()
+        } else {
+            format!("{:.2}×", a.as_secs_f64() / b.as_secs_f64())
+        }
+    };
+    let mut header = String::from("| what |");
+    let mut rule = String::from("|---|");
+    for (i, label) in labels.iter().enumerate() {
+        header.push_str(&format!(" {label} p50 / p99 |"));
+        rule.push_str("---|");
+        if i > 0 {
+            header.push_str(" ratio p50 / p99 |");
+            rule.push_str("---|");
+        }
+    }
+    println!();
+    println!("{header}");
+    println!("{rule}");
+    for (name, setups) in rows {
+        let Some(first) = setups.first().filter(|first| !first.is_empty()) else {
+            continue;
+        };
+        let (base50, base99) = quantiles(first);
+        let mut line = format!("| {name} |");
+        for (i, values) in setups.iter().enumerate() {
+            let (p50, p99) = quantiles(values);
+            line.push_str(&format!(" {} / {} |", ms(p50), ms(p99)));
+            if i > 0 {
+                line.push_str(&format!(
+                    " {} / {} |",
+                    ratio(p50, base50),
+                    ratio(p99, base99)
+                ));
+            }
+        }
+        println!("{line}");
+    }
 }
 
 /// VmRSS of a process, MiB.

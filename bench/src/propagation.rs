@@ -9,10 +9,20 @@
 //! every Snapshot/Delta at once, a Heartbeat every Welcome interval), without serving
 //! anything.
 //!
+//! `--replicas R` runs the hub as R replicas on one etcd (`--store etcd|etcd3`), the
+//! agents spread over their gateways; `--dns` gives every replica the embedded DNS
+//! server. `--report-seconds S` adds, after the rounds, a window of S seconds in which
+//! every agent reports every `--report-interval-ms` with load figures that change at
+//! every report (as a busy cluster's do), and measures what that writes to etcd: the
+//! revision and put counters, and the changed keys per prefix (a watch on every key),
+//! against the naive cost of writing every report; with `--flap-percent P` a second
+//! window does the same with P % of the clusters flapping their backend's health.
+//!
 //! Run: `cargo build --release --bins && target/release/propagation-bench --clusters 100`
 //! (see docs/benchmarks.md). It prints numbers; it asserts nothing.
 
 use std::collections::{HashMap, HashSet};
+use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -20,16 +30,18 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use fedingress_bench::sim_agent::Session;
+use fedingress_bench::etcd::{EtcdCounters, KeyWatch};
+use fedingress_bench::replicas::{ReplicaFlags, Replicas};
+use fedingress_bench::sim_agent::{Applied, Load, Session, report, track};
 use fedingress_bench::{
-    Api, Apiserver, CpuWindow, GROUP_PATH, HubTiming, ingress, ms, percentile, rss_mib, sibling,
-    summary, today,
+    Api, CpuWindow, GROUP_PATH, HubTiming, ingress, ms, percentile, print_ratio_table, rss_mib,
+    sibling, summary, today,
 };
 use fedingress_proto::convert::{agent_to_pb, hub_from_pb};
 use fedingress_proto::{AgentToHub, HubToAgent};
 use futures_util::StreamExt;
 use serde_json::Value;
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, watch};
 use tonic::transport::{Channel, Endpoint};
 
 #[derive(Parser)]
@@ -66,10 +78,41 @@ struct Args {
     /// Idle window for the hub's CPU measurement, seconds.
     #[arg(long, default_value_t = 10)]
     idle_seconds: u64,
+    /// The hub's replicas (agent i connects to the gateway of replica i mod R).
+    #[command(flatten)]
+    hub: ReplicaFlags,
+    /// Run one replica on redb, then `--replicas` (at least 2; default 3) on `--store`
+    /// (default etcd3), and print the rounds' ratios against the single replica.
+    #[arg(long)]
+    compare: bool,
+    /// The embedded DNS server on every replica (zone `bench.test`).
+    #[arg(long)]
+    dns: bool,
+    /// After the rounds: a window of this many seconds with every agent reporting (0:
+    /// none).
+    #[arg(long, default_value_t = 0)]
+    report_seconds: u64,
+    /// Report interval of every agent in the window (the real agent's default
+    /// `reportIntervalMs` is 5000).
+    #[arg(long, default_value_t = 5000)]
+    report_interval_ms: u64,
+    /// A second window in which this % of the clusters flap their backend's health.
+    #[arg(long, default_value_t = 0.0)]
+    flap_percent: f64,
+    /// A flapping cluster's backend goes unready and ready again every this many ms
+    /// (half of it each way).
+    #[arg(long, default_value_t = 10_000)]
+    flap_period_ms: u64,
     /// federation-apiserver binary (default: next to this one).
     #[arg(long)]
     apiserver: Option<PathBuf>,
 }
+
+/// Replica rN on 127.0.84.N.
+const BLOCK: u8 = 84;
+/// The `locations:` of the replicas' `dns:` section (`--dns`).
+const LOCATIONS: &str =
+    "  locations:\n    default: {region: europe-west1, latitude: 50.0, longitude: 4.0}\n";
 
 const NS: &str = "bench";
 const REGIONS: [(&str, f64, f64); 5] = [
@@ -85,7 +128,6 @@ const ROUND_PORT: u16 = 20000;
 const BULK_PORT: u16 = 21000;
 
 /// What the simulated agents saw.
-#[derive(Default)]
 struct Shared {
     /// FederatedIngress name → when each agent first had it in a plan.
     received: std::sync::Mutex<HashMap<String, Vec<Instant>>>,
@@ -105,6 +147,117 @@ struct Shared {
     /// When `bulk_seen` reached `bulk_target` (clusters × bulk ingresses).
     bulk_target: AtomicUsize,
     bulk_done: std::sync::Mutex<Option<Instant>>,
+    /// What the agents report now (the report windows).
+    reporting: watch::Sender<Reporting>,
+    /// Reports sent, and of them those that changed the backend's health.
+    reports: AtomicU64,
+    health_reports: AtomicU64,
+}
+
+impl Default for Shared {
+    fn default() -> Self {
+        Self {
+            received: Default::default(),
+            sessions: Default::default(),
+            session_errors: Default::default(),
+            plans: Default::default(),
+            snapshots: Default::default(),
+            deltas_without_news: Default::default(),
+            heartbeats: Default::default(),
+            bulk_seen: Default::default(),
+            bulk_target: Default::default(),
+            bulk_done: Default::default(),
+            reporting: watch::Sender::new(Reporting::default()),
+            reports: Default::default(),
+            health_reports: Default::default(),
+        }
+    }
+}
+
+/// When the simulated agents report. Outside the windows they send no Reports.
+#[derive(Clone, Copy, Debug, Default)]
+struct Reporting {
+    /// Every agent reports this often (`None`: no reports).
+    every: Option<Duration>,
+    /// Agents whose index is a multiple of this flap their backend (0: none).
+    flap_every: usize,
+    /// How long a flapping backend stays ready, and then unready.
+    flap_half: Duration,
+}
+
+/// What a simulated agent reports: load figures that change at every report, and its
+/// backend's readiness.
+struct Reporter {
+    index: usize,
+    ip: Ipv4Addr,
+    mode: Reporting,
+    /// When the mode was taken up: reports and flips are phased from it.
+    since: tokio::time::Instant,
+    sent: u64,
+    ready: bool,
+    next_report: tokio::time::Instant,
+    next_flip: Option<tokio::time::Instant>,
+}
+
+impl Reporter {
+    fn new(index: usize, mode: Reporting, agents: usize) -> Self {
+        let since = tokio::time::Instant::now();
+        let spread = |period: Duration| {
+            // Agents are spread evenly over the period, not all at once.
+            period.mul_f64(index as f64 / agents.max(1) as f64)
+        };
+        let flapping = mode.flap_every > 0 && index.is_multiple_of(mode.flap_every);
+        Self {
+            index,
+            ip: Ipv4Addr::new(127, 1, (index / 250) as u8, (index % 250 + 1) as u8),
+            mode,
+            since,
+            sent: 0,
+            ready: true,
+            next_report: since + mode.every.map(spread).unwrap_or_default(),
+            next_flip: flapping.then(|| since + spread(mode.flap_half) + mode.flap_half),
+        }
+    }
+
+    /// When to act next (far away when not reporting).
+    fn wake(&self) -> tokio::time::Instant {
+        if self.mode.every.is_none() {
+            return self.since + Duration::from_secs(86_400);
+        }
+        self.next_flip
+            .map_or(self.next_report, |flip| flip.min(self.next_report))
+    }
+
+    /// The next report: its load figures differ from the previous report's.
+    fn report(&mut self, plan: &Applied) -> fedingress_proto::pb::AgentMessage {
+        self.sent += 1;
+        let step = self.index as u64 * 31 + self.sent * 17;
+        if let Some(every) = self.mode.every {
+            self.next_report = tokio::time::Instant::now() + every;
+        }
+        report(
+            plan,
+            self.ip,
+            &Load {
+                requests_per_second: 50.0 + (step % 100) as f64 + 0.25,
+                active_connections: 10 + (step % 53),
+                ready: self.ready,
+            },
+        )
+    }
+
+    /// At a flip: the backend's readiness changes (the report follows at once, as a real
+    /// agent's does on a change).
+    fn flip_due(&mut self) -> bool {
+        match self.next_flip {
+            Some(at) if at <= tokio::time::Instant::now() => {
+                self.ready = !self.ready;
+                self.next_flip = Some(at + self.mode.flap_half);
+                true
+            }
+            _ => false,
+        }
+    }
 }
 
 /// Name prefixes of the bulk ingresses (counted, not timed one by one).
@@ -119,11 +272,26 @@ fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// One simulated agent: sessions until aborted, reconnecting after an error.
-async fn agent(channel: Channel, cluster: String, token: String, shared: Arc<Shared>) {
+/// One simulated agent (the `index`-th of `agents`): sessions until aborted,
+/// reconnecting after an error.
+async fn agent(
+    channel: Channel,
+    cluster: String,
+    token: String,
+    (index, agents): (usize, usize),
+    shared: Arc<Shared>,
+) {
     let mut seen = HashSet::new();
     loop {
-        if let Err(e) = session(&channel, &cluster, &token, &shared, &mut seen).await {
+        let session = session(
+            &channel,
+            &cluster,
+            &token,
+            (index, agents),
+            &shared,
+            &mut seen,
+        );
+        if let Err(e) = session.await {
             let n = shared.session_errors.fetch_add(1, Ordering::Relaxed);
             if n < 5 {
                 eprintln!("agent {cluster}: session ended: {e:#} (reconnecting)");
@@ -137,6 +305,7 @@ async fn session(
     channel: &Channel,
     cluster: &str,
     token: &str,
+    (index, agents): (usize, usize),
     shared: &Shared,
     seen: &mut HashSet<String>,
 ) -> anyhow::Result<()> {
@@ -147,19 +316,26 @@ async fn session(
     } = Session::open(channel, cluster, token, "propagation-bench").await?;
     shared.sessions.fetch_add(1, Ordering::Relaxed);
     let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    let mut reporting = shared.reporting.subscribe();
+    let mut reporter = Reporter::new(index, *reporting.borrow_and_update(), agents);
+    let mut plan = Applied::new();
     loop {
         tokio::select! {
             message = inbound.message() => {
                 let now = Instant::now();
                 let message = message?.context("the hub closed the stream")?;
-                let (version, names, snapshot): (u64, Vec<String>, bool) = match hub_from_pb(message)? {
-                    HubToAgent::Snapshot { version, plan, .. } => {
-                        (version, plan.ingresses.keys().map(|k| k.name.clone()).collect(), true)
+                let message = hub_from_pb(message)?;
+                let (names, snapshot): (Vec<String>, bool) = match &message {
+                    HubToAgent::Snapshot { plan, .. } => {
+                        (plan.ingresses.keys().map(|k| k.name.clone()).collect(), true)
                     }
-                    HubToAgent::Delta { version, delta, .. } => {
-                        (version, delta.upserts.iter().map(|s| s.key.name.clone()).collect(), false)
+                    HubToAgent::Delta { delta, .. } => {
+                        (delta.upserts.iter().map(|s| s.key.name.clone()).collect(), false)
                     }
                     HubToAgent::Welcome { .. } | HubToAgent::Ping => continue,
+                };
+                let Some(version) = track(&mut plan, &message) else {
+                    continue;
                 };
                 let new: Vec<String> = names.into_iter().filter(|n| seen.insert(n.clone())).collect();
                 if snapshot {
@@ -183,10 +359,26 @@ async fn session(
                 }
                 shared.plans.fetch_add(1, Ordering::Relaxed);
                 tx.send(agent_to_pb(&AgentToHub::Ack { version })).await?;
+                if reporter.mode.every.is_some() {
+                    // A real agent reports right after every apply.
+                    shared.reports.fetch_add(1, Ordering::Relaxed);
+                    tx.send(reporter.report(&plan)).await?;
+                }
             }
             _ = ticks.tick() => {
                 shared.heartbeats.fetch_add(1, Ordering::Relaxed);
                 tx.send(agent_to_pb(&AgentToHub::Heartbeat)).await?;
+            }
+            changed = reporting.changed() => {
+                changed?;
+                reporter = Reporter::new(index, *reporting.borrow_and_update(), agents);
+            }
+            () = tokio::time::sleep_until(reporter.wake()) => {
+                if reporter.flip_due() {
+                    shared.health_reports.fetch_add(1, Ordering::Relaxed);
+                }
+                shared.reports.fetch_add(1, Ordering::Relaxed);
+                tx.send(reporter.report(&plan)).await?;
             }
         }
     }
@@ -240,29 +432,82 @@ async fn watch_propagated(
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let binary = sibling(args.apiserver.clone(), "federation-apiserver")?;
-    let hub = Apiserver::start(
-        &binary,
-        "127.0.0.1",
-        HubTiming {
-            heartbeat_ms: 2000,
-            lease_ms: 6000,
-        },
-    )
-    .await?;
-    let result = run(&args, &hub).await;
-    hub.proc.stop().await;
-    result
+    let setups = args.hub.setups(args.compare);
+    let mut results = Vec::new();
+    for (count, store) in setups {
+        let settings = args.hub.settings(
+            count,
+            store,
+            BLOCK,
+            HubTiming {
+                heartbeat_ms: 2000,
+                lease_ms: 6000,
+            },
+            args.dns.then_some(("bench.test", LOCATIONS)),
+        );
+        let replicas = Replicas::start(&binary, &settings).await?;
+        let result = run(&args, &replicas).await;
+        let label = replicas.label();
+        replicas.stop().await;
+        results.push((label, result?));
+    }
+    if results.len() > 1 {
+        print_table(&results);
+    }
+    Ok(())
 }
 
-async fn run(args: &Args, hub: &Apiserver) -> anyhow::Result<()> {
+/// What the rounds measured (empty with --cold-start).
+#[derive(Default)]
+struct Rounds {
+    post: Vec<Duration>,
+    /// POST → the last agent has the plan, per round.
+    all_agents: Vec<Duration>,
+    /// POST → each agent has it, every agent and round.
+    per_agent: Vec<Duration>,
+    propagated: Vec<Duration>,
+}
+
+/// The rounds of every setup, with ratios against the first.
+fn print_table(results: &[(String, Rounds)]) {
+    type Get = fn(&Rounds) -> &[Duration];
+    let rows: [(&str, Get); 4] = [
+        ("POST answered", |r| &r.post),
+        ("POST → last agent has the plan", |r| &r.all_agents),
+        ("POST → one agent has it (every agent)", |r| &r.per_agent),
+        ("POST → Propagated=True", |r| &r.propagated),
+    ];
+    let labels: Vec<String> = results.iter().map(|(label, _)| label.clone()).collect();
+    let rows: Vec<(&str, Vec<&[Duration]>)> = rows
+        .iter()
+        .map(|(name, get)| (*name, results.iter().map(|(_, r)| get(r)).collect()))
+        .collect();
+    print_ratio_table(&labels, &rows);
+}
+
+async fn run(args: &Args, replicas: &Replicas) -> anyhow::Result<Rounds> {
     let n = args.clusters;
-    let pid = hub.proc.pid;
-    let api = Api::new(&hub.api)?;
+    let r1 = &replicas.replicas[0];
+    let pid = r1.pid().context("r1 runs")?;
+    let api = Api::new(&r1.api)?;
+    let gateways = replicas.gateways();
     println!(
-        "propagation-bench {}: federation-apiserver pid {pid}, api {}, agent gateway {}; heartbeat 2000 ms, lease 6000 ms",
+        "propagation-bench {}: {}{}: federation-apiserver pids {:?}, api {} (REST requests go to r1), agent gateways {}; heartbeat 2000 ms, lease 6000 ms{}",
         today(),
-        hub.api,
-        hub.agent
+        replicas.label(),
+        if args.dns {
+            ", DNS on every replica"
+        } else {
+            ""
+        },
+        replicas.pids(),
+        r1.api,
+        gateways.join(", "),
+        replicas
+            .etcd
+            .as_ref()
+            .map(|e| format!("; etcd pids {:?}", e.pids()))
+            .unwrap_or_default()
     );
     if args.rounds > usize::from(BULK_PORT - ROUND_PORT) {
         bail!("at most {} rounds", BULK_PORT - ROUND_PORT);
@@ -350,22 +595,29 @@ async fn run(args: &Args, hub: &Apiserver) -> anyhow::Result<()> {
         );
     }
 
-    // Channels, then agents.
-    let endpoint = Endpoint::from_shared(format!("http://{}", hub.agent))?
-        .tcp_nodelay(true)
-        .connect_timeout(Duration::from_secs(10));
+    // Channels (channel j to replica j mod R), then agents.
+    let endpoints = gateways
+        .iter()
+        .map(|gateway| {
+            Ok::<_, anyhow::Error>(
+                Endpoint::from_shared(format!("http://{gateway}"))?
+                    .tcp_nodelay(true)
+                    .connect_timeout(Duration::from_secs(10)),
+            )
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let channel_count = if args.channels == 0 { n } else { args.channels };
     let limit = Arc::new(Semaphore::new(64));
     let started = Instant::now();
     let channels: Vec<Channel> = futures_util::stream::iter(0..channel_count)
-        .map(|_| {
-            let (endpoint, limit) = (endpoint.clone(), limit.clone());
+        .map(|j| {
+            let (endpoint, limit) = (endpoints[j % endpoints.len()].clone(), limit.clone());
             async move {
                 let _permit = limit.acquire().await?;
                 Ok::<_, anyhow::Error>(endpoint.connect().await?)
             }
         })
-        .buffer_unordered(64)
+        .buffered(64)
         .collect::<Vec<_>>()
         .await
         .into_iter()
@@ -378,6 +630,7 @@ async fn run(args: &Args, hub: &Apiserver) -> anyhow::Result<()> {
                 channels[i % channels.len()].clone(),
                 cluster.clone(),
                 token.clone(),
+                (i, n),
                 shared.clone(),
             ))
         })
@@ -454,12 +707,12 @@ async fn run(args: &Args, hub: &Apiserver) -> anyhow::Result<()> {
             rss_mib(pid)?
         );
         watcher.abort();
-        idle(args, &shared, pid).await?;
+        idle(args, &shared, replicas).await?;
         for task in agents {
             task.abort();
         }
         drop(channels);
-        return Ok(());
+        return Ok(Rounds::default());
     }
 
     // Rounds.
@@ -554,12 +807,23 @@ async fn run(args: &Args, hub: &Apiserver) -> anyhow::Result<()> {
         ms(percentile(&sorted_prop, 1.0))
     );
     watcher.abort();
-    idle(args, &shared, pid).await?;
+    idle(args, &shared, replicas).await?;
+    if args.report_seconds > 0 {
+        report_window(args, &shared, replicas, false).await?;
+        if args.flap_percent > 0.0 {
+            report_window(args, &shared, replicas, true).await?;
+        }
+    }
     for task in agents {
         task.abort();
     }
     drop(channels);
-    Ok(())
+    Ok(Rounds {
+        post: post_times,
+        all_agents: all_times,
+        per_agent,
+        propagated: propagated_times,
+    })
 }
 
 /// The most RSS the process has had (`VmHWM`), MiB.
@@ -574,22 +838,46 @@ fn peak_rss_mib(pid: u32) -> anyhow::Result<f64> {
     Ok(kib / 1024.0)
 }
 
-/// Idle: N agents heartbeating, nothing changing; the hub's CPU and RSS.
-async fn idle(args: &Args, shared: &Shared, pid: u32) -> anyhow::Result<()> {
+/// Idle: N agents heartbeating, nothing changing; the hub's CPU and RSS (each replica's
+/// with several).
+async fn idle(args: &Args, shared: &Shared, replicas: &Replicas) -> anyhow::Result<()> {
     let n = args.clusters;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let heartbeats_before = shared.heartbeats.load(Ordering::Relaxed);
-    let window = CpuWindow::start(&[pid, std::process::id()]);
+    let mut pids = replicas.pids();
+    pids.push(std::process::id());
+    let window = CpuWindow::start(&pids);
     tokio::time::sleep(Duration::from_secs(args.idle_seconds)).await;
     let cpu = window.finish();
     let heartbeats = shared.heartbeats.load(Ordering::Relaxed) - heartbeats_before;
+    let hubs = &pids[..pids.len() - 1];
+    let each = |values: Vec<String>| {
+        if hubs.len() > 1 {
+            format!(" ({})", values.join(", "))
+        } else {
+            String::new()
+        }
+    };
+    let mut rss = Vec::new();
+    let mut peak = Vec::new();
+    for pid in hubs {
+        rss.push(rss_mib(*pid)?);
+        peak.push(peak_rss_mib(*pid)?);
+    }
     println!(
-        "idle with {n} agents heartbeating every 2 s ({heartbeats} heartbeats in {} s): hub CPU {:.1}% of one core, hub RSS {:.1} MiB, peak {:.1} MiB (this bench process, simulating the agents: CPU {:.1}%)",
+        "idle with {n} agents heartbeating every 2 s ({heartbeats} heartbeats in {} s): hub CPU {:.1}% of one core{}, hub RSS {:.1} MiB{}, peak {:.1} MiB (this bench process, simulating the agents: CPU {:.1}%)",
         args.idle_seconds,
-        cpu[0],
-        rss_mib(pid)?,
-        peak_rss_mib(pid)?,
-        cpu[1]
+        cpu[..hubs.len()].iter().sum::<f64>(),
+        each(
+            cpu[..hubs.len()]
+                .iter()
+                .map(|c| format!("{c:.1}%"))
+                .collect()
+        ),
+        rss.iter().sum::<f64>(),
+        each(rss.iter().map(|r| format!("{r:.1} MiB")).collect()),
+        peak.iter().sum::<f64>(),
+        cpu[hubs.len()]
     );
     println!(
         "agent sessions: {} started, {} ended with an error (reconnected); {} plans acked: {} snapshots, {} deltas, {} of the deltas with no FederatedIngress new to the agent",
@@ -688,4 +976,147 @@ async fn wait_propagated(
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// A window of `--report-seconds` with every agent reporting (and, with `flapping`,
+/// `--flap-percent` of them flapping their backend): what it wrote to etcd, against
+/// the naive cost of writing every report.
+async fn report_window(
+    args: &Args,
+    shared: &Shared,
+    replicas: &Replicas,
+    flapping: bool,
+) -> anyhow::Result<()> {
+    let n = args.clusters;
+    let every = Duration::from_millis(args.report_interval_ms.max(1));
+    let flap_every = if flapping {
+        ((100.0 / args.flap_percent).round() as usize).max(1)
+    } else {
+        0
+    };
+    let flappers = if flap_every > 0 {
+        n.div_ceil(flap_every)
+    } else {
+        0
+    };
+    shared.reporting.send_replace(Reporting {
+        every: Some(every),
+        flap_every,
+        flap_half: Duration::from_millis(args.flap_period_ms / 2),
+    });
+    // The first reports change more than load: every (cluster, ingress) becomes healthy,
+    // with an Event each. Not measured: the window starts once no Event was written for
+    // 3 s (and at least two report intervals in).
+    let etcd = replicas.etcd.as_ref();
+    let keys = match etcd {
+        Some(etcd) => {
+            let now = etcd.counters().await?;
+            Some(KeyWatch::start(&etcd.client_urls[0], now.revision as i64).await?)
+        }
+        None => None,
+    };
+    let warming = Instant::now();
+    let events = "/registry/fedingress.io/events";
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let waited = warming.elapsed();
+        let quiet = keys
+            .as_ref()
+            .is_none_or(|k| k.recent(events, Duration::from_secs(3)) == 0);
+        if (waited >= every * 2 && waited >= Duration::from_secs(5) && quiet)
+            || waited > Duration::from_secs(300)
+        {
+            break;
+        }
+    }
+    let warm_up = warming.elapsed();
+    let warm_events = keys.as_ref().map_or(0, |k| k.total(events));
+    let before = match etcd {
+        Some(etcd) => Some(etcd.counters().await?),
+        None => None,
+    };
+    let reports_before = shared.reports.load(Ordering::Relaxed);
+    let health_before = shared.health_reports.load(Ordering::Relaxed);
+    let mut pids = replicas.pids();
+    let hubs = pids.len();
+    let etcd_pids = etcd.map(|e| e.pids()).unwrap_or_default();
+    pids.extend(&etcd_pids);
+    pids.push(std::process::id());
+    let window = CpuWindow::start(&pids);
+    let started = Instant::now();
+    tokio::time::sleep(Duration::from_secs(args.report_seconds)).await;
+    let seconds = started.elapsed().as_secs_f64();
+    let cpu = window.finish();
+    let after = match etcd {
+        Some(etcd) => Some(etcd.counters().await?),
+        None => None,
+    };
+    let reports = (shared.reports.load(Ordering::Relaxed) - reports_before) as f64 / seconds;
+    let health = (shared.health_reports.load(Ordering::Relaxed) - health_before) as f64 / seconds;
+    shared.reporting.send_replace(Reporting::default());
+    println!(
+        "--- report window: {n} agents reporting every {} ms, load figures changing at every report{}; {seconds:.1} s measured after {:.1} s of warm-up ({warm_events} Events written in it) ---",
+        every.as_millis(),
+        if flapping {
+            format!(
+                ", {flappers} clusters ({} %) flapping their backend every {} ms",
+                args.flap_percent, args.flap_period_ms
+            )
+        } else {
+            String::new()
+        },
+        warm_up.as_secs_f64()
+    );
+    println!(
+        "naive cost, every report written: {reports:.1} reports/s ({health:.2}/s of them health changes)"
+    );
+    if let (Some(before), Some(after), Some(keys)) = (before, after, keys) {
+        let EtcdCounters {
+            revision,
+            puts,
+            deletes,
+            proposals,
+            fsyncs,
+        } = after.rate_since(&before, seconds);
+        println!(
+            "etcd: revisions {revision:.1}/s, puts {puts:.1}/s, deletes {deletes:.1}/s, raft proposals {proposals:.1}/s, WAL fsyncs {fsyncs:.1}/s (member m0)"
+        );
+        println!(
+            "etcd writes ÷ naive: revisions {:.3}×, puts {:.3}×",
+            revision / reports,
+            puts / reports
+        );
+        let counts = keys
+            .counts_between(before.revision as i64, after.revision as i64)
+            .await;
+        for (prefix, count) in &counts {
+            println!(
+                "  {prefix}: {:.1} changes/s, {:.1} KB/s of values ({:.3}× the naive rate)",
+                count.changes as f64 / seconds,
+                count.bytes as f64 / seconds / 1000.0,
+                count.changes as f64 / seconds / reports
+            );
+        }
+    } else {
+        println!("store writes are counted on etcd only (this run: redb)");
+    }
+    let fmt = |values: &[f64]| {
+        if values.is_empty() {
+            return "none".to_string();
+        }
+        values
+            .iter()
+            .map(|c| format!("{c:.1}%"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    println!(
+        "CPU (% of one core): replicas {}; etcd members {}; this bench process {:.1}%",
+        fmt(&cpu[..hubs]),
+        fmt(&cpu[hubs..hubs + etcd_pids.len()]),
+        cpu[cpu.len() - 1]
+    );
+    // Let the last reports settle before anything else is measured.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    Ok(())
 }

@@ -5,7 +5,9 @@
 //! address is the given IP. The hub then counts every ingress healthy on that cluster.
 //!
 //! Entry point: [`agent`] (spawn it; abort the task to stop it) with [`AgentStats`].
-//! [`Session::open`] (Hello, Welcome) serves agents that do something else with plans.
+//! [`Session::open`] (Hello, Welcome) and [`report`] (with load figures and backend
+//! readiness of the bench's choosing, [`Load`]) serve agents that do something else with
+//! plans.
 //! It runs no data plane and no health checks: benches that need those start the real
 //! `cluster-agent` ([`crate::Agent`]).
 
@@ -61,9 +63,59 @@ fn ip_address(ip: Ipv4Addr) -> pb::Address {
     }
 }
 
+/// The plan as a simulated agent has it: (namespace, name) → generation of each share
+/// (what its reports say is applied).
+pub type Applied = BTreeMap<(String, String), i64>;
+
+/// Takes in a Snapshot or Delta: `applied` becomes the plan it leads to; its version
+/// (`None` for other messages, which change nothing).
+pub fn track(applied: &mut Applied, message: &HubToAgent) -> Option<u64> {
+    match message {
+        HubToAgent::Snapshot { version, plan, .. } => {
+            *applied = plan
+                .ingresses
+                .values()
+                .map(|s| ((s.key.namespace.clone(), s.key.name.clone()), s.generation))
+                .collect();
+            Some(*version)
+        }
+        HubToAgent::Delta { version, delta, .. } => {
+            for key in &delta.deletes {
+                applied.remove(&(key.namespace.clone(), key.name.clone()));
+            }
+            for s in &delta.upserts {
+                applied.insert((s.key.namespace.clone(), s.key.name.clone()), s.generation);
+            }
+            Some(*version)
+        }
+        HubToAgent::Welcome { .. } | HubToAgent::Ping => None,
+    }
+}
+
+/// What a report says besides the plan: the cluster's load figures and whether its
+/// `echo:9000` backend is ready.
+#[derive(Clone, Copy, Debug)]
+pub struct Load {
+    pub requests_per_second: f64,
+    pub active_connections: u64,
+    pub ready: bool,
+}
+
+impl Default for Load {
+    /// Idle and ready.
+    fn default() -> Self {
+        Self {
+            requests_per_second: 0.0,
+            active_connections: 0,
+            ready: true,
+        }
+    }
+}
+
 /// A report saying every share of `plan` (key → generation) is applied, its `echo:9000`
-/// backend has 1 of 1 endpoints ready, and the cluster's address is `ip`.
-fn report(plan: &BTreeMap<(String, String), i64>, ip: Ipv4Addr) -> pb::AgentMessage {
+/// backend has 1 of 1 endpoints ready (0 of 1 when `load.ready` is false), and the
+/// cluster's address is `ip`, with `load`'s figures.
+pub fn report(plan: &Applied, ip: Ipv4Addr, load: &Load) -> pb::AgentMessage {
     let ingresses = plan
         .iter()
         .map(|((namespace, name), generation)| pb::IngressReport {
@@ -76,7 +128,7 @@ fn report(plan: &BTreeMap<(String, String), i64>, ip: Ipv4Addr) -> pb::AgentMess
             backends: vec![pb::BackendHealth {
                 service: "echo".into(),
                 port: 9000,
-                ready: 1,
+                ready: u32::from(load.ready),
                 total: 1,
             }],
             listeners: Vec::new(),
@@ -88,8 +140,8 @@ fn report(plan: &BTreeMap<(String, String), i64>, ip: Ipv4Addr) -> pb::AgentMess
         kind: Some(pb::agent_message::Kind::Report(pb::Report {
             ingresses,
             addresses: vec![ip_address(ip)],
-            requests_per_second: 0.0,
-            active_connections: 0,
+            requests_per_second: load.requests_per_second,
+            active_connections: load.active_connections,
         })),
     }
 }
@@ -162,31 +214,14 @@ async fn session(
     let mut heartbeats = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     // Reports are coalesced: at most one per 100 ms, after a plan changed.
     let mut reports = tokio::time::interval(Duration::from_millis(100));
-    let mut plan: BTreeMap<(String, String), i64> = BTreeMap::new();
+    let mut plan = Applied::new();
     let mut dirty = true;
     loop {
         tokio::select! {
             message = inbound.message() => {
                 let message = message?.context("the hub closed the stream")?;
-                let version = match hub_from_pb(message)? {
-                    HubToAgent::Snapshot { version, plan: full, .. } => {
-                        plan = full
-                            .ingresses
-                            .values()
-                            .map(|s| ((s.key.namespace.clone(), s.key.name.clone()), s.generation))
-                            .collect();
-                        version
-                    }
-                    HubToAgent::Delta { version, delta, .. } => {
-                        for key in &delta.deletes {
-                            plan.remove(&(key.namespace.clone(), key.name.clone()));
-                        }
-                        for s in &delta.upserts {
-                            plan.insert((s.key.namespace.clone(), s.key.name.clone()), s.generation);
-                        }
-                        version
-                    }
-                    HubToAgent::Welcome { .. } | HubToAgent::Ping => continue,
+                let Some(version) = track(&mut plan, &hub_from_pb(message)?) else {
+                    continue;
                 };
                 stats.plans.fetch_add(1, Ordering::Relaxed);
                 tx.send(agent_to_pb(&AgentToHub::Ack { version })).await?;
@@ -196,7 +231,7 @@ async fn session(
                 if dirty {
                     dirty = false;
                     stats.reports.fetch_add(1, Ordering::Relaxed);
-                    tx.send(report(&plan, ip)).await?;
+                    tx.send(report(&plan, ip, &Load::default())).await?;
                 }
             }
             _ = heartbeats.tick() => {
