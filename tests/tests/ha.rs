@@ -557,8 +557,12 @@ fn replicas_on_etcd_survive_replica_leader_and_etcd_member_loss() {
     });
     let took = elected.duration_since(leader_killed);
     eprintln!("new leader {took:?} after the leader's kill (lease {REPLICA_LEASE:?})");
+    // Generous: this kill follows the etcd leader's loss, and an etcd leader change
+    // renews every lease (etcd's lessor promotion), so the dead replica's lease may
+    // outlive its last renewal by more than its TTL here. failover-bench measures the
+    // steady case (p50 0.92x, max 1.15x the lease).
     assert!(
-        took <= REPLICA_LEASE * 3,
+        took <= REPLICA_LEASE * 5,
         "a new leader took {took:?} (lease {REPLICA_LEASE:?})"
     );
     eventually(WAIT, "both agents on the last replica", || {

@@ -6,7 +6,7 @@
 //!   `/fedingress/agents/<cluster>`, attached to the replica's lease: when the replica
 //!   dies the records vanish with it. It writes when something the controller uses
 //!   changed (connect, ack/nack, report, end of the session, lease missed), coalesced;
-//!   changes of load figures alone at most every [`LOAD_INTERVAL`]. Heartbeats are not
+//!   changes of load figures alone at most every [`LOAD_INTERVAL`] (15 s). Heartbeats are not
 //!   written: a session is alive as long as its record exists and says so.
 //! - [`AgentDirectory`] (every replica; the leader uses it) mirrors the records into a
 //!   [`Hub`] of its own that the controller reads agents from. A record that vanished
@@ -35,8 +35,10 @@ use super::{AgentState, Hub, Published};
 
 /// Storage prefix of agent records.
 pub const PREFIX: &str = "/fedingress/agents/";
-/// A record whose only change is load figures is rewritten at most this often.
-pub const LOAD_INTERVAL: Duration = Duration::from_secs(5);
+/// A record whose only change is load figures is rewritten at most this often (three
+/// times the agents' default report interval: load only steers Overflow, and a few
+/// seconds of staleness there cost less than a write per report).
+pub const LOAD_INTERVAL: Duration = Duration::from_secs(15);
 /// How often the publisher looks for sessions past their lease.
 const TICK: Duration = Duration::from_millis(250);
 /// Wait after a change before writing, so bursts coalesce.

@@ -239,19 +239,33 @@ impl Controller {
                     dns_events = self.watch_dns().await;
                 }
                 let wait = self.next_wait();
+                let mut dns_only = false;
                 tokio::select! {
                     event = events.next() => match event {
                         Some(Ok(event)) => self.observe(&event).await,
                         Some(Err(e)) => { self.relist(&e).await; break; }
                         None => { self.relist(&StoreError::Closed).await; break; }
                     },
-                    event = next_event(&mut dns_events) => self.observe_dns(event, &mut dns_events),
+                    event = next_event(&mut dns_events) => {
+                        self.observe_dns(event, &mut dns_events);
+                        dns_only = true;
+                    }
                     _ = changes.changed() => {}
                     _ = self.role.changed() => self.take_role().await,
                     () = tokio::time::sleep(wait) => {}
                 }
-                // Debounce: let a burst land, then take everything that arrived.
-                tokio::time::sleep(DEBOUNCE).await;
+                // Debounce: let a burst land, then take everything that arrived. The
+                // stored DNS state needs none (its batches end with the serial key): a
+                // follower serves each batch as soon as that arrives, debounce or not.
+                if !dns_only {
+                    let until = tokio::time::Instant::now() + DEBOUNCE;
+                    loop {
+                        tokio::select! {
+                            () = tokio::time::sleep_until(until) => break,
+                            event = next_event(&mut dns_events) => self.observe_dns(event, &mut dns_events),
+                        }
+                    }
+                }
                 let mut broken = None;
                 while let Some(Some(event)) = futures_util::FutureExt::now_or_never(events.next()) {
                     match event {
