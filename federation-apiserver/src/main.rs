@@ -66,6 +66,11 @@ fn main() -> ExitCode {
         server::print_ready(&server.addresses());
         server.serve(server::shutdown_signal()).await
     });
+    // Served and stepped down: the process ends now. Dropping the runtime would cancel
+    // background tasks (etcd watches, lease keep-alives) that may be mid-poll on another
+    // worker and panic on a timer of a runtime being shut down; nothing they hold needs
+    // a destructor (the lease was revoked, the store's writes are acknowledged).
+    std::mem::forget(runtime);
     match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -166,6 +166,16 @@ pub fn store_error<R: Resource>(name: &str, error: StoreError) -> ApiError {
         } => ApiError::expired(format!(
             "too old resource version: {requested} ({compacted})"
         )),
+        // Only the leader's controller writes fenced; losing leadership is expected.
+        StoreError::Fenced { key } => {
+            tracing::debug!(
+                resource = R::PLURAL,
+                name,
+                key,
+                "write refused: no longer the leader"
+            );
+            ApiError::unavailable(format!("write refused: leadership of {key:?} was lost"))
+        }
         other => {
             tracing::error!(error = %other, resource = R::PLURAL, name, "store request failed");
             ApiError::internal(format!("storage error: {other}"))
