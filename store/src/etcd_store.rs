@@ -303,27 +303,31 @@ impl EtcdStore {
     /// Whether etcd's compacted revision is above `revision` (a range at `revision`
     /// fails as compacted).
     async fn compacted_above(&self, revision: Revision) -> Result<bool, StoreError> {
-        let key = self.probe_key();
-        let answer = self
-            .call(true, move |client| {
-                let key = key.clone();
-                async move {
-                    client
-                        .kv_client()
-                        .get(
-                            key,
-                            Some(GetOptions::new().with_revision(revision).with_count_only()),
-                        )
-                        .await
-                }
-            })
-            .await;
+        let answer = self.count_probe(Some(revision)).await;
         match answer {
             Ok(_) => Ok(false),
             Err(failure) if failure.is_compacted() => Ok(true),
             Err(failure) if failure.is_future_revision() => Ok(false),
             Err(failure) => Err(failure.into_store("read the compacted revision")),
         }
+    }
+
+    /// A count-only read of the probe key (at `revision`, else now): what a read that
+    /// only wants a header or a compaction check costs.
+    async fn count_probe(
+        &self,
+        revision: Option<Revision>,
+    ) -> Result<etcd_client::GetResponse, Failure> {
+        let key = self.probe_key();
+        self.call(true, move |client| {
+            let key = key.clone();
+            let mut options = GetOptions::new().with_count_only();
+            if let Some(revision) = revision {
+                options = options.with_revision(revision);
+            }
+            async move { client.kv_client().get(key, Some(options)).await }
+        })
+        .await
     }
 
     /// Notes a compacted revision learnt from etcd or done here.
@@ -579,17 +583,8 @@ fn prefix_end(prefix: &[u8]) -> Vec<u8> {
 #[async_trait::async_trait]
 impl Store for EtcdStore {
     async fn revision(&self) -> Result<Revision, StoreError> {
-        let key = self.probe_key();
         let answer = self
-            .call(true, move |client| {
-                let key = key.clone();
-                async move {
-                    client
-                        .kv_client()
-                        .get(key, Some(GetOptions::new().with_count_only()))
-                        .await
-                }
-            })
+            .count_probe(None)
             .await
             .map_err(|f| f.into_store("read the revision"))?;
         header_revision(answer.header(), "read the revision")
