@@ -9,7 +9,8 @@
 //! ([`placement::place`]), which ingresses contest a listener or DNS name
 //! ([`conflict::find_conflicts`]), and what each cluster's agent serves
 //! ([`plan::cluster_plans`], [`plan::ClusterPlan`]), and which rules an agent's driver
-//! can serve ([`capability::missing`]).
+//! can serve ([`capability::missing`]). The `rbac.authorization.k8s.io/v1` kinds and their
+//! evaluation live in [`rbac`].
 //!
 //! Decoding is lenient where Kubernetes is (unknown fields are ignored; strict field
 //! validation is the API server's job), and every enum accepts any capitalisation and is
@@ -29,6 +30,7 @@ pub mod meta;
 pub mod names;
 pub mod placement;
 pub mod plan;
+pub mod rbac;
 pub mod selector;
 pub mod validation;
 
