@@ -68,6 +68,28 @@ impl ApiError {
     }
 }
 
+/// Whether a bearer token may be sent to `server`: over https, or over http to
+/// `localhost` or a loopback IP (the dev federation).
+pub fn keeps_token_private(server: &str) -> bool {
+    let Ok(url) = reqwest::Url::parse(server) else {
+        // Not a URL: the request fails later with that error, and sends nothing.
+        return true;
+    };
+    if url.scheme() == "https" {
+        return true;
+    }
+    let host = url.host_str().unwrap_or_default();
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    url.scheme() == "http"
+        && (host.eq_ignore_ascii_case("localhost")
+            || host
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback()))
+}
+
 /// A REST client for one federation-apiserver.
 #[derive(Clone)]
 pub struct Api {
@@ -78,8 +100,21 @@ pub struct Api {
 
 impl Api {
     /// A client for the kubeconfig's server and credentials.
+    ///
+    /// # Errors
+    /// A token with a plain `http://` server that is not on loopback (the token would
+    /// cross the network in the clear), or a certificate authority that is not PEM.
     pub fn new(connection: &Connection) -> anyhow::Result<Self> {
+        if connection.token.is_some() && !keeps_token_private(&connection.server) {
+            anyhow::bail!(
+                "refusing to send the kubeconfig's token to {} over plain http:// (not loopback): \
+                 use the server's https:// address with its certificate-authority",
+                connection.server
+            );
+        }
         let mut builder = reqwest::Client::builder()
+            // A redirect must not carry the token to another scheme or host.
+            .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(Duration::from_secs(5))
             .timeout(Duration::from_secs(30))
             .user_agent(concat!("fedctl/", env!("CARGO_PKG_VERSION")));
@@ -277,4 +312,29 @@ fn root_cause(error: &reqwest::Error) -> String {
         None => text,
     };
     text.replace('\n', " ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_go_over_https_or_to_loopback_only() {
+        for ok in [
+            "https://hub.example:6443",
+            "http://127.0.0.1:6443",
+            "http://127.9.9.9:1",
+            "http://[::1]:6443",
+            "http://localhost:6443",
+        ] {
+            assert!(keeps_token_private(ok), "{ok}");
+        }
+        for bad in [
+            "http://hub.example:6443",
+            "http://10.0.0.1:6443",
+            "http://[2001:db8::1]:6443",
+        ] {
+            assert!(!keeps_token_private(bad), "{bad}");
+        }
+    }
 }

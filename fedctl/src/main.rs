@@ -10,6 +10,7 @@ mod cli;
 mod client;
 mod commands;
 mod dev;
+mod files;
 mod kubeconfig;
 mod progress;
 mod render;

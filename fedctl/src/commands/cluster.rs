@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 use crate::cli::{Emit, JoinArgs, Output, UnjoinArgs};
 use crate::client::{Api, cluster_path, decode, ingress_path, token_path};
 use crate::commands::address_texts;
+use crate::files::write_private;
 use crate::progress::{Step, Stream};
 use crate::render::print_value;
 use crate::{Ctx, UsageError};
@@ -212,15 +213,18 @@ fn hub_addresses(
         return Ok((args.hub_addresses.clone(), None));
     }
     if !connection.agent_gateways.is_empty() {
+        check_hub_addresses(&connection.agent_gateways)?;
         return Ok((connection.agent_gateways.clone(), None));
     }
+    let assumed = vec![default_gateway(&connection.server).ok_or_else(|| {
+        UsageError(format!(
+            "cannot derive the agent gateway from server {:?}: pass --hub-address",
+            connection.server
+        ))
+    })?];
+    check_hub_addresses(&assumed)?;
     Ok((
-        vec![default_gateway(&connection.server).ok_or_else(|| {
-            UsageError(format!(
-                "cannot derive the agent gateway from server {:?}: pass --hub-address",
-                connection.server
-            ))
-        })?],
+        assumed,
         Some("assumed: the API server's host, port 6444 (set it with --hub-address)"),
     ))
 }
@@ -243,6 +247,12 @@ fn check_hub_addresses(addresses: &[String]) -> Result<(), UsageError> {
             return Err(UsageError(format!(
                 "--hub-address {address:?}: every hub address must use the scheme of the first ({:?})",
                 addresses[0]
+            )));
+        }
+        if !crate::client::keeps_token_private(address) {
+            return Err(UsageError(format!(
+                "hub address {address:?} is plain http:// off loopback, which the agent refuses \
+                 (its credentials would cross the network in the clear): use the gateway's https:// address"
             )));
         }
     }
@@ -409,17 +419,6 @@ fn absolute(path: &Path) -> anyhow::Result<PathBuf> {
             .context("reading the current directory")?
             .join(path))
     }
-}
-
-fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)?;
-    file.write_all(bytes)
 }
 
 /// A YAML string (JSON strings are YAML flow scalars).
@@ -790,5 +789,13 @@ mod tests {
         );
         assert!(is_https(&list(&["https://a:6444"])));
         assert!(!is_https(&list(&["http://a:6444"])));
+        let plaintext = check_hub_addresses(&list(&["http://hub.example:6444"]));
+        assert!(
+            plaintext.is_err_and(|e| e.0.contains("plain http:// off loopback")),
+            "plain http to a remote hub"
+        );
+        assert!(
+            check_hub_addresses(&list(&["http://127.0.0.1:6444", "http://[::1]:6444"])).is_ok()
+        );
     }
 }

@@ -43,6 +43,7 @@ use self::state::{Replica, State};
 use crate::Ctx;
 use crate::cli::{BackendCommand, DevCommand, DevUpArgs};
 use crate::client::{Api, cluster_path, decode, ingress_path, token_path};
+use crate::files::write_private;
 use crate::kubeconfig;
 use crate::progress::{Step, Stream};
 
@@ -358,6 +359,12 @@ async fn up(args: DevUpArgs) -> anyhow::Result<()> {
     let shown_dir = args.state.state_dir.display().to_string();
     let dir = absolute(&args.state.state_dir)?;
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    // Tokens, keys and the kubeconfig live below: owner only.
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
+            .with_context(|| format!("restricting {} to its owner", dir.display()))?;
+    }
     if let Some(state) = State::load(&dir)? {
         if state.supervisor.as_ref().is_some_and(process::alive) {
             bail!(
@@ -698,8 +705,11 @@ async fn start_all(
             agent_gateways: &gateways,
         })
         .collect();
-    std::fs::write(&kubeconfig_path, kubeconfig::render(&contexts, "default"))
-        .with_context(|| format!("writing {}", kubeconfig_path.display()))?;
+    write_private(
+        &kubeconfig_path,
+        kubeconfig::render(&contexts, "default").as_bytes(),
+    )
+    .with_context(|| format!("writing {}", kubeconfig_path.display()))?;
     if args.ha {
         step.done(&format!(
             "{} (agent gateways :{}, DNS :{}, store etcd)",
@@ -744,9 +754,9 @@ async fn start_all(
         let token = api.post_empty(&token_path(m.name, None)).await?;
         let cluster_dir = dir.join("clusters").join(m.name);
         std::fs::create_dir_all(&cluster_dir)?;
-        std::fs::write(
-            cluster_dir.join("token"),
-            format!("{}\n", token["token"].as_str().unwrap_or_default()),
+        write_private(
+            &cluster_dir.join("token"),
+            format!("{}\n", token["token"].as_str().unwrap_or_default()).as_bytes(),
         )?;
         std::fs::write(
             cluster_dir.join("agent.yaml"),
