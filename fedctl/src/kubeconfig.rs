@@ -24,8 +24,9 @@ use serde::Deserialize;
 /// Name of the kubeconfig cluster extension holding the agent gateway's address.
 pub const AGENT_GATEWAY_EXTENSION: &str = "fedingress.io/agent-gateway";
 
-/// What fedctl connects with, resolved from a kubeconfig context.
-#[derive(Debug, Clone, PartialEq)]
+/// What fedctl connects with, resolved from a kubeconfig context. `Debug` shows
+/// whether there is a token, never the token.
+#[derive(Clone, PartialEq)]
 pub struct Connection {
     /// `http(s)://host:port`, no trailing slash.
     pub server: String,
@@ -84,11 +85,43 @@ struct Extension {
     extension: yaml_serde::Value,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Default, Deserialize)]
 struct UserEntry {
     token: Option<String>,
     #[serde(rename = "tokenFile")]
     token_file: Option<PathBuf>,
+}
+
+/// What `Debug` shows of a secret: whether there is one.
+fn redacted(secret: &Option<String>) -> &'static str {
+    match secret {
+        Some(_) => "Some(<redacted>)",
+        None => "None",
+    }
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("server", &self.server)
+            .field("ca_pem", &self.ca_pem.as_ref().map(Vec::len))
+            .field("ca_file", &self.ca_file)
+            .field("insecure_skip_tls_verify", &self.insecure_skip_tls_verify)
+            .field("token", &format_args!("{}", redacted(&self.token)))
+            .field("namespace", &self.namespace)
+            .field("agent_gateways", &self.agent_gateways)
+            .field("context", &self.context)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for UserEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UserEntry")
+            .field("token", &format_args!("{}", redacted(&self.token)))
+            .field("token_file", &self.token_file)
+            .finish()
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -360,6 +393,15 @@ mod tests {
         assert_eq!(two.ca_pem.as_deref(), Some(&b"PEM"[..]));
         assert_eq!(two.token.as_deref(), Some("secret-from-file"));
         assert_eq!(two.namespace, None);
+        // Tokens never show in Debug output (logs, panics).
+        let shown = format!("{one:?} {two:?}");
+        assert!(
+            !shown.contains("abc\"") && !shown.contains("secret-from-file"),
+            "{shown}"
+        );
+        assert!(shown.contains("<redacted>"), "{shown}");
+        let entry: UserEntry = yaml_serde::from_str("{token: abc}").unwrap();
+        assert!(!format!("{entry:?}").contains("abc"));
         let err = load(std::slice::from_ref(&path), Some("three")).unwrap_err();
         assert_eq!(
             err.to_string(),
