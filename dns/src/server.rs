@@ -34,7 +34,19 @@
 //! additional section (SRV target addresses); if still too large it is sent with TC
 //! set, the question and OPT only, so that the client retries over TCP. TCP messages
 //! use 2-byte length framing and are limited to 65535 octets; a connection may carry
-//! many queries and is closed after 10 s idle.
+//! many queries and is closed after `dns.tcp.idleTimeoutSeconds` (10) idle or when one
+//! message takes that long to arrive; at most `dns.tcp.maxConnections` (1024) are open
+//! at once, further ones are closed at once.
+//!
+//! # Hostile networks
+//!
+//! - **Response-rate limiting** (`server/rrl.rs`, `dns.rrl`): UDP responses are
+//!   charged to token buckets per (source prefix, response class, name); over the
+//!   limit they are dropped, every `slip`-th one sent truncated so that real resolvers
+//!   retry over TCP, which is never limited.
+//! - **ECS from trusted resolvers only** (`dns.ecs.trustedResolvers`): from any other
+//!   source the EDNS Client Subnet option does not steer; the answer is for the source
+//!   address, with the option echoed at SCOPE PREFIX-LENGTH 0.
 //!
 //! # Metrics
 //!
@@ -67,7 +79,9 @@
 //!
 //! Never panics on any input; per-packet problems are logged at debug level.
 
+pub mod config;
 mod pktinfo;
+pub mod rrl;
 pub(crate) mod wire;
 
 use std::fmt::Write as _;
@@ -75,7 +89,7 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use hickory_proto::op::{Message, Metadata, OpCode, ResponseCode};
@@ -87,12 +101,9 @@ use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
 use crate::zone::Snapshot;
+use config::ServerConfig;
+use rrl::{ResponseClass, Rrl, Verdict};
 use wire::{CLASS_IN, OptOut, ParseError, ParseFailure, RawQuery};
-
-/// How long a TCP connection may stay idle (or take to send one message).
-pub const TCP_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Most concurrent TCP connections; further ones are closed at once.
-pub const MAX_TCP_CONNECTIONS: usize = 1024;
 /// Largest DNS message over TCP.
 const TCP_LIMIT: usize = 65_535;
 /// Records per AXFR message (before size checks).
@@ -138,7 +149,11 @@ const RCODES: [&str; 7] = [
 ];
 const QUERY_SERIES: usize = TRANSPORTS.len() * PATHS.len() * QTYPES.len() * RCODES.len();
 
-/// Counters with bounded labels: 252 query series, 2 truncated, 2 dropped.
+/// `action` label values of the RRL counter: 0 dropped, 1 slipped (sent truncated).
+const RRL_ACTIONS: [&str; 2] = ["dropped", "slipped"];
+
+/// Counters with bounded labels: 252 query series, 2 truncated, 2 dropped, 8 RRL, 2
+/// untrusted ECS, and the TCP listener's.
 struct Counters {
     /// Indexed by [`Counters::index`].
     queries: [AtomicU64; QUERY_SERIES],
@@ -146,6 +161,16 @@ struct Counters {
     truncated: [AtomicU64; 2],
     /// By transport.
     dropped: [AtomicU64; 2],
+    /// By response class × action (`class * 2 + action`).
+    rrl: [AtomicU64; rrl::CLASSES.len() * RRL_ACTIONS.len()],
+    /// Queries whose ECS option was ignored (source not trusted), by transport.
+    ecs_untrusted: [AtomicU64; 2],
+    /// TCP connections open now.
+    tcp_open: AtomicU64,
+    /// TCP connections closed at once: `dns.tcp.maxConnections` were open.
+    tcp_refused: AtomicU64,
+    /// TCP connections closed for idleness (or a message too slow to arrive).
+    tcp_idle_closed: AtomicU64,
 }
 
 impl Default for Counters {
@@ -154,7 +179,18 @@ impl Default for Counters {
             queries: [const { AtomicU64::new(0) }; QUERY_SERIES],
             truncated: [const { AtomicU64::new(0) }; 2],
             dropped: [const { AtomicU64::new(0) }; 2],
+            rrl: [const { AtomicU64::new(0) }; rrl::CLASSES.len() * RRL_ACTIONS.len()],
+            ecs_untrusted: [const { AtomicU64::new(0) }; 2],
+            tcp_open: AtomicU64::new(0),
+            tcp_refused: AtomicU64::new(0),
+            tcp_idle_closed: AtomicU64::new(0),
         }
+    }
+}
+
+fn bump(counter: Option<&AtomicU64>) {
+    if let Some(c) = counter {
+        c.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -218,6 +254,11 @@ impl Counters {
 pub struct DnsServer {
     snapshot: ArcSwap<Snapshot>,
     counters: Counters,
+    config: ServerConfig,
+    /// `None`: RRL disabled.
+    rrl: Option<Rrl>,
+    /// RRL's clock starts here.
+    epoch: Instant,
 }
 
 impl std::fmt::Debug for DnsServer {
@@ -240,11 +281,26 @@ enum Outcome {
 }
 
 impl DnsServer {
+    /// A server with the default [`ServerConfig`] (RRL on, loopback exempt; ECS
+    /// trusted from loopback only; 1024 TCP connections, 10 s idle).
     pub fn new(initial: Arc<Snapshot>) -> Self {
+        Self::with_config(initial, ServerConfig::default())
+    }
+
+    /// A server with `config` (assumed valid: [`ServerConfig::validate`]).
+    pub fn with_config(initial: Arc<Snapshot>, config: ServerConfig) -> Self {
+        let rrl = config.rrl.enabled.then(|| Rrl::new(config.rrl.clone()));
         DnsServer {
             snapshot: ArcSwap::new(initial),
             counters: Counters::default(),
+            config,
+            rrl,
+            epoch: Instant::now(),
         }
+    }
+
+    pub fn config(&self) -> &ServerConfig {
+        &self.config
     }
 
     /// Serves `snapshot` from now on. Queries in flight finish with the old one.
@@ -321,6 +377,57 @@ impl DnsServer {
                 );
             }
         }
+        self.write_prometheus_limits(out);
+    }
+
+    /// The hostile-network families: RRL, untrusted ECS, TCP limits (always every
+    /// series, zero or not).
+    fn write_prometheus_limits(&self, out: &mut String) {
+        let counters = &self.counters;
+        out.push_str(
+            "# HELP fedingress_dns_rrl_responses_total UDP responses over the response-rate limit (dns.rrl), by response class and action (dropped, or slipped: sent truncated).\n\
+             # TYPE fedingress_dns_rrl_responses_total counter\n",
+        );
+        for (c, class) in rrl::CLASSES.iter().enumerate() {
+            for (a, action) in RRL_ACTIONS.iter().enumerate() {
+                let value = counters
+                    .rrl
+                    .get(c * RRL_ACTIONS.len() + a)
+                    .map_or(0, |v| v.load(Ordering::Relaxed));
+                let _ = writeln!(
+                    out,
+                    "fedingress_dns_rrl_responses_total{{class=\"{class}\",action=\"{action}\"}} {value}"
+                );
+            }
+        }
+        let _ = writeln!(
+            out,
+            "# HELP fedingress_dns_rrl_enabled 1 when response-rate limiting (dns.rrl) is on.\n# TYPE fedingress_dns_rrl_enabled gauge\nfedingress_dns_rrl_enabled {}",
+            u8::from(self.rrl.is_some())
+        );
+        out.push_str(
+            "# HELP fedingress_dns_ecs_untrusted_total Queries whose EDNS Client Subnet option was ignored because the source is not in dns.ecs.trustedResolvers, by transport.\n\
+             # TYPE fedingress_dns_ecs_untrusted_total counter\n",
+        );
+        for (transport, value) in TRANSPORTS.iter().zip(&counters.ecs_untrusted) {
+            let _ = writeln!(
+                out,
+                "fedingress_dns_ecs_untrusted_total{{transport=\"{transport}\"}} {}",
+                value.load(Ordering::Relaxed)
+            );
+        }
+        let tcp = &self.config.tcp;
+        let _ = writeln!(
+            out,
+            "# HELP fedingress_dns_tcp_connections DNS TCP connections open now.\n# TYPE fedingress_dns_tcp_connections gauge\nfedingress_dns_tcp_connections {}\n\
+             # HELP fedingress_dns_tcp_max_connections dns.tcp.maxConnections: further connections are closed at once.\n# TYPE fedingress_dns_tcp_max_connections gauge\nfedingress_dns_tcp_max_connections {}\n\
+             # HELP fedingress_dns_tcp_refused_total DNS TCP connections closed at once because dns.tcp.maxConnections were open.\n# TYPE fedingress_dns_tcp_refused_total counter\nfedingress_dns_tcp_refused_total {}\n\
+             # HELP fedingress_dns_tcp_idle_closed_total DNS TCP connections closed after dns.tcp.idleTimeoutSeconds without a complete message.\n# TYPE fedingress_dns_tcp_idle_closed_total counter\nfedingress_dns_tcp_idle_closed_total {}",
+            counters.tcp_open.load(Ordering::Relaxed),
+            tcp.max_connections,
+            counters.tcp_refused.load(Ordering::Relaxed),
+            counters.tcp_idle_closed.load(Ordering::Relaxed),
+        );
     }
 
     /// Serves UDP and TCP until the returned future is dropped (or aborted): one receive
@@ -476,8 +583,9 @@ impl DnsServer {
                     continue;
                 }
             };
-            if connections.len() >= MAX_TCP_CONNECTIONS {
-                debug!(%peer, "too many DNS TCP connections; closing");
+            if connections.len() >= self.config.tcp.max_connections {
+                debug!(%peer, max = self.config.tcp.max_connections, "too many DNS TCP connections; closing");
+                self.counters.tcp_refused.fetch_add(1, Ordering::Relaxed);
                 drop(stream);
                 continue;
             }
@@ -494,18 +602,34 @@ impl DnsServer {
         peer: SocketAddr,
         allow: Arc<[IpNet]>,
     ) {
+        /// Keeps `fedingress_dns_tcp_connections` while the connection lives.
+        struct Open<'a>(&'a AtomicU64);
+        impl Drop for Open<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        self.counters.tcp_open.fetch_add(1, Ordering::Relaxed);
+        let _open = Open(&self.counters.tcp_open);
+        let idle = self.config.tcp.idle_timeout();
         let _ = stream.set_nodelay(true);
         let mut buf = Vec::new();
         let mut out = Vec::new();
         loop {
             let mut len = [0u8; 2];
-            match tokio::time::timeout(TCP_IDLE_TIMEOUT, stream.read_exact(&mut len)).await {
+            match tokio::time::timeout(idle, stream.read_exact(&mut len)).await {
                 Ok(Ok(_)) => {}
-                Ok(Err(_)) | Err(_) => return, // closed or idle
+                Ok(Err(_)) => return, // closed
+                Err(_) => {
+                    self.counters
+                        .tcp_idle_closed
+                        .fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
             }
             let len = usize::from(u16::from_be_bytes(len));
             buf.resize(len, 0);
-            match tokio::time::timeout(TCP_IDLE_TIMEOUT, stream.read_exact(&mut buf)).await {
+            match tokio::time::timeout(idle, stream.read_exact(&mut buf)).await {
                 Ok(Ok(_)) => {}
                 Ok(Err(error)) => {
                     debug!(%peer, %error, "DNS TCP read failed");
@@ -513,6 +637,9 @@ impl DnsServer {
                 }
                 Err(_) => {
                     debug!(%peer, "DNS TCP message timed out");
+                    self.counters
+                        .tcp_idle_closed
+                        .fetch_add(1, Ordering::Relaxed);
                     return;
                 }
             }
@@ -566,9 +693,20 @@ impl DnsServer {
         allow: &[IpNet],
         out: &mut Vec<u8>,
     ) -> Outcome {
-        let handled = handle(snapshot, packet, peer, transport, allow, out);
+        let handled = handle(
+            snapshot,
+            packet,
+            peer,
+            transport,
+            allow,
+            &self.config.ecs,
+            out,
+        );
         let counters = &self.counters;
         let t = transport.index();
+        if handled.ecs_ignored {
+            bump(counters.ecs_untrusted.get(t));
+        }
         let rcode = match &handled.outcome {
             Outcome::Drop => {
                 if let Some(c) = counters.dropped.get(t) {
@@ -599,8 +737,92 @@ impl DnsServer {
         if let Some(c) = counters.queries.get(index) {
             c.fetch_add(1, Ordering::Relaxed);
         }
+        if transport == Transport::Udp
+            && matches!(handled.outcome, Outcome::Reply)
+            && let Some(rrl) = &self.rrl
+        {
+            return self.rate_limit(rrl, snapshot, &handled, peer, out);
+        }
         handled.outcome
     }
+
+    /// Charges a UDP reply in `out` to RRL: sent as is, dropped, or slipped (rewritten
+    /// truncated).
+    fn rate_limit(
+        &self,
+        rrl: &Rrl,
+        snapshot: &Snapshot,
+        handled: &Handled,
+        peer: IpAddr,
+        out: &mut Vec<u8>,
+    ) -> Outcome {
+        let class = if handled.badvers {
+            ResponseClass::Error
+        } else {
+            classify(out)
+        };
+        let key = handled
+            .key
+            .as_ref()
+            .map_or(&[][..], wire::NameKey::as_bytes);
+        let name = match class {
+            ResponseClass::Positive | ResponseClass::Nodata => key,
+            ResponseClass::Nxdomain => zone_key(snapshot, key),
+            ResponseClass::Error => &[],
+        };
+        let now_ms = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let verdict = rrl.check(peer, class, name, now_ms);
+        let action = match verdict {
+            Verdict::Send => return Outcome::Reply,
+            Verdict::Drop => 0,
+            Verdict::Slip => 1,
+        };
+        bump(
+            self.counters
+                .rrl
+                .get(class.index() * RRL_ACTIONS.len() + action),
+        );
+        debug!(%peer, ?class, ?verdict, "DNS response over the rate limit");
+        if verdict == Verdict::Slip {
+            wire::slip_response(out);
+            Outcome::Reply
+        } else {
+            out.clear();
+            Outcome::Drop
+        }
+    }
+}
+
+/// The RRL class of a response (`server/rrl.rs`): size-truncated ones count as
+/// positive answers.
+fn classify(response: &[u8]) -> ResponseClass {
+    let rcode = response.get(3).map_or(0, |b| b & 0x0F);
+    let answers = match response.get(6..8) {
+        Some(&[a, b]) => u16::from_be_bytes([a, b]),
+        _ => 0,
+    };
+    match rcode {
+        0 if answers > 0 || is_truncated(response) => ResponseClass::Positive,
+        0 => ResponseClass::Nodata,
+        3 => ResponseClass::Nxdomain,
+        _ => ResponseClass::Error,
+    }
+}
+
+/// The apex of the served zone holding `key` (both wire format, lower case), or
+/// nothing.
+fn zone_key<'k>(snapshot: &Snapshot, key: &'k [u8]) -> &'k [u8] {
+    let mut at = 0usize;
+    while let Some(suffix) = key.get(at..).filter(|s| !s.is_empty()) {
+        if snapshot.is_apex(suffix) {
+            return suffix;
+        }
+        match suffix.first() {
+            Some(&len) if len > 0 => at += usize::from(len) + 1,
+            _ => break,
+        }
+    }
+    &[]
 }
 
 fn is_truncated(response: &[u8]) -> bool {
@@ -616,6 +838,10 @@ struct Handled {
     qtype: Option<u16>,
     /// Answered BADVERS.
     badvers: bool,
+    /// The query's ECS option was ignored: its source is not a trusted resolver.
+    ecs_ignored: bool,
+    /// The question's name, when one was read (the RRL key of positive answers).
+    key: Option<wire::NameKey>,
 }
 
 impl Handled {
@@ -625,6 +851,8 @@ impl Handled {
             fast: false,
             qtype,
             badvers: false,
+            ecs_ignored: false,
+            key: None,
         }
     }
 }
@@ -636,6 +864,7 @@ fn handle(
     peer: IpAddr,
     transport: Transport,
     allow: &[IpNet],
+    ecs_trust: &config::EcsConfig,
     out: &mut Vec<u8>,
 ) -> Handled {
     let query = match wire::parse_lenient(packet) {
@@ -673,10 +902,15 @@ fn handle(
         Transport::Tcp => TCP_LIMIT,
     };
     let ecs = query.edns.as_ref().and_then(|e| e.ecs.as_ref());
-    let ecs_address = ecs.and_then(wire::Ecs::client_address);
+    // ECS from a source that is not a trusted resolver does not steer: locate the
+    // source, answer with scope 0 (valid for every client of that source).
+    let ecs_ignored = ecs.is_some() && !ecs_trust.trusts(peer);
+    let ecs_address = ecs
+        .filter(|_| !ecs_ignored)
+        .and_then(wire::Ecs::client_address);
     // An ECS option with source prefix 0 asks for an answer not tied to the client:
     // locate the resolver, answer with scope 0.
-    let scope_applies = ecs.is_none() || ecs_address.is_some();
+    let scope_applies = !ecs_ignored && (ecs.is_none() || ecs_address.is_some());
     let client = ecs_address.unwrap_or(peer);
 
     if query.is_fast_path_shape()
@@ -698,6 +932,8 @@ fn handle(
                 fast: true,
                 qtype: Some(question.qtype),
                 badvers: false,
+                ecs_ignored,
+                key: Some(question.key.clone()),
             };
         }
     }
@@ -718,6 +954,8 @@ fn handle(
         fast: false,
         qtype: query.question.as_ref().map(|q| q.qtype),
         badvers: query.edns.as_ref().is_some_and(|e| e.version != 0),
+        ecs_ignored,
+        key: query.question.as_ref().map(|q| q.key.clone()),
     }
 }
 

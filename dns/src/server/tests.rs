@@ -448,3 +448,160 @@ fn in_zone_nameserver_addresses_on_the_fast_path_and_glue_with_ns() {
     assert!(message.answers.is_empty());
     assert_eq!(message.authorities.len(), 1);
 }
+
+fn server_with(config: super::config::ServerConfig) -> DnsServer {
+    DnsServer::with_config(server().snapshot(), config)
+}
+
+fn metric(server: &DnsServer, series: &str) -> u64 {
+    let mut text = String::new();
+    server.write_prometheus(&mut text);
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {series} in\n{text}"))
+}
+
+#[test]
+fn rrl_drops_and_slips_over_the_limit_over_udp_only_and_spares_exempt_sources() {
+    let mut config = super::config::ServerConfig::default();
+    config.rrl.responses_per_second = 2;
+    config.rrl.slip = 2;
+    config.rrl.exempt = vec!["192.0.2.0/24".parse().unwrap()];
+    let server = server_with(config);
+    let attacked: IpAddr = "198.51.100.7".parse().unwrap();
+    let ecs = Some((1232, 0, Some((1, 24, vec![203, 0, 113]))));
+    let packet = query(7, [0, 0], "geo.test", TYPE_A, ecs);
+    let udp: Vec<Vec<Vec<u8>>> = (0..6)
+        .map(|_| server.respond(&packet, attacked, Transport::Udp, &[]))
+        .collect();
+    let kinds: Vec<&str> = udp
+        .iter()
+        .map(|r| match r.as_slice() {
+            [] => "drop",
+            [one] if one[2] & 0x02 != 0 => "slip",
+            [_] => "answer",
+            _ => "several",
+        })
+        .collect();
+    assert_eq!(kinds, ["answer", "answer", "drop", "slip", "drop", "slip"]);
+    // The slip: TC, the question and the OPT record (ECS echoed), no records.
+    let slip = Message::from_vec(&udp[3][0]).unwrap();
+    assert!(slip.metadata.truncation);
+    assert_eq!(slip.queries.len(), 1);
+    assert!(slip.answers.is_empty() && slip.authorities.is_empty());
+    assert!(slip.edns.is_some());
+    // Another name is another bucket; TCP and exempt sources are never limited.
+    let other = query(8, [0, 0], "big.test", TYPE_A, None);
+    assert_eq!(
+        server.respond(&other, attacked, Transport::Udp, &[]).len(),
+        1
+    );
+    for _ in 0..10 {
+        let tcp = server.respond(&packet, attacked, Transport::Tcp, &[]);
+        assert_eq!(tcp.len(), 1);
+        assert_eq!(tcp[0][2] & 0x02, 0);
+        let exempt = server.respond(&packet, "192.0.2.9".parse().unwrap(), Transport::Udp, &[]);
+        assert_eq!(exempt.len(), 1);
+        assert_eq!(exempt[0][2] & 0x02, 0);
+    }
+    assert_eq!(
+        metric(
+            &server,
+            "fedingress_dns_rrl_responses_total{class=\"positive\",action=\"dropped\"}"
+        ),
+        2
+    );
+    assert_eq!(
+        metric(
+            &server,
+            "fedingress_dns_rrl_responses_total{class=\"positive\",action=\"slipped\"}"
+        ),
+        2
+    );
+    // NXDOMAIN is charged per zone: different missing names share one bucket.
+    for (i, name) in ["a.test", "b.test", "c.test"].iter().enumerate() {
+        let answered = server.respond(
+            &query(i as u16, [0, 0], name, TYPE_A, None),
+            attacked,
+            Transport::Udp,
+            &[],
+        );
+        assert_eq!(answered.len(), usize::from(i < 2), "{name}");
+    }
+    assert_eq!(
+        metric(
+            &server,
+            "fedingress_dns_rrl_responses_total{class=\"nxdomain\",action=\"dropped\"}"
+        ),
+        1
+    );
+}
+
+#[test]
+fn rrl_disabled_sends_everything() {
+    let mut config = super::config::ServerConfig::default();
+    config.rrl.enabled = false;
+    config.rrl.responses_per_second = 1;
+    config.rrl.exempt.clear();
+    let server = server_with(config);
+    let packet = query(7, [0, 0], "geo.test", TYPE_A, None);
+    for _ in 0..20 {
+        let answered = server.respond(
+            &packet,
+            "198.51.100.7".parse().unwrap(),
+            Transport::Udp,
+            &[],
+        );
+        assert_eq!(answered.len(), 1);
+    }
+    assert_eq!(metric(&server, "fedingress_dns_rrl_enabled"), 0);
+}
+
+#[test]
+fn ecs_steers_only_from_trusted_resolvers() {
+    let server = server();
+    let ecs = Some((1232, 0, Some((1, 24, vec![203, 0, 113]))));
+    let packet = query(7, [0, 0], "geo.test", TYPE_A, ecs);
+    let ask = |from: &str| {
+        let responses = server.respond(&packet, from.parse().unwrap(), Transport::Udp, &[]);
+        let message = Message::from_vec(&responses[0]).unwrap();
+        let answer = match message.answers[0].data {
+            RData::A(a) => a.0.to_string(),
+            ref other => panic!("{other:?}"),
+        };
+        (answer, ecs_scope(&message))
+    };
+    // Loopback is trusted by default: the ECS address (203.0.113.0/24: us) steers.
+    assert_eq!(ask("127.0.0.1"), ("192.0.2.2".to_owned(), Some((24, 24))));
+    // Anyone else: the source (unknown: the default location, eu) steers, scope 0.
+    assert_eq!(ask("198.51.100.7"), ("192.0.2.1".to_owned(), Some((24, 0))));
+    assert_eq!(
+        metric(
+            &server,
+            "fedingress_dns_ecs_untrusted_total{transport=\"udp\"}"
+        ),
+        1
+    );
+    // An explicit list replaces the default.
+    let mut config = super::config::ServerConfig::default();
+    config.ecs.trusted_resolvers = vec!["198.51.100.0/24".parse().unwrap()];
+    let trusting = server_with(config);
+    let responses = trusting.respond(
+        &packet,
+        "198.51.100.7".parse().unwrap(),
+        Transport::Udp,
+        &[],
+    );
+    let message = Message::from_vec(&responses[0]).unwrap();
+    assert_eq!(
+        message.answers[0].data,
+        RData::A("192.0.2.2".parse().unwrap())
+    );
+    assert_eq!(
+        metric(
+            &trusting,
+            "fedingress_dns_ecs_untrusted_total{transport=\"udp\"}"
+        ),
+        0
+    );
+}

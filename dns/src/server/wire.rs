@@ -729,6 +729,60 @@ pub(crate) fn finish_response(
     *out = encoded;
 }
 
+/// Turns a response into its RRL "slip" (`server/rrl.rs`): the header with TC set and
+/// no records, the question and the OPT record (with its ECS option) kept, so that a
+/// real resolver retries over TCP. A response that cannot be walked keeps only its
+/// header.
+pub(crate) fn slip_response(out: &mut Vec<u8>) {
+    if out.len() < HEADER_LEN {
+        out.clear();
+        return;
+    }
+    let response = std::mem::take(out);
+    let mut r = Reader {
+        packet: &response,
+        pos: HEADER_LEN,
+    };
+    let question = (get_u16(&response, 4) >= 1)
+        .then(|| -> Result<std::ops::Range<usize>, ParseError> {
+            r.skip_name()?;
+            r.u16()?;
+            r.u16()?;
+            Ok(HEADER_LEN..r.pos)
+        })
+        .and_then(Result::ok);
+    let mut opt = None;
+    if question.is_some() && get_u16(&response, 4) == 1 {
+        let records = u32::from(get_u16(&response, 6)) + u32::from(get_u16(&response, 8));
+        let walked = (0..records).try_for_each(|_| skip_record(&mut r));
+        if walked.is_ok() {
+            for _ in 0..get_u16(&response, 10) {
+                let start = r.pos;
+                let is_opt =
+                    response.get(start) == Some(&0) && get_u16(&response, start + 1) == TYPE_OPT;
+                if skip_record(&mut r).is_err() {
+                    break;
+                }
+                if is_opt {
+                    opt = Some(start..r.pos);
+                    break;
+                }
+            }
+        }
+    }
+    out.extend_from_slice(response.get(..HEADER_LEN).unwrap_or(&[]));
+    if let Some(flags) = out.get_mut(2) {
+        *flags |= FLAG_TC;
+    }
+    put_u16(out, 4, u16::from(question.is_some()));
+    put_u16(out, 6, 0);
+    put_u16(out, 8, 0);
+    put_u16(out, 10, u16::from(opt.is_some()));
+    for range in [question, opt].into_iter().flatten() {
+        out.extend_from_slice(response.get(range).unwrap_or(&[]));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
