@@ -4,10 +4,13 @@
 //!
 //! Entry types: [`PlanStore`] (load / save one file) and [`PersistedPlan`] (what is
 //! in it). Saving is atomic: a reader, or the agent after a crash at any point, sees
-//! either the previous file or the new one, never a mix. What does not belong here:
+//! either the previous file or the new one, never a mix. The file is written `0600` and a
+//! directory created for it `0700`: a plan names every service, port and host the
+//! cluster serves. What does not belong here:
 //! deciding when to save (that is [`crate::hub`]).
 
 use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use fedingress_api::plan::ClusterPlan;
@@ -121,9 +124,9 @@ impl PlanStore {
         }
     }
 
-    /// Writes `plan` atomically and durably: a temporary file in the same directory,
-    /// fsync, rename over the old file, fsync of the directory. Blocking: call it from
-    /// `spawn_blocking` on a runtime.
+    /// Writes `plan` atomically and durably: a temporary file in the same directory
+    /// (mode `0600`), fsync, rename over the old file, fsync of the directory (created
+    /// `0700` when missing). Blocking: call it from `spawn_blocking` on a runtime.
     ///
     /// # Errors
     /// [`StateError::Write`] naming the path that failed; the previous file is intact.
@@ -137,10 +140,23 @@ impl PlanStore {
             let path = path.to_path_buf();
             move |source| StateError::Write { path, source }
         };
-        std::fs::create_dir_all(&dir).map_err(write_err(&dir))?;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .map_err(write_err(&dir))?;
         let tmp = self.tmp_path();
         {
-            let mut file = std::fs::File::create(&tmp).map_err(write_err(&tmp))?;
+            let mut file = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&tmp)
+                .map_err(write_err(&tmp))?;
+            // A temporary file left by a crash keeps its old mode when opened again.
+            file.set_permissions(std::fs::Permissions::from_mode(0o600))
+                .map_err(write_err(&tmp))?;
             file.write_all(&bytes).map_err(write_err(&tmp))?;
             file.sync_all().map_err(write_err(&tmp))?;
         }
@@ -213,6 +229,25 @@ mod tests {
             !store.tmp_path().exists(),
             "no temporary file is left behind"
         );
+    }
+
+    #[test]
+    fn the_plan_is_private_to_the_agent() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = PlanStore::new(dir.path().join("state/nested/plan.json"));
+        // A world-readable leftover from a crash must not pass its mode on.
+        std::fs::create_dir_all(dir.path().join("state/nested")).unwrap();
+        std::fs::write(store.tmp_path(), "old").unwrap();
+        std::fs::set_permissions(store.tmp_path(), std::fs::Permissions::from_mode(0o644)).unwrap();
+        store.save(&plan()).unwrap();
+        let mode = |path: &Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(store.path()), 0o600);
+
+        let fresh = PlanStore::new(dir.path().join("fresh/state/plan.json"));
+        fresh.save(&plan()).unwrap();
+        assert_eq!(mode(fresh.path()), 0o600);
+        assert_eq!(mode(&dir.path().join("fresh/state")), 0o700);
+        assert_eq!(mode(&dir.path().join("fresh")), 0o700);
     }
 
     #[test]

@@ -50,8 +50,10 @@ use fedingress_api::names;
 use serde::Deserialize;
 
 pub mod kubernetes;
+pub mod limits;
 
 pub use kubernetes::{KubernetesConfig, ProfileSetting};
+pub use limits::LimitsConfig;
 
 /// The whole config file. Build it with [`Config::load`] (file, fully checked) or
 /// [`Config::from_yaml`] (text, every check that needs no file system).
@@ -99,6 +101,10 @@ pub struct Config {
     /// How often a report is sent even when nothing changed.
     #[serde(default = "default_report_interval_ms")]
     pub report_interval_ms: u64,
+    /// How much the standalone data plane may take from its clients (sessions,
+    /// connections, idle and handshake timeouts, file descriptors); defaults when absent.
+    #[serde(default)]
+    pub limits: LimitsConfig,
 }
 
 /// The hub's agent gateway: `address` or `addresses`, exactly one of them.
@@ -894,6 +900,7 @@ impl Config {
                 problems.push(format!("tlsSecrets.{name}.keyFile: required"));
             }
         }
+        problems.extend(self.limits.problems());
         for (field, value) in [
             ("udpIdleTimeoutMs", self.udp_idle_timeout_ms),
             ("connectTimeoutMs", self.connect_timeout_ms),

@@ -47,13 +47,11 @@ use tokio::sync::watch;
 
 use super::drain::{Phase, reached};
 use super::endpoint::Endpoint;
+use super::limits::{Activity, Limits, Refusal, Timeout, Watched};
 use super::load::{Active, LoadCounters};
 use super::routes::{HttpTable, Target, TlsTable, request_host};
 use super::tcp::{Accepted, Handler};
 use super::upstream::{self, PooledBody};
-
-/// How long a client may take to send a request's headers.
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Concurrent streams per HTTP/2 client connection.
 const MAX_CONCURRENT_STREAMS: u32 = 256;
@@ -174,6 +172,8 @@ pub(crate) struct HttpListener {
     /// How long connecting to an endpoint may take.
     pub connect_timeout: Duration,
     pub load: Arc<LoadCounters>,
+    /// The header-read and idle timeouts, the descriptor budget of upstream connections.
+    pub limits: Arc<Limits>,
 }
 
 /// The TLS side of an HTTPS connection.
@@ -207,6 +207,7 @@ pub(crate) fn handler(listener: Arc<HttpListener>) -> Handler {
                 active: _active,
                 tracked: _tracked,
                 phase,
+                fd: _fd,
             } = accepted;
             serve(stream, listener, peer, None, phase).await;
         });
@@ -233,20 +234,27 @@ pub(crate) async fn serve<I>(
         client_ip,
         forwarded,
     });
+    let limits = Arc::clone(&conn.listener.limits);
+    let load = Arc::clone(&conn.listener.load);
     let mut builder = auto::Builder::new(TokioExecutor::new());
+    // hyper starts the header-read timer whenever the connection waits for a request
+    // head, so it also bounds the keep-alive wait for the next request.
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .header_read_timeout(limits.http_header_read)
         .keep_alive(true)
         .writev(false);
     builder
         .http2()
         .timer(TokioTimer::new())
         .max_concurrent_streams(MAX_CONCURRENT_STREAMS);
+    let activity = Activity::new();
+    let io = Watched::new(io, activity.clone());
     let connection = builder.serve_connection_with_upgrades(TokioIo::new(io), ProxyService(conn));
     tokio::pin!(connection);
     let mut draining = false;
+    let mut idle_closing = false;
     loop {
         let next = if draining {
             Phase::Closing
@@ -256,9 +264,23 @@ pub(crate) async fn serve<I>(
         tokio::select! {
             result = connection.as_mut() => {
                 if let Err(error) = result {
+                    if error
+                        .downcast_ref::<hyper::Error>()
+                        .is_some_and(hyper::Error::is_timeout)
+                    {
+                        load.guard.timed_out(Timeout::Header);
+                    }
                     tracing::debug!(listener = %label, client = %peer, %error, "HTTP connection ended with an error");
                 }
                 return;
+            }
+            () = activity.idle_for(limits.http_idle), if !idle_closing && !draining => {
+                // No bytes either way: a keep-alive or HTTP/2 connection with nothing in
+                // flight. A request in flight still finishes.
+                idle_closing = true;
+                load.guard.timed_out(Timeout::Idle);
+                tracing::debug!(listener = %label, client = %peer, "HTTP connection idle; closing");
+                connection.as_mut().graceful_shutdown();
             }
             () = reached(&mut phase, next) => {
                 if draining || *phase.borrow() == Phase::Closing {
@@ -388,12 +410,29 @@ async fn handle(conn: &Conn, mut request: Request<Incoming>) -> Response<Respons
     let mut next = Request::from_parts(parts, body);
     let mut others: Option<std::vec::IntoIter<Arc<Endpoint>>> = None;
     loop {
-        match upstream::send(&endpoint, next, conn.listener.connect_timeout).await {
+        match upstream::send(
+            &endpoint,
+            next,
+            conn.listener.connect_timeout,
+            &conn.listener.limits,
+        )
+        .await
+        {
             Ok(response) => {
                 endpoint.record(!response.status().is_server_error(), "proxy");
                 let (mut parts, body) = response.into_parts();
                 remove_hop_by_hop(&mut parts.headers);
                 return Response::from_parts(parts, ResponseBody::Upstream(body));
+            }
+            Err(upstream::UpstreamError::FdBudget) => {
+                // The agent's own limit: no endpoint is to blame.
+                if conn.listener.load.guard.refused(Refusal::FdBudget) {
+                    tracing::warn!(listener = %conn.listener.label, "no file descriptor left in the budget for upstream connections; answering 503 (counted in fedingress_agent_listener_refused_total)");
+                }
+                return local(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "the agent is at its connection limit".into(),
+                );
             }
             Err(error) => {
                 endpoint.record(false, "proxy");

@@ -7,6 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use super::limits::GuardCounters;
+
 /// How far back `connections_per_second` looks.
 pub(crate) const WINDOW: Duration = Duration::from_secs(5);
 const BUCKET: Duration = Duration::from_millis(250);
@@ -20,11 +22,20 @@ pub(crate) struct LoadCounters {
     requests: RateWindow,
     /// Responses by status class: index 0 for 1xx ... 4 for 5xx.
     responses: [AtomicU64; 5],
+    /// Refusals, evictions and timeouts at the listener's limits.
+    pub guard: GuardCounters,
 }
 
 /// Holds one active connection or session; dropping it ends it.
 #[derive(Debug)]
 pub(crate) struct Active(Arc<LoadCounters>);
+
+impl Active {
+    /// The counters this connection counts in.
+    pub fn counters(&self) -> &LoadCounters {
+        &self.0
+    }
+}
 
 impl Drop for Active {
     fn drop(&mut self) {
@@ -41,6 +52,7 @@ impl LoadCounters {
             connections_total: AtomicU64::new(0),
             requests: RateWindow::new(now),
             responses: Default::default(),
+            guard: GuardCounters::default(),
         })
     }
 

@@ -22,6 +22,7 @@ mod drain;
 mod endpoint;
 mod health;
 mod http;
+mod limits;
 mod load;
 mod routes;
 mod tcp;
@@ -50,6 +51,7 @@ use desired::{BackendKey, DesiredListener, DesiredShare, Kind, ListenerKey, Path
 use drain::Tracker;
 use endpoint::{Endpoint, Health, Pool, Thresholds};
 use health::CheckSettings;
+use limits::Limits;
 use load::LoadCounters;
 use routes::{CertSource, HostRoutes, HttpTable, PathRoute, SniRoute, Target, TlsTable};
 
@@ -176,7 +178,7 @@ pub struct Standalone {
     checks: Arc<CheckSettings>,
     thresholds: Thresholds,
     connect_timeout: Duration,
-    udp_idle_timeout: Duration,
+    limits: Arc<Limits>,
     drain_timeout: Duration,
     certs: Arc<CertStore>,
     changes: Arc<watch::Sender<u64>>,
@@ -201,7 +203,7 @@ impl Standalone {
                 unhealthy: config.health_check.unhealthy_threshold.max(1),
             },
             connect_timeout: config.connect_timeout(),
-            udp_idle_timeout: config.udp_idle_timeout(),
+            limits: Arc::new(Limits::new(config)),
             drain_timeout: config.drain_timeout(),
             certs: Arc::new(CertStore::new(&config.tls_secrets)),
             changes: Arc::new(changes),
@@ -539,7 +541,7 @@ impl Standalone {
                     label,
                     routes_rx,
                     Arc::clone(&load),
-                    self.udp_idle_timeout,
+                    Arc::clone(&self.limits),
                     stop_rx,
                 ));
                 (Routing::L4(routes), task)
@@ -547,11 +549,17 @@ impl Standalone {
             Seed::L4(route) => {
                 let listener = tcp::bind(addr)?;
                 let (routes, routes_rx) = watch::channel(route);
-                let handler = tcp::l4_handler(routes_rx, self.connect_timeout, label.clone());
+                let handler = tcp::l4_handler(
+                    routes_rx,
+                    self.connect_timeout,
+                    Arc::clone(&self.limits),
+                    label.clone(),
+                );
                 let task = tokio::spawn(tcp::accept_loop(
                     listener,
                     label,
                     Arc::clone(&load),
+                    Arc::clone(&self.limits),
                     Arc::clone(&tracker),
                     handler,
                     stop_rx,
@@ -566,11 +574,13 @@ impl Standalone {
                     tables: http::Tables::Plain(Arc::clone(&table)),
                     connect_timeout: self.connect_timeout,
                     load: Arc::clone(&load),
+                    limits: Arc::clone(&self.limits),
                 });
                 let task = tokio::spawn(tcp::accept_loop(
                     listener,
                     label,
                     Arc::clone(&load),
+                    Arc::clone(&self.limits),
                     Arc::clone(&tracker),
                     http::handler(shared),
                     stop_rx,
@@ -590,13 +600,16 @@ impl Standalone {
                         tables: http::Tables::Tls(Arc::clone(&table)),
                         connect_timeout: self.connect_timeout,
                         load: Arc::clone(&load),
+                        limits: Arc::clone(&self.limits),
                     }),
                     connect_timeout: self.connect_timeout,
+                    limits: Arc::clone(&self.limits),
                 });
                 let task = tokio::spawn(tcp::accept_loop(
                     listener,
                     label,
                     Arc::clone(&load),
+                    Arc::clone(&self.limits),
                     Arc::clone(&tracker),
                     tls::handler(tls_listener),
                     stop_rx,
@@ -748,6 +761,79 @@ impl Standalone {
             "gauge",
             "New connections or sessions per second over the last 5 s.",
             per_listener(&|r| format!("{:.3}", r.load.per_second(now))),
+        );
+        family(
+            "fedingress_agent_listener_limit",
+            "gauge",
+            "Most connections (TCP, HTTP, TLS) or sessions (UDP) a bound listener holds (limits.connectionsPerListener, limits.udpSessionsPerListener).",
+            state
+                .listeners
+                .keys()
+                .map(|id| {
+                    let limit = match id.kind {
+                        Kind::Udp => self.limits.udp_sessions_per_listener as u64,
+                        _ => self.limits.connections_per_listener,
+                    };
+                    (listener_labels(id), limit.to_string())
+                })
+                .collect(),
+        );
+        family(
+            "fedingress_agent_listener_refused_total",
+            "counter",
+            "New connections or UDP sessions refused at a limit: listener_limit, source_limit (UDP sessions of one client address), fd_budget (file descriptors; for HTTP a 503 instead of an upstream connection).",
+            state
+                .listeners
+                .iter()
+                .flat_map(|(id, r)| {
+                    r.load.guard.refusals().into_iter().map(move |(reason, n)| {
+                        (
+                            format!("{},reason=\"{reason}\"", listener_labels(id)),
+                            n.to_string(),
+                        )
+                    })
+                })
+                .collect(),
+        );
+        family(
+            "fedingress_agent_listener_evicted_total",
+            "counter",
+            "UDP sessions ended to make room for a new one (the oldest session whose client never answered a reply).",
+            state
+                .listeners
+                .iter()
+                .filter(|(id, _)| id.kind == Kind::Udp)
+                .map(|(id, r)| (listener_labels(id), r.load.guard.evictions().to_string()))
+                .collect(),
+        );
+        family(
+            "fedingress_agent_listener_timed_out_total",
+            "counter",
+            "Connections or UDP sessions closed by a timer: idle (no bytes or datagrams either way), handshake (TLS), header (HTTP/1.1 request head).",
+            state
+                .listeners
+                .iter()
+                .flat_map(|(id, r)| {
+                    r.load.guard.timeouts().into_iter().map(move |(reason, n)| {
+                        (
+                            format!("{},reason=\"{reason}\"", listener_labels(id)),
+                            n.to_string(),
+                        )
+                    })
+                })
+                .collect(),
+        );
+        family(
+            "fedingress_agent_fd_budget",
+            "gauge",
+            "File descriptors the data plane may hold for client connections, upstream connections and UDP sessions: RLIMIT_NOFILE less limits.reservedFileDescriptors.",
+            vec![(String::new(), self.limits.fds.limit().to_string())],
+        );
+        family(
+            "fedingress_agent_fd_budget_used",
+            "gauge",
+            "File descriptors of the budget held now.",
+            vec![(String::new(), self.limits.fds.used().to_string())],
         );
         let l7: Vec<(&ListenerId, &Running)> = state
             .listeners

@@ -22,6 +22,7 @@ use tokio::time::timeout;
 use super::Route;
 use super::drain::{Phase, Tracked, Tracker, reached};
 use super::endpoint::{Endpoint, Pool};
+use super::limits::{Activity, FdPermit, Limits, Refusal, Timeout, Watched, take_fd};
 use super::load::{Active, LoadCounters};
 
 const BACKLOG: i32 = 1024;
@@ -52,6 +53,8 @@ pub(crate) struct Accepted {
     pub active: Active,
     pub tracked: Tracked,
     pub phase: watch::Receiver<Phase>,
+    /// The client socket's descriptor.
+    pub fd: FdPermit,
 }
 
 /// What a listener does with each accepted connection (it spawns a task).
@@ -59,10 +62,15 @@ pub(crate) type Handler = Arc<dyn Fn(Accepted) + Send + Sync>;
 
 /// Accepts on `listener` until `stop` fires (or its sender is dropped), handing every
 /// connection to `handler`; the socket is closed when this returns.
+///
+/// A connection beyond `limits.connectionsPerListener`, or without a descriptor left in
+/// the budget, is closed at once (counted as refused): the backlog keeps draining and
+/// the client learns at once, instead of waiting in a queue that no longer moves.
 pub(crate) async fn accept_loop(
     listener: TcpListener,
     label: String,
     load: Arc<LoadCounters>,
+    limits: Arc<Limits>,
     tracker: Arc<Tracker>,
     handler: Handler,
     mut stop: oneshot::Receiver<()>,
@@ -75,6 +83,23 @@ pub(crate) async fn accept_loop(
         };
         match accepted {
             Ok((stream, peer)) => {
+                let fd = if load.active() >= limits.connections_per_listener {
+                    Err(Refusal::ListenerLimit)
+                } else {
+                    take_fd(&limits).ok_or(Refusal::FdBudget)
+                };
+                let fd = match fd {
+                    Ok(fd) => fd,
+                    Err(why) => {
+                        drop(stream);
+                        if load.guard.refused(why) {
+                            tracing::warn!(listener = %label, client = %peer, reason = why.as_str(), "refusing connections (counted in fedingress_agent_listener_refused_total)");
+                        } else {
+                            tracing::debug!(listener = %label, client = %peer, reason = why.as_str(), "connection refused");
+                        }
+                        continue;
+                    }
+                };
                 let _ = stream.set_nodelay(true);
                 handler(Accepted {
                     stream,
@@ -82,6 +107,7 @@ pub(crate) async fn accept_loop(
                     active: load.opened(),
                     tracked: tracker.track(),
                     phase: tracker.phase(),
+                    fd,
                 });
             }
             Err(error) => {
@@ -98,26 +124,41 @@ pub(crate) async fn accept_loop(
 pub(crate) fn l4_handler(
     routes: watch::Receiver<Arc<Route>>,
     connect_timeout: Duration,
+    limits: Arc<Limits>,
     label: String,
 ) -> Handler {
     let label: Arc<str> = label.into();
     Arc::new(move |accepted: Accepted| {
         let route = Arc::clone(&routes.borrow());
-        tokio::spawn(proxy(accepted, route, connect_timeout, Arc::clone(&label)));
+        tokio::spawn(proxy(
+            accepted,
+            route,
+            connect_timeout,
+            Arc::clone(&limits),
+            Arc::clone(&label),
+        ));
     })
 }
 
-async fn proxy(accepted: Accepted, route: Arc<Route>, connect_timeout: Duration, label: Arc<str>) {
+async fn proxy(
+    accepted: Accepted,
+    route: Arc<Route>,
+    connect_timeout: Duration,
+    limits: Arc<Limits>,
+    label: Arc<str>,
+) {
     let Accepted {
         mut stream,
         peer,
-        active: _active,
+        active,
         tracked: _tracked,
         mut phase,
+        fd: _fd,
     } = accepted;
-    let Some((mut upstream, endpoint)) = connect(
+    let Some((mut upstream, endpoint, _upstream_fd)) = connect(
         &route.pool,
         connect_timeout,
+        &limits,
         &route.ingress.to_string(),
         &label,
     )
@@ -132,7 +173,16 @@ async fn proxy(accepted: Accepted, route: Arc<Route>, connect_timeout: Duration,
         );
         return;
     };
-    if let Err(error) = splice(&mut stream, &mut upstream, &mut phase).await {
+    let idle = limits.stream_idle;
+    if let Err(error) = splice(
+        &mut stream,
+        &mut upstream,
+        &mut phase,
+        idle,
+        active.counters(),
+    )
+    .await
+    {
         tracing::debug!(
             ingress = %route.ingress,
             listener = %label,
@@ -145,13 +195,23 @@ async fn proxy(accepted: Accepted, route: Arc<Route>, connect_timeout: Duration,
 }
 
 /// Connects to the first candidate of `pool` that takes the connection; failed connects
-/// count against their endpoint, a success for it.
+/// count against their endpoint, a success for it. `None` also when the descriptor
+/// budget is spent (then no endpoint is tried or blamed).
 pub(crate) async fn connect(
     pool: &Pool,
     connect_timeout: Duration,
+    limits: &Arc<Limits>,
     ingress: &str,
     label: &str,
-) -> Option<(TcpStream, Arc<Endpoint>)> {
+) -> Option<(TcpStream, Arc<Endpoint>, FdPermit)> {
+    let Some(fd) = take_fd(limits) else {
+        tracing::debug!(
+            ingress,
+            listener = label,
+            "no file descriptor left in the budget for an upstream connection"
+        );
+        return None;
+    };
     for endpoint in pool.candidates() {
         let connected = timeout(connect_timeout, TcpStream::connect(endpoint.addr))
             .await
@@ -160,7 +220,7 @@ pub(crate) async fn connect(
             Ok(upstream) => {
                 endpoint.record(true, "proxy");
                 let _ = upstream.set_nodelay(true);
-                return Some((upstream, endpoint));
+                return Some((upstream, endpoint, fd));
             }
             Err(error) => {
                 tracing::debug!(
@@ -177,18 +237,30 @@ pub(crate) async fn connect(
     None
 }
 
-/// Copies both ways until both sides are done, or the listener's drain time is up.
+/// Copies both ways until both sides are done, the listener's drain time is up, or no
+/// byte has moved either way for `idle` (then both sides are closed, and the timeout is
+/// counted in `counters`).
 pub(crate) async fn splice<A, B>(
     a: &mut A,
     b: &mut B,
     phase: &mut watch::Receiver<Phase>,
+    idle: Duration,
+    counters: &LoadCounters,
 ) -> io::Result<()>
 where
     A: AsyncRead + AsyncWrite + Unpin + ?Sized,
     B: AsyncRead + AsyncWrite + Unpin + ?Sized,
 {
+    let activity = Activity::new();
+    // Every byte either way passes through `a`'s reads or writes.
+    let mut a = Watched::new(a, activity.clone());
     tokio::select! {
-        copied = tokio::io::copy_bidirectional(a, b) => copied.map(|_| ()),
+        copied = tokio::io::copy_bidirectional(&mut a, b) => copied.map(|_| ()),
         () = reached(phase, Phase::Closing) => Ok(()),
+        () = activity.idle_for(idle) => {
+            counters.guard.timed_out(Timeout::Idle);
+            tracing::debug!("spliced connection idle; closed both sides");
+            Ok(())
+        }
     }
 }

@@ -26,11 +26,9 @@ use tokio_rustls::TlsAcceptor;
 use super::certs::CertStore;
 use super::clienthello;
 use super::http::{HttpListener, TlsInfo};
+use super::limits::{Limits, Timeout};
 use super::routes::{Target, TlsDecision, TlsTable};
 use super::tcp::{self, Accepted, Handler};
-
-/// How long a client may take to send its ClientHello, and then to finish the handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A TLS alert record: fatal (2), unrecognized_name (112).
 const ALERT_UNRECOGNIZED_NAME: [u8; 7] = [0x15, 0x03, 0x01, 0x00, 0x02, 0x02, 0x70];
@@ -42,6 +40,9 @@ pub(crate) struct TlsListener {
     pub certs: Arc<CertStore>,
     pub http: Arc<HttpListener>,
     pub connect_timeout: Duration,
+    /// The handshake timeout (for the ClientHello, then again for the rest), the idle
+    /// timeout of spliced connections, the descriptor budget.
+    pub limits: Arc<Limits>,
 }
 
 /// The handler of a TLS listener.
@@ -64,18 +65,23 @@ async fn serve(accepted: Accepted, listener: Arc<TlsListener>) {
     let Accepted {
         mut stream,
         peer,
-        active: _active,
+        active,
         tracked: _tracked,
         mut phase,
+        fd: _fd,
     } = accepted;
     let label = &listener.label;
-    let (hello, raw) = match timeout(HANDSHAKE_TIMEOUT, clienthello::read(&mut stream)).await {
+    let handshake = listener.limits.tls_handshake;
+    let idle = listener.limits.stream_idle;
+    let counters = active.counters();
+    let (hello, raw) = match timeout(handshake, clienthello::read(&mut stream)).await {
         Ok(Ok(read)) => read,
         Ok(Err(error)) => {
             tracing::debug!(listener = %label, client = %peer, %error, "no usable ClientHello");
             return;
         }
         Err(_) => {
+            counters.guard.timed_out(Timeout::Handshake);
             tracing::debug!(listener = %label, client = %peer, "no ClientHello in time");
             return;
         }
@@ -94,9 +100,10 @@ async fn serve(accepted: Accepted, listener: Arc<TlsListener>) {
     match plan {
         Plan::Passthrough(target) => {
             let _share = target.load.opened();
-            let Some((mut upstream, endpoint)) = tcp::connect(
+            let Some((mut upstream, endpoint, _upstream_fd)) = tcp::connect(
                 &target.pool,
                 listener.connect_timeout,
+                &listener.limits,
                 &target.ingress.to_string(),
                 label,
             )
@@ -109,7 +116,9 @@ async fn serve(accepted: Accepted, listener: Arc<TlsListener>) {
                 return;
             }
             drop(raw);
-            if let Err(error) = tcp::splice(&mut stream, &mut upstream, &mut phase).await {
+            if let Err(error) =
+                tcp::splice(&mut stream, &mut upstream, &mut phase, idle, counters).await
+            {
                 tracing::debug!(listener = %label, endpoint = %endpoint.addr, %error, "passthrough connection ended with an error");
             }
         }
@@ -119,19 +128,19 @@ async fn serve(accepted: Accepted, listener: Arc<TlsListener>) {
                 return;
             };
             let acceptor = TlsAcceptor::from(Arc::clone(&configs.raw));
-            let accepted = timeout(
-                HANDSHAKE_TIMEOUT,
-                acceptor.accept(Prefixed::new(raw, stream)),
-            )
-            .await;
+            let accepted = timeout(handshake, acceptor.accept(Prefixed::new(raw, stream))).await;
+            if accepted.is_err() {
+                counters.guard.timed_out(Timeout::Handshake);
+            }
             let Ok(Ok(mut tls)) = accepted else {
                 tracing::debug!(listener = %label, client = %peer, "TLS handshake failed");
                 return;
             };
             let _share = target.load.opened();
-            let Some((mut upstream, endpoint)) = tcp::connect(
+            let Some((mut upstream, endpoint, _upstream_fd)) = tcp::connect(
                 &target.pool,
                 listener.connect_timeout,
+                &listener.limits,
                 &target.ingress.to_string(),
                 label,
             )
@@ -140,7 +149,9 @@ async fn serve(accepted: Accepted, listener: Arc<TlsListener>) {
                 let _ = tls.shutdown().await;
                 return;
             };
-            if let Err(error) = tcp::splice(&mut tls, &mut upstream, &mut phase).await {
+            if let Err(error) =
+                tcp::splice(&mut tls, &mut upstream, &mut phase, idle, counters).await
+            {
                 tracing::debug!(listener = %label, endpoint = %endpoint.addr, %error, "terminated TLS connection ended with an error");
             }
         }
@@ -150,11 +161,10 @@ async fn serve(accepted: Accepted, listener: Arc<TlsListener>) {
                 return;
             };
             let acceptor = TlsAcceptor::from(Arc::clone(&configs.http));
-            let accepted = timeout(
-                HANDSHAKE_TIMEOUT,
-                acceptor.accept(Prefixed::new(raw, stream)),
-            )
-            .await;
+            let accepted = timeout(handshake, acceptor.accept(Prefixed::new(raw, stream))).await;
+            if accepted.is_err() {
+                counters.guard.timed_out(Timeout::Handshake);
+            }
             let Ok(Ok(tls)) = accepted else {
                 tracing::debug!(listener = %label, client = %peer, "TLS handshake failed");
                 return;

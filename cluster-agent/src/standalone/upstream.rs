@@ -30,6 +30,7 @@ use tokio::net::TcpStream;
 
 use super::endpoint::Endpoint;
 use super::http::RequestBody;
+use super::limits::{Limits, take_fd};
 
 /// How long an idle pooled connection is kept.
 pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
@@ -46,6 +47,8 @@ pub(crate) enum UpstreamError {
     Handshake(#[source] hyper::Error),
     #[error("exchanging the request")]
     Exchange(#[source] hyper::Error),
+    #[error("no file descriptor left in the agent's budget for another upstream connection")]
+    FdBudget,
 }
 
 impl UpstreamError {
@@ -116,11 +119,13 @@ impl IdlePool {
 /// connection to the endpoint's pool once read to the end.
 ///
 /// # Errors
-/// Connecting (within `connect_timeout`), the handshake, or the exchange failed.
+/// Connecting (within `connect_timeout`), the handshake, or the exchange failed; or a
+/// new connection would exceed the descriptor budget of `limits`.
 pub(crate) async fn send(
     endpoint: &Arc<Endpoint>,
     request: Request<RequestBody>,
     connect_timeout: Duration,
+    limits: &Arc<Limits>,
 ) -> Result<Response<PooledBody>, UpstreamError> {
     let addr = endpoint.addr;
     let (mut sender, pooled) = loop {
@@ -134,7 +139,12 @@ pub(crate) async fn send(
             }
             // Boxed: the connect future is large and rare; inline it would grow (and
             // make every request move) the state of every proxied request.
-            None => break (Box::pin(connect(addr, connect_timeout)).await?, false),
+            None => {
+                break (
+                    Box::pin(connect(addr, connect_timeout, limits)).await?,
+                    false,
+                );
+            }
         }
     };
     let request = match sender.try_send_request(request).await {
@@ -145,7 +155,7 @@ pub(crate) async fn send(
             _ => return Err(UpstreamError::Exchange(error.into_error())),
         },
     };
-    let mut sender = Box::pin(connect(addr, connect_timeout)).await?;
+    let mut sender = Box::pin(connect(addr, connect_timeout, limits)).await?;
     match sender.send_request(request).await {
         Ok(response) => Ok(wrap(endpoint, sender, response)),
         Err(error) => Err(UpstreamError::Exchange(error)),
@@ -170,7 +180,10 @@ fn wrap(
 async fn connect(
     addr: SocketAddr,
     connect_timeout: Duration,
+    limits: &Arc<Limits>,
 ) -> Result<SendRequest<RequestBody>, UpstreamError> {
+    // Held by the connection's task: given back when the connection closes.
+    let fd = take_fd(limits).ok_or(UpstreamError::FdBudget)?;
     let stream = tokio::time::timeout(connect_timeout, TcpStream::connect(addr))
         .await
         .map_err(|_| {
@@ -184,6 +197,7 @@ async fn connect(
         .await
         .map_err(UpstreamError::Handshake)?;
     tokio::spawn(async move {
+        let _fd = fd;
         if let Err(error) = connection.await {
             tracing::debug!(endpoint = %addr, %error, "upstream connection ended with an error");
         }
