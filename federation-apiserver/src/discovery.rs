@@ -1,5 +1,7 @@
-//! Discovery documents: `/version`, `/api`, `/apis`, the group and its resource list.
+//! Discovery documents: `/version`, `/api`, `/apis`, our group and its resource list, and
+//! `rbac.authorization.k8s.io/v1`.
 
+use fedingress_api::rbac::{self, ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use fedingress_api::{Cluster, FederatedIngress, Resource};
 use serde_json::{Value, json};
 
@@ -71,7 +73,43 @@ fn group() -> Value {
 }
 
 pub fn groups() -> Value {
-    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [group()]})
+    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [group(), rbac_group()]})
+}
+
+/// `rbac.authorization.k8s.io`: Roles, ClusterRoles and their bindings.
+pub fn rbac_group() -> Value {
+    let gv = json!({"groupVersion": format!("{}/{}", rbac::GROUP, rbac::VERSION), "version": rbac::VERSION});
+    json!({
+        "kind": "APIGroup",
+        "apiVersion": "v1",
+        "name": rbac::GROUP,
+        "versions": [gv.clone()],
+        "preferredVersion": gv,
+    })
+}
+
+fn rbac_entry<R: Resource>() -> Value {
+    json!({
+        "name": R::PLURAL,
+        "singularName": R::SINGULAR,
+        "namespaced": R::NAMESPACED,
+        "kind": R::KIND,
+        "verbs": VERBS,
+    })
+}
+
+pub fn rbac_resources() -> Value {
+    json!({
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": format!("{}/{}", rbac::GROUP, rbac::VERSION),
+        "resources": [
+            rbac_entry::<ClusterRoleBinding>(),
+            rbac_entry::<ClusterRole>(),
+            rbac_entry::<RoleBinding>(),
+            rbac_entry::<Role>(),
+        ],
+    })
 }
 
 pub fn group_document() -> Value {

@@ -2,14 +2,38 @@
 //! Rust types' schemas, so `kubectl apply` validates on the server (fieldValidation)
 //! and `kubectl explain` prints the field docs.
 
+use fedingress_api::rbac;
 use fedingress_api::{Cluster, FederatedIngress, Resource};
 use serde_json::{Map, Value, json};
 
 /// Path of the group-version document, relative to `/openapi/v3/`.
 pub const GROUP_VERSION_PATH: &str = "apis/fedingress.io/v1alpha1";
 
+/// Path of the RBAC group-version document, relative to `/openapi/v3/`.
+pub const RBAC_GROUP_VERSION_PATH: &str = "apis/rbac.authorization.k8s.io/v1";
+
+/// Whether `kind` (or its list) is one of the `rbac.authorization.k8s.io` kinds: kind
+/// names are unique across the groups we serve.
+fn is_rbac(kind: &str) -> bool {
+    [
+        rbac::Role::KIND,
+        rbac::ClusterRole::KIND,
+        rbac::RoleBinding::KIND,
+        rbac::ClusterRoleBinding::KIND,
+    ]
+    .iter()
+    .any(|k| {
+        kind.strip_prefix(k)
+            .is_some_and(|rest| rest.is_empty() || rest == "List")
+    })
+}
+
 fn schema_name(kind: &str) -> String {
-    format!("io.fedingress.{}.{kind}", fedingress_api::VERSION)
+    if is_rbac(kind) {
+        format!("io.k8s.api.rbac.v1.{kind}")
+    } else {
+        format!("io.fedingress.{}.{kind}", fedingress_api::VERSION)
+    }
 }
 
 fn schema_ref(kind: &str) -> Value {
@@ -17,7 +41,11 @@ fn schema_ref(kind: &str) -> Value {
 }
 
 fn gvk(kind: &str) -> Value {
-    json!({"group": fedingress_api::GROUP, "version": fedingress_api::VERSION, "kind": kind})
+    if is_rbac(kind) {
+        json!({"group": rbac::GROUP, "version": rbac::VERSION, "kind": kind})
+    } else {
+        json!({"group": fedingress_api::GROUP, "version": fedingress_api::VERSION, "kind": kind})
+    }
 }
 
 /// The schema of a kind, every subschema inlined (kubectl's explain walks properties).
@@ -160,10 +188,15 @@ fn operation(
     body: Option<Value>,
     result: Value,
 ) -> Value {
+    let (infix, tag) = if is_rbac(kind) {
+        ("RbacAuthorizationV1", "rbacAuthorization_v1")
+    } else {
+        ("FedingressIoV1alpha1", "fedingressIo_v1alpha1")
+    };
     let mut op = json!({
-        "operationId": format!("{verb_id}FedingressIoV1alpha1{kind}"),
+        "operationId": format!("{verb_id}{infix}{kind}"),
         "description": description,
-        "tags": ["fedingressIo_v1alpha1"],
+        "tags": [tag],
         "parameters": params,
         "responses": {"200": response(result)},
         "x-kubernetes-action": action,
@@ -190,7 +223,7 @@ fn patch_body() -> Value {
 
 fn add_paths<R: Resource>(paths: &mut Map<String, Value>) {
     let kind = R::KIND;
-    let base = format!("/apis/{}", fedingress_api::API_VERSION);
+    let base = format!("/apis/{}", R::api_version());
     let (collection, mut scope_params) = if R::NAMESPACED {
         (
             format!("{base}/namespaces/{{namespace}}/{}", R::PLURAL),
@@ -233,6 +266,9 @@ fn add_paths<R: Resource>(paths: &mut Map<String, Value>) {
             "parameters": item_params.clone(),
         }),
     );
+    if is_rbac(kind) {
+        return;
+    }
     paths.insert(
         format!("{collection}/{{name}}/status"),
         json!({
@@ -268,9 +304,34 @@ pub fn group_version_document() -> Value {
     })
 }
 
-/// The `/openapi/v3` index; `hash` is the group-version document's content hash.
-pub fn index(hash: &str) -> Value {
-    json!({"paths": {GROUP_VERSION_PATH: {"serverRelativeURL": format!("/openapi/v3/{GROUP_VERSION_PATH}?hash={hash}")}}})
+/// The `rbac.authorization.k8s.io/v1` group-version document.
+pub fn rbac_document() -> Value {
+    let mut paths = Map::new();
+    let mut schemas = Map::new();
+    fn add<R: Resource>(paths: &mut Map<String, Value>, schemas: &mut Map<String, Value>) {
+        add_paths::<R>(paths);
+        schemas.insert(schema_name(R::KIND), kind_schema::<R>());
+        schemas.insert(schema_name(R::LIST_KIND), list_schema::<R>());
+    }
+    add::<rbac::Role>(&mut paths, &mut schemas);
+    add::<rbac::ClusterRole>(&mut paths, &mut schemas);
+    add::<rbac::RoleBinding>(&mut paths, &mut schemas);
+    add::<rbac::ClusterRoleBinding>(&mut paths, &mut schemas);
+    json!({
+        "openapi": "3.0.0",
+        "info": {"title": "fedingress", "version": env!("CARGO_PKG_VERSION")},
+        "paths": paths,
+        "components": {"schemas": schemas},
+    })
+}
+
+/// The `/openapi/v3` index; `hash` and `rbac_hash` are the group-version documents'
+/// content hashes.
+pub fn index(hash: &str, rbac_hash: &str) -> Value {
+    json!({"paths": {
+        GROUP_VERSION_PATH: {"serverRelativeURL": format!("/openapi/v3/{GROUP_VERSION_PATH}?hash={hash}")},
+        RBAC_GROUP_VERSION_PATH: {"serverRelativeURL": format!("/openapi/v3/{RBAC_GROUP_VERSION_PATH}?hash={rbac_hash}")},
+    }})
 }
 
 /// A stable content hash (FNV-1a, hex) for the index's cache-busting parameter.

@@ -11,6 +11,7 @@
 //! Field numbers are those of gnostic's `openapiv2/OpenAPIv2.proto` (read from the
 //! descriptor compiled into kubectl).
 
+use fedingress_api::rbac;
 use fedingress_api::{Cluster, FederatedIngress, Resource};
 
 /// Content type of the response. kubectl asks for
@@ -110,11 +111,12 @@ fn query_parameter(name: &str, description: &str) -> Message {
     })
 }
 
-fn operation(id: &str, kind: &str, action: &str, writes: bool, patch: bool) -> Message {
+fn operation<R: Resource>(id: &str, action: &str, writes: bool, patch: bool) -> Message {
     let gvk = format!(
-        "group: {}\nkind: {kind}\nversion: {}\n",
-        fedingress_api::GROUP,
-        fedingress_api::VERSION
+        "group: {}\nkind: {}\nversion: {}\n",
+        R::GROUP,
+        R::KIND,
+        R::VERSION
     );
     let ok = built(|m| {
         let response = built(|r| {
@@ -133,6 +135,9 @@ fn operation(id: &str, kind: &str, action: &str, writes: bool, patch: bool) -> M
         if patch {
             m.string(OPERATION_CONSUMES, "application/json-patch+json")
                 .string(OPERATION_CONSUMES, "application/merge-patch+json");
+            if R::GROUP == fedingress_api::rbac::GROUP {
+                m.string(OPERATION_CONSUMES, "application/strategic-merge-patch+json");
+            }
         }
         if writes {
             m.message(
@@ -169,24 +174,30 @@ fn operation(id: &str, kind: &str, action: &str, writes: bool, patch: bool) -> M
 
 fn add_paths<R: Resource>(paths: &mut Message) {
     let kind = R::KIND;
-    let base = format!("/apis/{}", fedingress_api::API_VERSION);
+    let base = format!("/apis/{}", R::api_version());
     let collection = if R::NAMESPACED {
         format!("{base}/namespaces/{{namespace}}/{}", R::PLURAL)
     } else {
         format!("{base}/{}", R::PLURAL)
     };
-    let id = |verb: &str| format!("{verb}FedingressIoV1alpha1{kind}");
+    let id = |verb: &str| {
+        if R::GROUP == fedingress_api::rbac::GROUP {
+            format!("{verb}RbacAuthorizationV1{kind}")
+        } else {
+            format!("{verb}FedingressIoV1alpha1{kind}")
+        }
+    };
     let items = [
         (
             collection.clone(),
             built(|p| {
                 p.message(
                     PATH_ITEM_GET,
-                    &operation(&id("list"), kind, "list", false, false),
+                    &operation::<R>(&id("list"), "list", false, false),
                 )
                 .message(
                     PATH_ITEM_POST,
-                    &operation(&id("create"), kind, "post", true, false),
+                    &operation::<R>(&id("create"), "post", true, false),
                 );
             }),
         ),
@@ -195,19 +206,19 @@ fn add_paths<R: Resource>(paths: &mut Message) {
             built(|p| {
                 p.message(
                     PATH_ITEM_GET,
-                    &operation(&id("read"), kind, "get", false, false),
+                    &operation::<R>(&id("read"), "get", false, false),
                 )
                 .message(
                     PATH_ITEM_PUT,
-                    &operation(&id("replace"), kind, "put", true, false),
+                    &operation::<R>(&id("replace"), "put", true, false),
                 )
                 .message(
                     PATH_ITEM_DELETE,
-                    &operation(&id("delete"), kind, "delete", false, false),
+                    &operation::<R>(&id("delete"), "delete", false, false),
                 )
                 .message(
                     PATH_ITEM_PATCH,
-                    &operation(&id("patch"), kind, "patch", true, true),
+                    &operation::<R>(&id("patch"), "patch", true, true),
                 );
             }),
         ),
@@ -216,20 +227,26 @@ fn add_paths<R: Resource>(paths: &mut Message) {
             built(|p| {
                 p.message(
                     PATH_ITEM_GET,
-                    &operation(&id("readStatus"), kind, "get", false, false),
+                    &operation::<R>(&id("readStatus"), "get", false, false),
                 )
                 .message(
                     PATH_ITEM_PUT,
-                    &operation(&id("replaceStatus"), kind, "put", true, false),
+                    &operation::<R>(&id("replaceStatus"), "put", true, false),
                 )
                 .message(
                     PATH_ITEM_PATCH,
-                    &operation(&id("patchStatus"), kind, "patch", true, true),
+                    &operation::<R>(&id("patchStatus"), "patch", true, true),
                 );
             }),
         ),
     ];
-    for (path, item) in items {
+    // The RBAC kinds have no status subresource.
+    let served = if R::GROUP == fedingress_api::rbac::GROUP {
+        2
+    } else {
+        items.len()
+    };
+    for (path, item) in items.into_iter().take(served) {
         let named = built(|n| {
             n.string(NAMED_NAME, &path).message(NAMED_VALUE, &item);
         });
@@ -242,6 +259,10 @@ pub fn document() -> Vec<u8> {
     let mut paths = Message::default();
     add_paths::<FederatedIngress>(&mut paths);
     add_paths::<Cluster>(&mut paths);
+    add_paths::<rbac::Role>(&mut paths);
+    add_paths::<rbac::ClusterRole>(&mut paths);
+    add_paths::<rbac::RoleBinding>(&mut paths);
+    add_paths::<rbac::ClusterRoleBinding>(&mut paths);
     let info = built(|i| {
         i.string(INFO_TITLE, "fedingress")
             .string(INFO_VERSION, env!("CARGO_PKG_VERSION"));

@@ -1,6 +1,7 @@
 //! Server-side printing: `meta.k8s.io/v1` Table responses, the columns `kubectl get` shows.
 
 use fedingress_api::event::Event;
+use fedingress_api::rbac;
 use fedingress_api::{Cluster, FederatedIngress, ObjectMeta, Resource, Time};
 use serde_json::{Value, json};
 
@@ -135,6 +136,88 @@ impl Printable for Cluster {
             json!(if status.connected { "True" } else { "False" }),
             json!(ready),
         ]
+    }
+}
+
+/// Roles and ClusterRoles: NAME and CREATED AT, as kube-apiserver prints them.
+const ROLE_COLUMNS: &[(&str, &str, &str)] = &[
+    ("Name", "string", "Name must be unique within a namespace."),
+    ("Created At", "date", "Time when the role was created."),
+];
+
+fn role_cells(meta: &ObjectMeta) -> Vec<Value> {
+    vec![
+        json!(meta.name.clone().unwrap_or_default()),
+        json!(
+            meta.creation_timestamp
+                .map(|t| t.0.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+                .unwrap_or_default()
+        ),
+    ]
+}
+
+impl Printable for rbac::Role {
+    const COLUMNS: &'static [(&'static str, &'static str, &'static str)] = ROLE_COLUMNS;
+    const NAME_AND_AGE: bool = false;
+    fn cells(&self, _now: &Time) -> Vec<Value> {
+        role_cells(&self.metadata)
+    }
+}
+
+impl Printable for rbac::ClusterRole {
+    const COLUMNS: &'static [(&'static str, &'static str, &'static str)] = ROLE_COLUMNS;
+    const NAME_AND_AGE: bool = false;
+    fn cells(&self, _now: &Time) -> Vec<Value> {
+        role_cells(&self.metadata)
+    }
+}
+
+/// Bindings: NAME, ROLE (`Kind/name`), AGE, then who (kube shows those with `-o wide`).
+const BINDING_COLUMNS: &[(&str, &str, &str)] = &[
+    ("Role", "string", "The role granted, as Kind/name."),
+    ("Users", "string", "Users granted the role."),
+    ("Groups", "string", "Groups granted the role."),
+    (
+        "ServiceAccounts",
+        "string",
+        "Service accounts granted the role, as namespace/name.",
+    ),
+];
+
+fn binding_cells(role_ref: &rbac::RoleRef, subjects: &[rbac::Subject]) -> Vec<Value> {
+    let of = |kind: &str| {
+        subjects
+            .iter()
+            .filter(|s| s.kind == kind)
+            .map(|s| {
+                if kind == "ServiceAccount" {
+                    format!("{}/{}", s.namespace, s.name)
+                } else {
+                    s.name.clone()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    vec![
+        json!(format!("{}/{}", role_ref.kind, role_ref.name)),
+        json!(of("User")),
+        json!(of("Group")),
+        json!(of("ServiceAccount")),
+    ]
+}
+
+impl Printable for rbac::RoleBinding {
+    const COLUMNS: &'static [(&'static str, &'static str, &'static str)] = BINDING_COLUMNS;
+    fn cells(&self, _now: &Time) -> Vec<Value> {
+        binding_cells(&self.role_ref, &self.subjects)
+    }
+}
+
+impl Printable for rbac::ClusterRoleBinding {
+    const COLUMNS: &'static [(&'static str, &'static str, &'static str)] = BINDING_COLUMNS;
+    fn cells(&self, _now: &Time) -> Vec<Value> {
+        binding_cells(&self.role_ref, &self.subjects)
     }
 }
 
