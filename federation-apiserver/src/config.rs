@@ -165,6 +165,26 @@ pub struct DnsConfig {
     /// Clients allowed to AXFR the zones (none by default).
     #[serde(default)]
     pub allow_transfer: Vec<ipnet::IpNet>,
+    /// Response-rate limiting of UDP answers (docs/security.md, "DNS").
+    #[serde(default)]
+    pub rrl: fedingress_dns::server::config::RrlConfig,
+    /// Whose EDNS Client Subnet option steers answers.
+    #[serde(default)]
+    pub ecs: fedingress_dns::server::config::EcsConfig,
+    /// Limits of the TCP listener.
+    #[serde(default)]
+    pub tcp: fedingress_dns::server::config::TcpConfig,
+}
+
+impl DnsConfig {
+    /// What the embedded server runs with besides its zones.
+    pub fn server_config(&self) -> fedingress_dns::server::config::ServerConfig {
+        fedingress_dns::server::config::ServerConfig {
+            rrl: self.rrl.clone(),
+            ecs: self.ecs.clone(),
+            tcp: self.tcp.clone(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -632,6 +652,7 @@ fn check_dns(dns: &DnsConfig) -> Result<(), ConfigError> {
             ConfigError::Invalid(format!("dns.zones: {e}"))
         }
     })?;
+    dns.server_config().validate().map_err(ConfigError::Invalid)?;
     if let Some(path) = &dns.mmdb {
         if !path.is_file() {
             return Err(ConfigError::Invalid(format!(
@@ -816,6 +837,44 @@ mod tests {
         for (args, expected) in cases {
             let error = dev_with(args).err().unwrap().to_string();
             assert!(error.contains(expected), "{args:?}: {error}");
+        }
+    }
+
+    #[test]
+    fn dns_limits_are_parsed_and_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("apiserver.yaml");
+        let path_str = path.to_str().unwrap().to_owned();
+        let load_dns = |dns: &str| {
+            std::fs::write(&path, format!("dev: true\ndns:\n{dns}")).unwrap();
+            load(&Cli::parse_from(["federation-apiserver", "--config", &path_str]))
+                .map(|settings| settings.dns.server_config())
+                .map_err(|e| e.to_string())
+        };
+        let defaults = load_dns("  zones: []\n").unwrap();
+        assert!(defaults.rrl.enabled);
+        assert_eq!(defaults.rrl.responses_per_second, 100);
+        assert_eq!(defaults.ecs.trusted_resolvers.len(), 2, "loopback");
+        let set = load_dns(
+            "  rrl: {responsesPerSecond: 5, slip: 0, ipv4PrefixLength: 32, exempt: []}\n  ecs: {trustedResolvers: [8.8.8.0/24]}\n  tcp: {maxConnections: 10, idleTimeoutSeconds: 3}\n",
+        )
+        .unwrap();
+        assert_eq!(set.rrl.responses_per_second, 5);
+        assert!(set.rrl.exempt.is_empty());
+        assert_eq!(set.ecs.trusted_resolvers, vec!["8.8.8.0/24".parse().unwrap()]);
+        assert_eq!(set.tcp.max_connections, 10);
+        for (dns, expected) in [
+            ("  rrl: {slip: 11}\n", "dns.rrl.slip: must be in 0..=10"),
+            ("  rrl: {responsesPerSecond: 0}\n", "dns.rrl.responsesPerSecond"),
+            ("  rrl: {ipv6PrefixLength: 129}\n", "dns.rrl.ipv6PrefixLength"),
+            ("  tcp: {maxConnections: 0}\n", "dns.tcp.maxConnections"),
+            ("  tcp: {idleTimeoutSeconds: 0}\n", "dns.tcp.idleTimeoutSeconds"),
+            ("  rrl: {rate: 5}\n", "unknown field `rate`"),
+            ("  ecs: {trusted: []}\n", "unknown field `trusted`"),
+            ("  ecs: {trustedResolvers: [8.8.8.8/33]}\n", "trustedResolvers"),
+        ] {
+            let error = load_dns(dns).unwrap_err();
+            assert!(error.contains(expected), "{dns}: {error}");
         }
     }
 

@@ -95,7 +95,10 @@ impl Gslb {
         let zones = config.zones.clone();
         fedingress_dns::zone::validate_zones(&zones).context("dns.zones")?;
         let (snapshot, _) = Snapshot::build(&zones, 1, &[], locator.clone());
-        let server = Arc::new(DnsServer::new(Arc::new(snapshot)));
+        let server = Arc::new(DnsServer::with_config(
+            Arc::new(snapshot),
+            config.server_config(),
+        ));
         let (udp, tcp) = bind_pair(listen).await?;
         let address = udp.local_addr().context("reading the DNS address")?;
         Ok(Bound {
