@@ -41,6 +41,13 @@
 //!   a refused `Hello` (`Unauthenticated`, `PermissionDenied`) is logged at error level
 //!   with the hub's message and retried on the same backoff with a higher cap.
 //! - Every switch of address is logged with the address in the `hub` field.
+//! - With `joinTokenFile` the agent authenticates by client certificate (mTLS; see
+//!   [`crate::identity`]): without a usable certificate it joins first (`Join`: a fresh
+//!   key, a CSR and the join token, sent at most once per join token); while connected
+//!   it renews the certificate (`Renew`, over the same connection, authenticated by the
+//!   current certificate) at a random point between 70 and 80 % of its lifetime; the
+//!   new one is used from the next connection on. An expired or refused certificate
+//!   with no unused join token is logged at error level, saying to issue a new one.
 //!
 //! What does not belong here: serving traffic (drivers), the config file
 //! ([`crate::config`]), the admin endpoint.
@@ -63,6 +70,9 @@ use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
 
 use crate::config::Config;
 use crate::driver::Driver;
+use crate::identity::{
+    ClientIdentity, IdentityFiles, RENEW_FROM, RENEW_TO, new_key_and_csr, token_id,
+};
 use crate::state::{PersistedPlan, PlanStore, error_chain};
 
 /// At most one report per this long when the driver signals changes in a burst.
@@ -90,6 +100,9 @@ const OUTBOUND_QUEUE: usize = 64;
 /// an agent 10 s to send it).
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(15);
 
+/// How soon a failed certificate renewal is tried again.
+const RENEW_RETRY: Duration = Duration::from_secs(10);
+
 /// Stand-in for "never" where a configured interval does not fit an `Instant`.
 const FAR_FUTURE: Duration = Duration::from_secs(365 * 24 * 3600);
 
@@ -109,8 +122,13 @@ pub struct HubSettings {
     /// This cluster's name at the hub.
     pub cluster: String,
     /// File holding the agent token; read (and trimmed) at every connect, so a rotated
-    /// token is picked up without a restart.
+    /// token is picked up without a restart. Unused with `join_token_file`.
     pub token_file: PathBuf,
+    /// File holding a join token: authenticate by client certificate (kept in
+    /// `state_dir`) instead of the token; see [`crate::identity`].
+    pub join_token_file: Option<PathBuf>,
+    /// Where the client certificate and its key are kept.
+    pub state_dir: PathBuf,
     /// Where the applied plan is persisted (`<stateDir>/plan.json`).
     pub plan_file: PathBuf,
     /// A report is sent at least this often.
@@ -159,6 +177,8 @@ impl HubSettings {
             ca_file: config.hub.ca_file.clone(),
             cluster: config.cluster.clone(),
             token_file: config.token_file.clone(),
+            join_token_file: config.join_token_file.clone(),
+            state_dir: config.state_dir.clone(),
             plan_file: config.plan_file(),
             report_interval: config.report_interval(),
             backoff: BackoffPolicy::default(),
@@ -185,6 +205,18 @@ impl HubSettings {
     /// # Errors
     /// An address that is not a URI, an unreadable CA file or one without certificates.
     pub fn endpoint(&self, address: &str) -> Result<Endpoint, HubError> {
+        self.endpoint_as(address, None)
+    }
+
+    /// [`HubSettings::endpoint`], presenting `identity` as TLS client certificate.
+    ///
+    /// # Errors
+    /// As [`HubSettings::endpoint`].
+    pub fn endpoint_as(
+        &self,
+        address: &str,
+        identity: Option<&ClientIdentity>,
+    ) -> Result<Endpoint, HubError> {
         let address_error = |source| HubError::Address {
             address: address.to_owned(),
             source,
@@ -220,6 +252,12 @@ impl HubSettings {
                 tls = tls.ca_certificate(Certificate::from_pem(pem));
             }
             None => tls = tls.with_enabled_roots(),
+        }
+        if let Some(identity) = identity {
+            tls = tls.identity(tonic::transport::Identity::from_pem(
+                &identity.cert_pem,
+                &identity.key_pem,
+            ));
         }
         endpoint.tls_config(tls).map_err(HubError::Tls)
     }
@@ -388,6 +426,30 @@ pub struct Agent {
     applied: watch::Sender<Option<Applied>>,
     /// The plan applied last, with its version and digest.
     current: Option<PersistedPlan>,
+    /// The hub refused the stored client certificate: join again when a new join token
+    /// is there.
+    certificate_refused: bool,
+}
+
+/// How the agent authenticates one connection.
+enum Credential {
+    Token(String),
+    Certificate(ClientIdentity),
+}
+
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+/// When (as an `Instant`) to renew `identity`: a random point in 70-80 % of its life.
+fn renewal_deadline(identity: &ClientIdentity) -> Instant {
+    let at = identity
+        .meta
+        .renew_at(rand::rng().random_range(RENEW_FROM..RENEW_TO));
+    let wait = u64::try_from(at - unix_now()).unwrap_or(0);
+    Instant::now() + Duration::from_secs(wait)
 }
 
 /// How one connection ended.
@@ -413,6 +475,7 @@ impl Agent {
             store,
             applied: watch::Sender::new(None),
             current: None,
+            certificate_refused: false,
         }
     }
 
@@ -621,12 +684,16 @@ impl Agent {
         if hub.is_empty() {
             return End::Failed(error_chain(&HubError::NoAddress));
         }
-        let endpoint = match self.settings.endpoint(hub) {
-            Ok(endpoint) => endpoint,
-            Err(error) => return End::Failed(error_chain(&error)),
+        let credential = match self.credential(hub).await {
+            Ok(credential) => credential,
+            Err(end) => return end,
         };
-        let token = match self.settings.token() {
-            Ok(token) => token,
+        let (identity, token) = match credential {
+            Credential::Token(token) => (None, token),
+            Credential::Certificate(identity) => (Some(identity), String::new()),
+        };
+        let endpoint = match self.settings.endpoint_as(hub, identity.as_ref()) {
+            Ok(endpoint) => endpoint,
             Err(error) => return End::Failed(error_chain(&error)),
         };
         // tonic bounds only the TCP connect; a hub that accepts and then says nothing
@@ -656,10 +723,16 @@ impl Agent {
             return End::Failed("outbound stream closed".to_owned());
         }
         let mut client = AgentGatewayClient::new(channel);
+        let mut renew_client = client.clone();
         let answer = tokio::time::timeout(ANSWER_TIMEOUT, client.connect(ReceiverStream::new(rx)));
         let mut inbound = match answer.await {
             Ok(Ok(response)) => response.into_inner(),
-            Ok(Err(status)) => return status_end(status),
+            Ok(Err(status)) => {
+                if identity.is_some() && status.code() == tonic::Code::Unauthenticated {
+                    self.certificate_refused = true;
+                }
+                return status_end(status);
+            }
             Err(_) => return End::Failed(format!("hub did not answer within {ANSWER_TIMEOUT:?}")),
         };
         *connected_at = Some(Instant::now());
@@ -667,8 +740,10 @@ impl Agent {
             cluster = %cluster,
             version = self.applied_version(),
             hub = %hub,
+            auth = if identity.is_some() { "certificate" } else { "token" },
             "connected to the hub"
         );
+        let mut renew_at = identity.as_ref().map(renewal_deadline);
 
         let (period_tx, period_rx) = watch::channel(DEFAULT_HEARTBEAT);
         let _heartbeats = AbortOnDrop(tokio::spawn(heartbeats(tx.clone(), period_rx)));
@@ -710,6 +785,16 @@ impl Agent {
                 }
                 () = tokio::time::sleep_until(coalesced), if report_pending => true,
                 () = tokio::time::sleep_until(periodic) => true,
+                () = tokio::time::sleep_until(renew_at.unwrap_or_else(Instant::now)), if renew_at.is_some() => {
+                    renew_at = Some(match self.renew(&mut renew_client).await {
+                        Ok(renewed) => renewal_deadline(&renewed),
+                        Err(error) => {
+                            tracing::warn!(cluster = %cluster, hub = %hub, error = %error, "renewing the client certificate failed; retrying in 10 s");
+                            Instant::now() + RENEW_RETRY
+                        }
+                    });
+                    false
+                }
             };
             if send_report {
                 changes.borrow_and_update();
@@ -725,6 +810,128 @@ impl Agent {
                 }
             }
         }
+    }
+
+    /// How to authenticate the next connection: the token (without `joinTokenFile`), the
+    /// stored client certificate, or a new one obtained with the join token.
+    async fn credential(&mut self, hub: &str) -> Result<Credential, End> {
+        let Some(join_file) = self.settings.join_token_file.clone() else {
+            return self
+                .settings
+                .token()
+                .map(Credential::Token)
+                .map_err(|error| End::Failed(error_chain(&error)));
+        };
+        let files = IdentityFiles::new(&self.settings.state_dir);
+        let stored = files.load().map_err(End::Failed)?;
+        let now = unix_now();
+        let problem = match &stored {
+            Some(identity) if !identity.meta.expired(now) && !self.certificate_refused => {
+                return Ok(Credential::Certificate(identity.clone()));
+            }
+            Some(identity) if identity.meta.expired(now) => format!(
+                "the client certificate expired (notAfter {} Unix seconds) without renewal",
+                identity.meta.not_after
+            ),
+            Some(_) => "the hub refused the client certificate".to_owned(),
+            None => "no client certificate yet".to_owned(),
+        };
+        let join_token = std::fs::read_to_string(&join_file)
+            .map(|text| text.trim().to_owned())
+            .unwrap_or_default();
+        let id = token_id(&join_token);
+        if id.is_empty() || (stored.is_some() && id == files.used_join_token()) {
+            return Err(End::Refused(tonic::Status::unauthenticated(format!(
+                "{problem}, and {} holds no unused join token: issue one (fedctl token create CLUSTER --join) and write it there",
+                join_file.display()
+            ))));
+        }
+        tracing::info!(cluster = %self.settings.cluster, hub = %hub, reason = %problem, "joining with the join token");
+        let identity = self.join(hub, &join_token, &files).await?;
+        self.certificate_refused = false;
+        Ok(Credential::Certificate(identity))
+    }
+
+    /// `Join`: a fresh key, a CSR and the join token buy a client certificate.
+    async fn join(
+        &self,
+        hub: &str,
+        join_token: &str,
+        files: &IdentityFiles,
+    ) -> Result<ClientIdentity, End> {
+        let endpoint = self
+            .settings
+            .endpoint(hub)
+            .map_err(|error| End::Failed(error_chain(&error)))?;
+        let channel = match tokio::time::timeout(CONNECT_TIMEOUT, endpoint.connect()).await {
+            Ok(Ok(channel)) => channel,
+            Ok(Err(error)) => return Err(End::Failed(error_chain(&error))),
+            Err(_) => {
+                return Err(End::Failed(format!(
+                    "connecting took longer than {CONNECT_TIMEOUT:?}"
+                )));
+            }
+        };
+        let (key_pem, csr_pem) = new_key_and_csr(&self.settings.cluster).map_err(End::Failed)?;
+        let request = fedingress_proto::JoinRequest {
+            cluster: self.settings.cluster.clone(),
+            join_token: join_token.to_owned(),
+            csr_pem,
+        };
+        let mut client = AgentGatewayClient::new(channel);
+        let answer = tokio::time::timeout(
+            ANSWER_TIMEOUT,
+            client.join(fedingress_proto::convert::join_to_pb(&request)),
+        )
+        .await
+        .map_err(|_| End::Failed(format!("Join not answered within {ANSWER_TIMEOUT:?}")))?;
+        let issued = match answer {
+            Ok(response) => fedingress_proto::convert::issued_from_pb(response.into_inner())
+                .map_err(|e| End::Failed(e.to_string()))?,
+            Err(status) => return Err(status_end(status)),
+        };
+        let identity = files
+            .store(&key_pem, &issued, unix_now(), token_id(join_token))
+            .map_err(End::Failed)?;
+        tracing::info!(
+            cluster = %self.settings.cluster,
+            fingerprint = %issued.fingerprint,
+            not_after = issued.not_after_unix,
+            cert = %files.cert_path().display(),
+            "joined: client certificate stored"
+        );
+        Ok(identity)
+    }
+
+    /// `Renew` over the current connection: a certificate for a fresh key, stored for
+    /// the next connection.
+    async fn renew(
+        &self,
+        client: &mut AgentGatewayClient<tonic::transport::Channel>,
+    ) -> Result<ClientIdentity, String> {
+        let files = IdentityFiles::new(&self.settings.state_dir);
+        let (key_pem, csr_pem) = new_key_and_csr(&self.settings.cluster)?;
+        let request = fedingress_proto::RenewRequest {
+            cluster: self.settings.cluster.clone(),
+            csr_pem,
+        };
+        let answer = tokio::time::timeout(
+            ANSWER_TIMEOUT,
+            client.renew(fedingress_proto::convert::renew_to_pb(&request)),
+        )
+        .await
+        .map_err(|_| format!("Renew not answered within {ANSWER_TIMEOUT:?}"))?
+        .map_err(|status| format!("{:?}: {}", status.code(), status.message()))?;
+        let issued = fedingress_proto::convert::issued_from_pb(answer.into_inner())
+            .map_err(|e| e.to_string())?;
+        let identity = files.store(&key_pem, &issued, unix_now(), &files.used_join_token())?;
+        tracing::info!(
+            cluster = %self.settings.cluster,
+            fingerprint = %issued.fingerprint,
+            not_after = issued.not_after_unix,
+            "client certificate renewed; used from the next connection on"
+        );
+        Ok(identity)
     }
 
     /// Handles one hub message; `Ok(true)` when a report should follow.
@@ -967,6 +1174,8 @@ mod tests {
             ca_file: ca,
             cluster: "eu-west".to_owned(),
             token_file: PathBuf::from("token"),
+            join_token_file: None,
+            state_dir: PathBuf::from("state"),
             plan_file: PathBuf::from("plan.json"),
             report_interval: Duration::from_secs(5),
             backoff: BackoffPolicy::default(),

@@ -22,6 +22,7 @@ pub mod admin;
 pub mod config;
 pub mod driver;
 pub mod hub;
+pub mod identity;
 pub mod kubernetes;
 pub mod standalone;
 pub mod state;

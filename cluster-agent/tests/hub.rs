@@ -124,6 +124,20 @@ type HubStream = Pin<Box<dyn futures_util::Stream<Item = Result<pb::HubMessage, 
 impl AgentGateway for FakeHub {
     type ConnectStream = HubStream;
 
+    async fn join(
+        &self,
+        _request: Request<pb::JoinRequest>,
+    ) -> Result<Response<pb::IssuedCertificate>, Status> {
+        Err(Status::unimplemented("the fake hub issues no certificates"))
+    }
+
+    async fn renew(
+        &self,
+        _request: Request<pb::RenewRequest>,
+    ) -> Result<Response<pb::IssuedCertificate>, Status> {
+        Err(Status::unimplemented("the fake hub issues no certificates"))
+    }
+
     async fn connect(
         &self,
         request: Request<Streaming<pb::AgentMessage>>,
@@ -426,6 +440,8 @@ fn settings_for(hubs: &[SocketAddr], dir: &std::path::Path) -> HubSettings {
         ca_file: None,
         cluster: "eu-west".into(),
         token_file,
+        join_token_file: None,
+        state_dir: dir.join("state"),
         plan_file: dir.join("state/plan.json"),
         report_interval: Duration::from_secs(60),
         backoff: BackoffPolicy {

@@ -140,8 +140,17 @@ pub struct JoinArgs {
     /// their Secret).
     #[arg(long, value_enum)]
     pub emit: Option<Emit>,
-    /// With --emit standalone: where the agent token is written (default `NAME.token`,
-    /// mode 0600).
+    /// Issue a long-lived agent token (the compatibility path) instead of a single-use
+    /// join token. Without it a join token is issued when the agent gateway is https
+    /// (the agent then obtains a client certificate and uses mTLS), a token otherwise.
+    #[arg(long)]
+    pub token: bool,
+    /// Lifetime of the join token in seconds (default: the hub's
+    /// `agents.joinTokenTtlSeconds`, 3600).
+    #[arg(long, value_name = "SECONDS", conflicts_with = "token")]
+    pub join_token_ttl: Option<u64>,
+    /// With --emit standalone: where the agent token (or join token) is written (default
+    /// `NAME.token`, or `NAME.join-token`; mode 0600).
     #[arg(long, value_name = "FILE", requires = "emit")]
     pub token_file: Option<PathBuf>,
     /// With --emit: the hub's agent gateway as agents reach it (default: from the
@@ -201,13 +210,22 @@ pub enum TokenCommand {
     Create {
         /// Cluster name.
         cluster: String,
+        /// A single-use join token instead (for an agent with `joinTokenFile`: it buys a
+        /// client certificate; use it to re-join after the certificate expired or was
+        /// revoked).
+        #[arg(long)]
+        join: bool,
+        /// With --join: its lifetime in seconds (default: the hub's, 3600).
+        #[arg(long, value_name = "SECONDS", requires = "join")]
+        ttl_seconds: Option<u64>,
     },
     /// List a cluster's agent tokens (ids and creation times).
     List {
         /// Cluster name.
         cluster: String,
     },
-    /// Revoke one agent token.
+    /// Revoke one credential: an agent token, a join token or a client certificate (by
+    /// the id `fedctl token list` shows). The session it authenticated ends at once.
     Revoke {
         /// Cluster name.
         cluster: String,

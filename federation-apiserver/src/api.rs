@@ -263,7 +263,7 @@ async fn dispatch(state: &AppState, request: Request) -> Outcome {
     }
     if token_path {
         let resource = "clusters/token".to_string();
-        return match serve_tokens(state, &user, &target, request.method()).await {
+        return match serve_tokens(state, &user, &target, request.method(), request.uri()).await {
             Ok((verb, response)) => Ok((verb, resource, response)),
             Err((verb, e)) => Err((verb, resource, e)),
         };
@@ -398,13 +398,17 @@ async fn serve_explain(
     Ok(json_response(StatusCode::OK, &body))
 }
 
-/// The Cluster `token` subresource: POST issues a token (returned once), GET lists
-/// ids and creation times, DELETE `token/{id}` revokes.
+/// The Cluster `token` subresource: POST issues a token (returned once; with
+/// `?type=join[&ttlSeconds=N]` a single-use join token for `fedctl join`'s certificate
+/// flow), GET lists every credential (tokens, join tokens, client certificates by
+/// fingerprint), DELETE `token/{id}` revokes one (and ends the session it
+/// authenticated).
 async fn serve_tokens(
     state: &AppState,
     user: &User,
     target: &TargetPath,
     method: &Method,
+    uri: &http::Uri,
 ) -> Result<(&'static str, Response), (&'static str, ApiError)> {
     let cluster = target.name.clone().unwrap_or_default();
     let verb = match (method.as_str(), target.subname.is_some()) {
@@ -437,33 +441,53 @@ async fn serve_tokens(
         ));
     }
     let fail = |e: ApiError| (verb, e);
-    state
+    let object = state
         .registry
         .get::<Cluster>(None, &cluster)
         .await
         .map_err(fail)?;
-    let token_object = |record: &crate::hub::tokens::TokenRecord| {
-        json!({
+    let uid = object.metadata.uid.clone().unwrap_or_default();
+    let token_object = |c: &crate::hub::tokens::CredentialSummary| {
+        let mut body = json!({
             "kind": "ClusterToken",
             "apiVersion": fedingress_api::API_VERSION,
-            "metadata": {"name": record.id, "creationTimestamp": record.created_at},
-            "cluster": record.cluster,
-        })
+            "metadata": {"name": c.id, "creationTimestamp": c.created_at},
+            "cluster": cluster,
+            "type": c.kind,
+        });
+        if let Some(expires) = &c.expires_at {
+            body["expirationTimestamp"] = json!(expires);
+        }
+        body
     };
     match verb {
         "create" => {
-            let (record, token) = state
-                .tokens
-                .issue(&cluster, Time(chrono::Utc::now()))
-                .await
-                .map_err(fail)?;
-            tracing::info!(cluster, token_id = %record.id, user = %user.name, "agent token issued");
-            let mut body = token_object(&record);
+            let query = crate::hub::tokens::IssueQuery::parse(uri.query(), state.tokens.join_ttl)
+                .map_err(|m| fail(ApiError::bad_request(m)))?;
+            let now = Time(chrono::Utc::now());
+            let (summary, token) = match query {
+                crate::hub::tokens::IssueQuery::Token => {
+                    let (record, token) =
+                        state.tokens.issue(&cluster, &uid, now).await.map_err(fail)?;
+                    tracing::info!(cluster, token_id = %record.id, user = %user.name, "agent token issued");
+                    (crate::hub::tokens::CredentialSummary::token(&record), token)
+                }
+                crate::hub::tokens::IssueQuery::Join { ttl } => {
+                    let (record, token) = state
+                        .tokens
+                        .issue_join(&cluster, &uid, ttl, now)
+                        .await
+                        .map_err(fail)?;
+                    tracing::info!(cluster, token_id = %record.id, user = %user.name, expires = %record.expires_at.0, "join token issued");
+                    (crate::hub::tokens::CredentialSummary::join(&record), token)
+                }
+            };
+            let mut body = token_object(&summary);
             body["token"] = json!(token);
             Ok((verb, json_response(StatusCode::CREATED, &body)))
         }
         "list" => {
-            let records = state.tokens.list(&cluster).await.map_err(fail)?;
+            let records = state.tokens.list_all(&cluster).await.map_err(fail)?;
             let body = json!({
                 "kind": "ClusterTokenList",
                 "apiVersion": fedingress_api::API_VERSION,
@@ -475,12 +499,12 @@ async fn serve_tokens(
         _ => {
             let id = target.subname.clone().unwrap_or_default();
             state.tokens.revoke(&cluster, &id).await.map_err(fail)?;
-            tracing::info!(cluster, token_id = %id, user = %user.name, "agent token revoked");
+            tracing::info!(cluster, credential = %id, user = %user.name, "agent credential revoked");
             Ok((
                 verb,
                 json_response(
                     StatusCode::OK,
-                    &crate::status::success(&format!("token {id} of cluster {cluster} revoked")),
+                    &crate::status::success(&format!("credential {id} of cluster {cluster} revoked")),
                 ),
             ))
         }

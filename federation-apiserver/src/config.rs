@@ -72,6 +72,15 @@ pub struct Cli {
     /// Static token file: `token,user,uid,"group1,group2"` per line.
     #[arg(long)]
     pub token_auth_file: Option<PathBuf>,
+    /// PEM CA certificate that signs agents' client certificates (joins, renewals) and
+    /// verifies them on the agent gateway (config `agentCa.certFile`). Without it and
+    /// --agent-ca-key-file, a hub on the embedded store generates one into its data dir;
+    /// replicas on etcd must all be given the same pair.
+    #[arg(long, value_name = "FILE")]
+    pub agent_ca_cert_file: Option<PathBuf>,
+    /// PEM private key of --agent-ca-cert-file (config `agentCa.keyFile`).
+    #[arg(long, value_name = "FILE")]
+    pub agent_ca_key_file: Option<PathBuf>,
 }
 
 /// The config file. Unknown keys are errors.
@@ -88,6 +97,8 @@ pub struct FileConfig {
     #[serde(default)]
     pub dev: bool,
     pub tls: Option<TlsFiles>,
+    /// The agent CA's files (`--agent-ca-cert-file`, `--agent-ca-key-file`).
+    pub agent_ca: Option<TlsFiles>,
     pub token_file: Option<PathBuf>,
     #[serde(default)]
     pub storage: StorageConfig,
@@ -241,6 +252,20 @@ pub struct AgentsConfig {
     pub heartbeat_interval_ms: u64,
     #[serde(default = "default_lease_ms")]
     pub lease_ms: u64,
+    /// Validity of the client certificates the agent CA issues (agents renew at 70-80 %).
+    #[serde(default = "default_certificate_validity_seconds")]
+    pub certificate_validity_seconds: u64,
+    /// Default lifetime of a join token (`POST .../token?type=join`).
+    #[serde(default = "default_join_token_ttl_seconds")]
+    pub join_token_ttl_seconds: u64,
+}
+
+fn default_certificate_validity_seconds() -> u64 {
+    24 * 3600
+}
+
+fn default_join_token_ttl_seconds() -> u64 {
+    3600
 }
 
 fn default_heartbeat_ms() -> u64 {
@@ -256,6 +281,8 @@ impl Default for AgentsConfig {
         Self {
             heartbeat_interval_ms: default_heartbeat_ms(),
             lease_ms: default_lease_ms(),
+            certificate_validity_seconds: default_certificate_validity_seconds(),
+            join_token_ttl_seconds: default_join_token_ttl_seconds(),
         }
     }
 }
@@ -299,6 +326,11 @@ pub struct Settings {
     pub replica: crate::hub::replication::ReplicaSettings,
     pub compaction_interval: Duration,
     pub bookmark_interval: Duration,
+    /// The agent CA from files, loaded; `None`: generated into the data dir (embedded
+    /// store) or none (etcd: agents use tokens only).
+    pub agent_ca: Option<Arc<crate::hub::pki::AgentCa>>,
+    pub certificate_validity: Duration,
+    pub join_token_ttl: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -397,6 +429,30 @@ pub fn load(cli: &Cli) -> Result<Settings, ConfigError> {
             "agents.leaseMs must be longer than agents.heartbeatIntervalMs (> 0)".into(),
         ));
     }
+    if agents.certificate_validity_seconds < 10 || agents.join_token_ttl_seconds == 0 {
+        return Err(ConfigError::Invalid(
+            "agents.certificateValiditySeconds must be at least 10 and agents.joinTokenTtlSeconds positive".into(),
+        ));
+    }
+    let agent_ca_files = match (&cli.agent_ca_cert_file, &cli.agent_ca_key_file) {
+        (Some(cert), Some(key)) => Some(TlsFiles {
+            cert_file: cert.clone(),
+            key_file: key.clone(),
+        }),
+        (None, None) => file.agent_ca.take(),
+        _ => {
+            return Err(ConfigError::Invalid(
+                "--agent-ca-cert-file and --agent-ca-key-file go together".into(),
+            ));
+        }
+    };
+    let agent_ca = agent_ca_files
+        .map(|files| crate::hub::pki::AgentCa::load(&files.cert_file, &files.key_file))
+        .transpose()
+        .map_err(ConfigError::Invalid)?
+        .map(Arc::new);
+    let certificate_validity = Duration::from_secs(agents.certificate_validity_seconds);
+    let join_token_ttl = Duration::from_secs(agents.join_token_ttl_seconds);
     let dns_listen = cli.dns_listen.or(file.dns.listen);
     if let Some(addr) = dns_listen
         && dev
@@ -453,6 +509,9 @@ pub fn load(cli: &Cli) -> Result<Settings, ConfigError> {
         replica,
         compaction_interval: Duration::from_secs(file.storage.compaction_interval_seconds),
         bookmark_interval: Duration::from_secs(file.watch.bookmark_interval_seconds),
+        agent_ca,
+        certificate_validity,
+        join_token_ttl,
     })
 }
 

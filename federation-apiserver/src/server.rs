@@ -119,7 +119,25 @@ impl Server {
         };
 
         let registry = Registry::new(store.clone());
-        let tokens = TokenStore::new(store.clone());
+        let tokens = TokenStore::new(store.clone()).with_join_ttl(settings.join_token_ttl);
+        // The agent CA: from files, else generated once into the data dir of the
+        // embedded store; replicas on etcd share no data dir, so without files they
+        // have none (tokens only).
+        let agent_ca = match (&settings.agent_ca, &storage) {
+            (Some(ca), _) => Some(ca.clone()),
+            (None, Storage::Embedded(_)) => Some(Arc::new(
+                crate::hub::pki::AgentCa::load_or_generate(&settings.data_dir)
+                    .map_err(anyhow::Error::msg)
+                    .context("the agent CA")?
+                    .0,
+            )),
+            (None, Storage::Shared(_)) => {
+                tracing::warn!("no --agent-ca-cert-file/--agent-ca-key-file: agents cannot join with certificates, only tokens");
+                None
+            }
+        };
+        let revocations = crate::hub::credentials::Revocations::default();
+        tokio::spawn(revocations.clone().follow(store.clone()));
         let hub = Hub::new(settings.hub);
         let hub_metrics = Arc::new(HubMetrics::default());
         let (agents, role, replication, constant_role) = match &storage {
@@ -194,11 +212,24 @@ impl Server {
             .tcp_nodelay(true);
         if let Some((cert, key)) = &settings.tls_pem {
             let identity = tonic::transport::Identity::from_pem(cert, key);
+            let mut tls = tonic::transport::ServerTlsConfig::new().identity(identity);
+            // Client certificates of the agent CA; optional, so token agents still connect.
+            if let Some(ca) = &agent_ca {
+                tls = tls
+                    .client_ca_root(tonic::transport::Certificate::from_pem(ca.cert_pem()))
+                    .client_auth_optional(true);
+            }
             gateway = gateway
-                .tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))
+                .tls_config(tls)
                 .context("configuring the agent gateway's TLS")?;
         }
-        let gateway = gateway.add_service(Gateway::server(hub, tokens, registry));
+        let identity = crate::hub::gateway::Identity {
+            ca: agent_ca,
+            certificate_validity: settings.certificate_validity,
+            tls: settings.tls_pem.is_some(),
+            revocations,
+        };
+        let gateway = gateway.add_service(Gateway::server(hub, tokens, registry, identity));
         let storage = match &settings.etcd {
             Some(etcd) => format!("etcd {}", etcd.endpoints.join(",")),
             None => format!("redb {}", settings.data_dir.display()),

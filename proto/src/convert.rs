@@ -14,7 +14,7 @@ use fedingress_api::plan::{
     PlanDelta, RuleAddresses, RuleError,
 };
 
-use crate::{AgentToHub, Hello, HubToAgent, pb};
+use crate::{AgentToHub, Hello, HubToAgent, IssuedCertificate, JoinRequest, RenewRequest, pb};
 
 /// A protobuf message that does not convert into the domain.
 #[derive(Debug, thiserror::Error)]
@@ -416,6 +416,68 @@ fn report_from_pb(report: pb::Report) -> Result<AgentReport, ConvertError> {
 // --- whole messages --------------------------------------------------------------------
 
 /// Encodes an agent message.
+pub fn join_to_pb(request: &JoinRequest) -> pb::JoinRequest {
+    pb::JoinRequest {
+        cluster: request.cluster.clone(),
+        join_token: request.join_token.clone(),
+        csr_pem: request.csr_pem.clone(),
+    }
+}
+
+pub fn join_from_pb(request: pb::JoinRequest) -> Result<JoinRequest, ConvertError> {
+    for (field, value) in [
+        ("cluster", &request.cluster),
+        ("join_token", &request.join_token),
+        ("csr_pem", &request.csr_pem),
+    ] {
+        if value.is_empty() {
+            return Err(ConvertError::new(field, "required"));
+        }
+    }
+    Ok(JoinRequest {
+        cluster: request.cluster,
+        join_token: request.join_token,
+        csr_pem: request.csr_pem,
+    })
+}
+
+pub fn renew_to_pb(request: &RenewRequest) -> pb::RenewRequest {
+    pb::RenewRequest {
+        cluster: request.cluster.clone(),
+        csr_pem: request.csr_pem.clone(),
+    }
+}
+
+pub fn renew_from_pb(request: pb::RenewRequest) -> Result<RenewRequest, ConvertError> {
+    for (field, value) in [("cluster", &request.cluster), ("csr_pem", &request.csr_pem)] {
+        if value.is_empty() {
+            return Err(ConvertError::new(field, "required"));
+        }
+    }
+    Ok(RenewRequest {
+        cluster: request.cluster,
+        csr_pem: request.csr_pem,
+    })
+}
+
+pub fn issued_to_pb(issued: &IssuedCertificate) -> pb::IssuedCertificate {
+    pb::IssuedCertificate {
+        certificate_pem: issued.certificate_pem.clone(),
+        ca_pem: issued.ca_pem.clone(),
+        not_after_unix: issued.not_after_unix,
+        fingerprint: issued.fingerprint.clone(),
+    }
+}
+
+pub fn issued_from_pb(issued: pb::IssuedCertificate) -> Result<IssuedCertificate, ConvertError> {
+    Ok(IssuedCertificate {
+        certificate_pem: issued.certificate_pem,
+        ca_pem: issued.ca_pem,
+        not_after_unix: issued.not_after_unix,
+        fingerprint: issued.fingerprint,
+    })
+}
+
 pub fn agent_to_pb(message: &AgentToHub) -> pb::AgentMessage {
     use pb::agent_message::Kind;
     let kind = match message {
@@ -565,6 +627,36 @@ pub fn hub_from_pb(message: pb::HubMessage) -> Result<HubToAgent, ConvertError> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn secrets_stay_out_of_debug_output() {
+        let hello = Hello {
+            cluster: "eu".into(),
+            token: "abc.s3cretvalue".into(),
+            agent_version: String::new(),
+            driver: String::new(),
+            capabilities: Vec::new(),
+            applied_version: 0,
+            applied_digest: String::new(),
+        };
+        let join = JoinRequest {
+            cluster: "eu".into(),
+            join_token: "j.s3cretvalue".into(),
+            csr_pem: "csr".into(),
+        };
+        for text in [
+            format!("{hello:?}"),
+            format!("{:?}", AgentToHub::Hello(hello.clone())),
+            format!("{join:?}"),
+        ] {
+            assert!(!text.contains("s3cret"), "{text}");
+            assert!(text.contains("<redacted>"), "{text}");
+        }
+        let back = join_from_pb(join_to_pb(&join)).unwrap();
+        assert_eq!(back, join);
+        let missing = join_from_pb(pb::JoinRequest::default()).unwrap_err();
+        assert_eq!(missing.field, "cluster");
+    }
 
     fn share() -> IngressShare {
         let mut tcp = IngressRule::new(Protocol::Tcp);

@@ -21,8 +21,8 @@ pub mod pb {
 use fedingress_api::cluster::Provider;
 use fedingress_api::plan::{AgentReport, ClusterPlan, PlanDelta, RuleError};
 
-/// What an agent says when it connects.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// What an agent says when it connects. `Debug` leaves the token out.
+#[derive(Clone, PartialEq, Eq)]
 pub struct Hello {
     pub cluster: String,
     pub token: String,
@@ -33,6 +33,70 @@ pub struct Hello {
     /// Version and digest of the plan applied last (0 and "" when none).
     pub applied_version: u64,
     pub applied_digest: String,
+}
+
+impl std::fmt::Debug for Hello {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hello")
+            .field("cluster", &self.cluster)
+            .field("token", &Redacted(&self.token))
+            .field("agent_version", &self.agent_version)
+            .field("driver", &self.driver)
+            .field("capabilities", &self.capabilities)
+            .field("applied_version", &self.applied_version)
+            .field("applied_digest", &self.applied_digest)
+            .finish()
+    }
+}
+
+/// Shows whether a secret is set, never the secret.
+pub struct Redacted<'a>(pub &'a str);
+
+impl std::fmt::Debug for Redacted<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.0.is_empty() {
+            f.write_str("\"\"")
+        } else {
+            f.write_str("<redacted>")
+        }
+    }
+}
+
+/// `Join`: a join token and a CSR for a key the agent generated. `Debug` leaves the
+/// token out.
+#[derive(Clone, PartialEq, Eq)]
+pub struct JoinRequest {
+    pub cluster: String,
+    pub join_token: String,
+    pub csr_pem: String,
+}
+
+impl std::fmt::Debug for JoinRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JoinRequest")
+            .field("cluster", &self.cluster)
+            .field("join_token", &Redacted(&self.join_token))
+            .field("csr_pem", &self.csr_pem)
+            .finish()
+    }
+}
+
+/// `Renew`: a CSR for a fresh key, sent with the current client certificate.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RenewRequest {
+    pub cluster: String,
+    pub csr_pem: String,
+}
+
+/// The answer to `Join` and `Renew`: a client certificate (no key: the agent keeps it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IssuedCertificate {
+    pub certificate_pem: String,
+    pub ca_pem: String,
+    /// notAfter, Unix seconds.
+    pub not_after_unix: i64,
+    /// SHA-256 of the DER, hex.
+    pub fingerprint: String,
 }
 
 /// Messages from an agent to the hub.

@@ -64,8 +64,17 @@ pub struct Config {
     pub hub: HubConfig,
     /// This cluster's name as registered at the hub (a DNS-1123 label).
     pub cluster: String,
-    /// File holding the agent token issued by the hub (`POST .../clusters/{name}/token`).
+    /// File holding the agent token issued by the hub (`POST .../clusters/{name}/token`):
+    /// the compatibility path. Exactly one of `tokenFile` and `joinTokenFile` is given.
+    #[serde(default)]
     pub token_file: PathBuf,
+    /// File holding a join token (`fedctl join`; single use, short-lived). The agent
+    /// generates its key, obtains a client certificate with the token (key and
+    /// certificate kept in `stateDir`, the key 0600), authenticates with it (mTLS) from
+    /// then on and renews it at 70-80 % of its lifetime. Needs an `https://` hub. A new
+    /// join token in this file is used when the certificate has expired or was refused.
+    #[serde(default)]
+    pub join_token_file: Option<PathBuf>,
     /// How the cluster's share is served.
     pub driver: Driver,
     /// Addresses the standalone driver serves on, IPv4 and IPv6; at least one.
@@ -630,7 +639,12 @@ impl Config {
         })?;
         let mut config = Config::from_yaml(&text)?;
         let base = path.parent().unwrap_or(Path::new(""));
-        config.token_file = base.join(&config.token_file);
+        if !config.token_file.as_os_str().is_empty() {
+            config.token_file = base.join(&config.token_file);
+        }
+        if let Some(join) = &mut config.join_token_file {
+            *join = base.join(&*join);
+        }
         config.state_dir = base.join(&config.state_dir);
         if let Some(ca) = &mut config.hub.ca_file {
             *ca = base.join(&*ca);
@@ -646,7 +660,9 @@ impl Config {
         {
             *path = base.join(&*path);
         }
-        config.read_token()?;
+        if config.join_token_file.is_none() {
+            config.read_token()?;
+        }
         config.check_kubeconfig()?;
         for (secret, files) in &config.tls_secrets {
             files.load().map_err(|source| ConfigError::TlsSecret {
@@ -782,8 +798,32 @@ impl Config {
         for message in names::dns1123_label(&self.cluster) {
             problems.push(format!("cluster: {message}"));
         }
-        if self.token_file.as_os_str().is_empty() {
-            problems.push("tokenFile: required".to_owned());
+        match (
+            self.token_file.as_os_str().is_empty(),
+            &self.join_token_file,
+        ) {
+            (true, None) => {
+                problems.push("tokenFile: required (or joinTokenFile)".to_owned());
+            }
+            (false, Some(_)) => {
+                problems.push("joinTokenFile: give tokenFile or joinTokenFile, not both".to_owned())
+            }
+            (true, Some(path)) if path.as_os_str().is_empty() => {
+                problems.push("joinTokenFile: must not be empty".to_owned());
+            }
+            (true, Some(_)) => {
+                if self
+                    .hub
+                    .address_list()
+                    .iter()
+                    .any(|a| !a.to_ascii_lowercase().starts_with("https://"))
+                {
+                    problems.push(
+                        "joinTokenFile: client certificates need https:// hub addresses".to_owned(),
+                    );
+                }
+            }
+            (false, None) => {}
         }
         if self.state_dir.as_os_str().is_empty() {
             problems.push("stateDir: required".to_owned());
@@ -1448,6 +1488,37 @@ stateDir: state
             panic!("expected Invalid");
         };
         assert_eq!(problems.len(), 2, "{problems:?}");
+    }
+
+    #[test]
+    fn a_join_token_file_replaces_the_token_file_and_needs_https() {
+        let with_join = MINIMAL.replace("tokenFile: token", "joinTokenFile: join-token");
+        let problems = match Config::from_yaml(&with_join) {
+            Err(ConfigError::Invalid { problems }) => problems,
+            other => panic!("{other:?}"),
+        };
+        assert!(
+            problems.iter().any(|p| p.contains("need https://")),
+            "{problems:?}"
+        );
+        let both = format!("{MINIMAL}joinTokenFile: j\n");
+        let problems = match Config::from_yaml(&both) {
+            Err(ConfigError::Invalid { problems }) => problems,
+            other => panic!("{other:?}"),
+        };
+        assert!(
+            problems.iter().any(|p| p.contains("not both")),
+            "{problems:?}"
+        );
+        let neither = MINIMAL.replace("tokenFile: token\n", "");
+        let problems = match Config::from_yaml(&neither) {
+            Err(ConfigError::Invalid { problems }) => problems,
+            other => panic!("{other:?}"),
+        };
+        assert!(
+            problems.iter().any(|p| p.contains("tokenFile: required")),
+            "{problems:?}"
+        );
     }
 
     #[test]

@@ -61,6 +61,17 @@ pub async fn join(ctx: &Ctx, args: Box<JoinArgs>) -> anyhow::Result<()> {
         Some(emit) => Some(Emission::new(emit, &args, &connection)?),
         None => None,
     };
+    // A join token (client certificate, mTLS) where the gateway speaks TLS and the agent
+    // keeps a state dir of its own; the long-lived token otherwise, or with --token.
+    let join_flow = !args.token
+        && match &emit_plan {
+            Some(Emission::Standalone(plan)) => is_https(&plan.hub_addresses),
+            Some(Emission::Kubernetes(_)) => false,
+            None => hub_addresses(&args, &connection).is_ok_and(|(a, _)| is_https(&a)),
+        };
+    if args.join_token_ttl == Some(0) {
+        return Err(UsageError("--join-token-ttl must be positive".into()).into());
+    }
     let created = api
         .post(&cluster_path(None), &body)
         .await
@@ -73,12 +84,24 @@ pub async fn join(ctx: &Ctx, args: Box<JoinArgs>) -> anyhow::Result<()> {
                 e.into()
             }
         })?;
-    let token = api
-        .post_empty(&token_path(&name, None))
-        .await
-        .with_context(|| {
-            format!("cluster {name} was created but its token was not issued (retry with `fedctl token create {name}`)")
-        })?;
+    let token_request = match (join_flow, args.join_token_ttl) {
+        (false, _) => token_path(&name, None),
+        (true, None) => format!("{}?type=join", token_path(&name, None)),
+        (true, Some(ttl)) => format!("{}?type=join&ttlSeconds={ttl}", token_path(&name, None)),
+    };
+    let retry = if join_flow {
+        format!("fedctl token create {name} --join")
+    } else {
+        format!("fedctl token create {name}")
+    };
+    let token = api.post_empty(&token_request).await.with_context(|| {
+        format!("cluster {name} was created but its token was not issued (retry with `{retry}`)")
+    })?;
+    let kind = if join_flow {
+        "join token"
+    } else {
+        "agent token"
+    };
     let secret = token["token"]
         .as_str()
         .context("the server's token answer has no token")?
@@ -86,14 +109,20 @@ pub async fn join(ctx: &Ctx, args: Box<JoinArgs>) -> anyhow::Result<()> {
     let token_id = token["metadata"]["name"].as_str().unwrap_or("").to_string();
     match &emit_plan {
         Some(Emission::Standalone(plan)) => {
-            let config = plan.write(&name, &secret)?;
+            let config = plan.write(&name, &secret, join_flow)?;
             let mut out = std::io::stdout().lock();
             out.write_all(config.as_bytes())?;
             out.flush()?;
             eprintln!(
-                "cluster/{name} created; agent token {token_id} written to {}",
-                plan.token_file.display()
+                "cluster/{name} created; {kind} {token_id} written to {}",
+                plan.token_file(join_flow).display()
             );
+            if join_flow {
+                eprintln!(
+                    "the agent uses it once for a client certificate (expires {}); from then on it authenticates with mTLS and renews the certificate itself",
+                    token["expirationTimestamp"].as_str().unwrap_or("?")
+                );
+            }
         }
         Some(Emission::Kubernetes(plan)) => {
             let manifests = plan.manifests(&name, &secret)?;
@@ -108,9 +137,16 @@ pub async fn join(ctx: &Ctx, args: Box<JoinArgs>) -> anyhow::Result<()> {
         None => match ctx.global.output {
             Output::Table => {
                 println!("cluster/{name} created");
-                println!(
-                    "agent token {token_id} (shown only now; the agent reads it from its tokenFile):"
-                );
+                if join_flow {
+                    println!(
+                        "join token {token_id}, single use, expires {} (shown only now; the agent reads it from its joinTokenFile):",
+                        token["expirationTimestamp"].as_str().unwrap_or("?")
+                    );
+                } else {
+                    println!(
+                        "agent token {token_id} (shown only now; the agent reads it from its tokenFile):"
+                    );
+                }
                 println!("{secret}");
             }
             output => print_value(output, &json!({"cluster": created, "token": token}))?,
@@ -331,6 +367,8 @@ impl KubernetesPlan {
 /// What `--emit standalone` writes: the token file, maybe the hub CA, and the config.
 struct EmitPlan {
     token_file: PathBuf,
+    /// `--token-file` given, or `NAME.join-token`, for a join token.
+    join_token_file: Option<PathBuf>,
     hub_addresses: Vec<String>,
     hub_address_note: Option<&'static str>,
     /// The CA file the config names, and PEM to write there first (when the
@@ -367,8 +405,13 @@ impl EmitPlan {
                 )
             })
         };
+        let join_token_file = Some(match &args.token_file {
+            Some(_) => token_file.clone(),
+            None => absolute(&PathBuf::from(format!("{}.join-token", args.name)))?,
+        });
         Ok(Self {
             token_file,
+            join_token_file,
             hub_addresses,
             hub_address_note,
             ca,
@@ -377,23 +420,48 @@ impl EmitPlan {
         })
     }
 
+    /// Where the token goes: `--token-file`, else `NAME.token` or, for a join token,
+    /// `NAME.join-token`.
+    fn token_file(&self, join: bool) -> PathBuf {
+        match (&self.join_token_file, join) {
+            (Some(path), true) => path.clone(),
+            _ => self.token_file.clone(),
+        }
+    }
+
     /// Writes the token (mode 0600) and CA files; returns the config's text.
-    fn write(&self, cluster: &str, token: &str) -> anyhow::Result<String> {
-        write_private(&self.token_file, format!("{token}\n").as_bytes())
-            .with_context(|| format!("writing the token to {}", self.token_file.display()))?;
+    fn write(&self, cluster: &str, token: &str, join: bool) -> anyhow::Result<String> {
+        let token_file = self.token_file(join);
+        write_private(&token_file, format!("{token}\n").as_bytes())
+            .with_context(|| format!("writing the token to {}", token_file.display()))?;
         if let Some((path, Some(pem))) = &self.ca {
             std::fs::write(path, pem)
                 .with_context(|| format!("writing the hub CA to {}", path.display()))?;
         }
-        Ok(standalone_config(
+        let text = standalone_config(
             cluster,
             &self.hub_addresses,
             self.hub_address_note,
             self.ca.as_ref().map(|(p, _)| p.as_path()),
-            &self.token_file,
+            &token_file,
             &self.listens,
             &self.services,
-        ))
+        );
+        Ok(if join {
+            text.replacen(
+                &format!(
+                    "tokenFile: {}   # the agent token, written by fedctl join (mode 0600)\n",
+                    quoted(&token_file.display().to_string())
+                ),
+                &format!(
+                    "joinTokenFile: {}   # single-use join token, written by fedctl join (mode 0600): buys the agent's client certificate (kept in stateDir)\n",
+                    quoted(&token_file.display().to_string())
+                ),
+                1,
+            )
+        } else {
+            text
+        })
     }
 }
 

@@ -14,15 +14,33 @@ use crate::render::{Table, age, print_value};
 pub async fn run(ctx: &Ctx, command: TokenCommand) -> anyhow::Result<()> {
     let api = ctx.api()?;
     match command {
-        TokenCommand::Create { cluster } => {
-            let token = api.post_empty(&token_path(&cluster, None)).await?;
+        TokenCommand::Create {
+            cluster,
+            join,
+            ttl_seconds,
+        } => {
+            let path = match (join, ttl_seconds) {
+                (false, _) => token_path(&cluster, None),
+                (true, None) => format!("{}?type=join", token_path(&cluster, None)),
+                (true, Some(ttl)) => {
+                    format!("{}?type=join&ttlSeconds={ttl}", token_path(&cluster, None))
+                }
+            };
+            let token = api.post_empty(&path).await?;
             match ctx.global.output {
                 Output::Table => {
                     let id = token["metadata"]["name"].as_str().unwrap_or_default();
                     println!("{}", token["token"].as_str().unwrap_or_default());
-                    eprintln!(
-                        "agent token {id} issued for cluster {cluster} (shown only now; revoke it with `fedctl token revoke {cluster} {id}`)"
-                    );
+                    if join {
+                        eprintln!(
+                            "join token {id} issued for cluster {cluster}, single use, expires {} (shown only now; the agent reads it from its joinTokenFile)",
+                            token["expirationTimestamp"].as_str().unwrap_or("?")
+                        );
+                    } else {
+                        eprintln!(
+                            "agent token {id} issued for cluster {cluster} (shown only now; revoke it with `fedctl token revoke {cluster} {id}`)"
+                        );
+                    }
                 }
                 output => print_value(output, &token)?,
             }
@@ -37,7 +55,7 @@ pub async fn run(ctx: &Ctx, command: TokenCommand) -> anyhow::Result<()> {
         TokenCommand::Revoke { cluster, id } => {
             let status = api.delete(&token_path(&cluster, Some(&id))).await?;
             match ctx.global.output {
-                Output::Table => println!("agent token {id} of cluster {cluster} revoked"),
+                Output::Table => println!("credential {id} of cluster {cluster} revoked"),
                 output => print_value(output, &json!(status))?,
             }
         }

@@ -1,9 +1,17 @@
 //! The agents' gRPC endpoint (`fedingress.v1.AgentGateway/Connect`).
 //!
 //! # Guarantees
-//! - The first message must be a Hello with a live token of the named cluster (else
-//!   `Unauthenticated`); everything on the stream is then attributed to that cluster
-//!   only, so a connection speaks only for its own cluster.
+//! - The first message must be a Hello naming a cluster, authenticated either by the
+//!   client certificate of the TLS connection (issued by the agent CA for that cluster's
+//!   current uid and not revoked) or, for compatibility, by a live bearer token of that
+//!   cluster's current uid (else `Unauthenticated`, saying why); everything on the stream
+//!   is then attributed to that cluster only, so a connection speaks only for its own
+//!   cluster.
+//! - `Join` (no credential but a join token) and `Renew` (the client certificate) issue
+//!   client certificates; see [`super::pki`]. A join token is consumed by a
+//!   compare-and-swap: of two racing joins only one gets a certificate.
+//! - Deleting the credential that authenticated a session, or its Cluster, ends the
+//!   session at once on whichever replica holds it ([`super::credentials`]).
 //! - After Welcome the agent gets a Snapshot unless the plan it applied (by digest) is
 //!   the current one; then a Delta per plan change, always against the plan last sent
 //!   on this stream.
@@ -28,9 +36,32 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::tokens::TokenStore;
+use super::credentials::{Registration, Revocations};
+use super::pki::AgentCa;
+use super::tokens::{CertRecord, TokenStore, Verdict};
 use super::{Hub, Published};
 use crate::registry::Registry;
+
+/// How agents prove who they are beyond bearer tokens: the agent CA (none: `Join` and
+/// `Renew` are refused and only tokens work), the validity of the certificates it issues,
+/// whether the gateway serves TLS at all, and the live sessions to end on revocation.
+#[derive(Clone)]
+pub struct Identity {
+    pub ca: Option<Arc<AgentCa>>,
+    pub certificate_validity: Duration,
+    pub tls: bool,
+    pub revocations: Revocations,
+}
+
+impl std::fmt::Debug for Identity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Identity")
+            .field("ca", &self.ca.is_some())
+            .field("certificate_validity", &self.certificate_validity)
+            .field("tls", &self.tls)
+            .finish_non_exhaustive()
+    }
+}
 
 /// How long an agent has to say Hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -41,6 +72,7 @@ pub struct Gateway {
     hub: Arc<Hub>,
     tokens: TokenStore,
     registry: Registry,
+    identity: Identity,
 }
 
 impl Gateway {
@@ -48,13 +80,126 @@ impl Gateway {
         hub: Arc<Hub>,
         tokens: TokenStore,
         registry: Registry,
+        identity: Identity,
     ) -> AgentGatewayServer<Self> {
         AgentGatewayServer::new(Self {
             hub,
             tokens,
             registry,
+            identity,
         })
     }
+
+    /// The Cluster's uid and store key, or `Unauthenticated` naming it missing.
+    async fn cluster(&self, cluster: &str) -> Result<(String, String), Status> {
+        match self
+            .registry
+            .get::<fedingress_api::Cluster>(None, cluster)
+            .await
+        {
+            Ok(object) => Ok((
+                object.metadata.uid.unwrap_or_default(),
+                format!(
+                    "{}{cluster}",
+                    crate::registry::prefix::<fedingress_api::Cluster>(None)
+                ),
+            )),
+            Err(e) if e.code == http::StatusCode::NOT_FOUND => Err(Status::unauthenticated(
+                format!("no cluster {cluster:?} (deleted, or never created)"),
+            )),
+            Err(e) => Err(Status::unavailable(e.message)),
+        }
+    }
+
+    /// Authenticates a Hello: the client certificate when there is one, else the token.
+    /// Returns the registration that ends the session on revocation.
+    async fn authenticate(
+        &self,
+        cluster: &str,
+        token: &str,
+        peer_cert: Option<&[u8]>,
+    ) -> Result<(Registration, &'static str), Status> {
+        let (uid, cluster_key) = self.cluster(cluster).await?;
+        let (verdict, method) = match peer_cert {
+            Some(der) => (
+                self.tokens
+                    .verify_cert(cluster, &uid, &super::pki::fingerprint(der), unix_now())
+                    .await
+                    .map_err(|e| Status::unavailable(e.message))?,
+                "certificate",
+            ),
+            None if token.is_empty() => {
+                return Err(Status::unauthenticated(format!(
+                    "no credential for cluster {cluster:?}: connect with the client certificate from a join, or give a token"
+                )));
+            }
+            None => (
+                self.tokens
+                    .verify(cluster, &uid, token)
+                    .await
+                    .map_err(|e| Status::unavailable(e.message))?,
+                "token",
+            ),
+        };
+        match verdict {
+            Verdict::Valid { key } => {
+                Ok((self.identity.revocations.register(key, cluster_key), method))
+            }
+            Verdict::Refused(why) => Err(Status::unauthenticated(why)),
+        }
+    }
+
+    /// Signs `csr_pem` for `cluster` of `uid` and records the certificate.
+    async fn issue(
+        &self,
+        cluster: &str,
+        uid: &str,
+        csr_pem: &str,
+    ) -> Result<fedingress_proto::IssuedCertificate, Status> {
+        let Some(ca) = &self.identity.ca else {
+            return Err(Status::failed_precondition(
+                "this hub has no agent CA (give --agent-ca-cert-file and --agent-ca-key-file): agents authenticate with tokens only",
+            ));
+        };
+        let now = std::time::SystemTime::now();
+        let signed = ca
+            .sign(
+                csr_pem,
+                cluster,
+                uid,
+                self.identity.certificate_validity,
+                now,
+            )
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let record = CertRecord {
+            fingerprint: signed.fingerprint.clone(),
+            cluster: cluster.to_string(),
+            uid: uid.to_string(),
+            serial: signed.serial.clone(),
+            created_at: fedingress_api::Time(chrono::Utc::now()),
+            not_after: signed.not_after,
+        };
+        self.tokens
+            .record_cert(&record, unix_now())
+            .await
+            .map_err(|e| Status::unavailable(e.message))?;
+        Ok(fedingress_proto::IssuedCertificate {
+            certificate_pem: signed.pem,
+            ca_pem: ca.cert_pem().to_string(),
+            not_after_unix: signed.not_after,
+            fingerprint: signed.fingerprint,
+        })
+    }
+}
+
+fn unix_now() -> i64 {
+    chrono::Utc::now().timestamp()
+}
+
+fn leaf<T>(request: &Request<T>) -> Option<Vec<u8>> {
+    request
+        .peer_certs()
+        .and_then(|chain| chain.first().map(|c| c.to_vec()))
 }
 
 type HubStream = Pin<Box<dyn Stream<Item = Result<HubMessage, Status>> + Send>>;
@@ -63,11 +208,90 @@ type HubStream = Pin<Box<dyn Stream<Item = Result<HubMessage, Status>> + Send>>;
 impl AgentGateway for Gateway {
     type ConnectStream = HubStream;
 
+    async fn join(
+        &self,
+        request: Request<fedingress_proto::pb::JoinRequest>,
+    ) -> Result<Response<fedingress_proto::pb::IssuedCertificate>, Status> {
+        let peer = request.remote_addr();
+        let join = fedingress_proto::convert::join_from_pb(request.into_inner())?;
+        if !self.identity.tls {
+            return Err(Status::failed_precondition(
+                "the agent gateway serves no TLS, so it cannot authenticate client certificates: use a token, or give the hub --tls-cert-file",
+            ));
+        }
+        let cluster = join.cluster.clone();
+        let (uid, _) = self.cluster(&cluster).await?;
+        if self.identity.ca.is_none() {
+            return Err(Status::failed_precondition(
+                "this hub has no agent CA (give --agent-ca-cert-file and --agent-ca-key-file)",
+            ));
+        }
+        // Check the CSR before spending the token on it.
+        if let Err(e) = super::pki::check_csr_pem(&join.csr_pem, &cluster) {
+            return Err(Status::invalid_argument(e.to_string()));
+        }
+        match self
+            .tokens
+            .consume_join(
+                &cluster,
+                &uid,
+                &join.join_token,
+                fedingress_api::Time(chrono::Utc::now()),
+            )
+            .await
+            .map_err(|e| Status::unavailable(e.message))?
+        {
+            Verdict::Valid { .. } => {}
+            Verdict::Refused(why) => {
+                tracing::warn!(cluster, peer = ?peer, reason = %why, "join refused");
+                return Err(Status::unauthenticated(why));
+            }
+        }
+        let issued = self.issue(&cluster, &uid, &join.csr_pem).await?;
+        tracing::info!(cluster, peer = ?peer, fingerprint = %issued.fingerprint, not_after = issued.not_after_unix, "agent joined: client certificate issued");
+        Ok(Response::new(fedingress_proto::convert::issued_to_pb(
+            &issued,
+        )))
+    }
+
+    async fn renew(
+        &self,
+        request: Request<fedingress_proto::pb::RenewRequest>,
+    ) -> Result<Response<fedingress_proto::pb::IssuedCertificate>, Status> {
+        let peer = request.remote_addr();
+        let Some(der) = leaf(&request) else {
+            return Err(Status::unauthenticated(
+                "Renew needs the current client certificate (mTLS)",
+            ));
+        };
+        let renew = fedingress_proto::convert::renew_from_pb(request.into_inner())?;
+        let cluster = renew.cluster.clone();
+        let (uid, _) = self.cluster(&cluster).await?;
+        match self
+            .tokens
+            .verify_cert(&cluster, &uid, &super::pki::fingerprint(&der), unix_now())
+            .await
+            .map_err(|e| Status::unavailable(e.message))?
+        {
+            Verdict::Valid { .. } => {}
+            Verdict::Refused(why) => {
+                tracing::warn!(cluster, peer = ?peer, reason = %why, "renewal refused");
+                return Err(Status::unauthenticated(why));
+            }
+        }
+        let issued = self.issue(&cluster, &uid, &renew.csr_pem).await?;
+        tracing::info!(cluster, peer = ?peer, fingerprint = %issued.fingerprint, not_after = issued.not_after_unix, "client certificate renewed");
+        Ok(Response::new(fedingress_proto::convert::issued_to_pb(
+            &issued,
+        )))
+    }
+
     async fn connect(
         &self,
         request: Request<Streaming<AgentMessage>>,
     ) -> Result<Response<Self::ConnectStream>, Status> {
         let peer = request.remote_addr();
+        let peer_cert = leaf(&request);
         let mut inbound = request.into_inner();
         let first = tokio::time::timeout(HELLO_TIMEOUT, inbound.message())
             .await
@@ -79,23 +303,16 @@ impl AgentGateway for Gateway {
             ));
         };
         let cluster = hello.cluster.clone();
-        let exists = self
-            .registry
-            .get::<fedingress_api::Cluster>(None, &cluster)
+        let (registration, method) = match self
+            .authenticate(&cluster, &hello.token, peer_cert.as_deref())
             .await
-            .is_ok();
-        let valid = exists
-            && self
-                .tokens
-                .verify(&cluster, &hello.token)
-                .await
-                .map_err(|e| Status::unavailable(e.message))?;
-        if !valid {
-            tracing::warn!(cluster, peer = ?peer, "agent refused: invalid or revoked token");
-            return Err(Status::unauthenticated(format!(
-                "invalid or revoked token for cluster {cluster:?} (or no such cluster)"
-            )));
-        }
+        {
+            Ok(ok) => ok,
+            Err(status) => {
+                tracing::warn!(cluster, peer = ?peer, reason = %status.message(), "agent refused");
+                return Err(status);
+            }
+        };
         let (session, kill) = self.hub.connect(
             &cluster,
             &hello.agent_version,
@@ -115,12 +332,20 @@ impl AgentGateway for Gateway {
                 None
             }
         };
-        tracing::info!(cluster, session, peer = ?peer, agent_version = %hello.agent_version, driver = %hello.driver, capabilities = ?hello.capabilities, applied_version = hello.applied_version, "agent connected");
+        tracing::info!(cluster, session, peer = ?peer, auth = method, agent_version = %hello.agent_version, driver = %hello.driver, capabilities = ?hello.capabilities, applied_version = hello.applied_version, "agent connected");
         let (tx, rx) = mpsc::channel::<Result<HubMessage, Status>>(64);
         let hub = self.hub.clone();
         tokio::spawn(async move {
             let end = session_loop(
-                &hub, &cluster, session, &hello, provider, inbound, &tx, kill,
+                &hub,
+                &cluster,
+                session,
+                &hello,
+                provider,
+                inbound,
+                &tx,
+                kill,
+                registration,
             )
             .await;
             tracing::info!(cluster, session, reason = %end, "agent session ended");
@@ -150,6 +375,7 @@ async fn session_loop(
     mut inbound: Streaming<AgentMessage>,
     tx: &mpsc::Sender<Result<HubMessage, Status>>,
     mut kill: tokio::sync::watch::Receiver<&'static str>,
+    mut registration: Registration,
 ) -> String {
     let settings = hub.settings;
     let welcome = HubToAgent::Welcome {
@@ -250,6 +476,13 @@ async fn session_loop(
                     }
                     AgentToHub::Report(report) => hub.reported(cluster, session, report),
                     AgentToHub::Heartbeat => {}
+                }
+            }
+            revoked = registration.ended.changed() => {
+                if revoked.is_ok() {
+                    let reason = *registration.ended.borrow();
+                    let _ = tx.send(Err(Status::unauthenticated(format!("{reason}: the session ends")))).await;
+                    return reason.to_string();
                 }
             }
             ended = kill.changed() => {

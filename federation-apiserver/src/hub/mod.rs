@@ -16,11 +16,13 @@
 //!   every cluster and what each connected agent has said.
 
 pub mod controller;
+pub mod credentials;
 pub mod directory;
 pub mod dns_state;
 pub mod events;
 pub mod gateway;
 pub mod gslb;
+pub mod pki;
 pub mod replication;
 pub mod routing_state;
 pub mod tokens;

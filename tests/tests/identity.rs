@@ -1,0 +1,384 @@
+//! Agent identity end to end with real binaries (issue 12): a join token buys a client
+//! certificate and an mTLS session; a join token works once; the agent renews its
+//! certificate before it expires without losing its session; revoking the certificate
+//! (or a token) ends the live session at once (the time is printed); a re-created
+//! cluster refuses the old token and the old certificate; a certificate from another CA
+//! is refused. Each test has its own loopback block (127.0.N.x) for its agents; the hub
+//! listens on 127.0.0.1 (the test certificate's address) on port 0.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use fedingress_tests::echo::Echo;
+use fedingress_tests::federation::{ClusterSpec, agent_config, create_cluster, start_agent};
+use fedingress_tests::{Kubectl, Process, TestPki, binary, eventually, write_kubeconfig};
+use serde_json::Value;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// The REST API's admin token (the agent gateway never accepts it).
+const ADMIN: &str = "admin-token";
+
+/// A hub serving TLS (the test PKI) with a short certificate validity.
+struct Hub {
+    process: Process,
+    api: String,
+    agent: String,
+    ca: PathBuf,
+    kubectl: Kubectl,
+}
+
+impl Hub {
+    fn start(dir: &Path, certificate_validity_seconds: u64) -> Self {
+        let (ca, cert, key) = TestPki::generate().write(dir);
+        std::fs::write(
+            dir.join("tokens.csv"),
+            format!("{ADMIN},alice,1,\"fedingress:admins\"\n"),
+        )
+        .unwrap();
+        let config = dir.join("apiserver.yaml");
+        std::fs::write(
+            &config,
+            format!(
+                "listen: 127.0.0.1:0\nagentListen: 127.0.0.1:0\ndataDir: {}\ntokenFile: {}\ntls: {{certFile: {}, keyFile: {}}}\nagents:\n  heartbeatIntervalMs: 300\n  leaseMs: 1500\n  certificateValiditySeconds: {certificate_validity_seconds}\n",
+                dir.join("hub-data").display(),
+                dir.join("tokens.csv").display(),
+                cert.display(),
+                key.display(),
+            ),
+        )
+        .unwrap();
+        let mut command = Command::new(binary("federation-apiserver"));
+        command.arg("--config").arg(&config);
+        let process = Process::start(command, "federation-apiserver", WAIT).unwrap();
+        let api = format!("https://{}", process.addr("api"));
+        let kubeconfig = dir.join("kubeconfig");
+        write_kubeconfig(&kubeconfig, &api, Some(&ca), Some(ADMIN));
+        Hub {
+            agent: format!("https://{}", process.addr("agent")),
+            api,
+            ca,
+            kubectl: Kubectl::new(None, kubeconfig),
+            process,
+        }
+    }
+
+    fn curl(&self, method: &str, path: &str) -> Value {
+        let out = Command::new("curl")
+            .args([
+                "-sS",
+                "-H",
+                &format!("Authorization: Bearer {ADMIN}"),
+                "--cacert",
+            ])
+            .arg(&self.ca)
+            .args(["-X", method, &format!("{}{path}", self.api)])
+            .output()
+            .unwrap();
+        serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
+    }
+
+    fn issue(&self, cluster: &str, query: &str) -> (String, String) {
+        let body = self.curl(
+            "POST",
+            &format!("/apis/fedingress.io/v1alpha1/clusters/{cluster}/token{query}"),
+        );
+        (
+            body["metadata"]["name"].as_str().unwrap().to_string(),
+            body["token"].as_str().unwrap().to_string(),
+        )
+    }
+
+    fn credentials(&self, cluster: &str) -> Vec<Value> {
+        self.curl(
+            "GET",
+            &format!("/apis/fedingress.io/v1alpha1/clusters/{cluster}/token"),
+        )["items"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    fn revoke(&self, cluster: &str, id: &str) {
+        let status = self.curl(
+            "DELETE",
+            &format!("/apis/fedingress.io/v1alpha1/clusters/{cluster}/token/{id}"),
+        );
+        assert_eq!(status["status"], "Success", "{status}");
+    }
+
+    /// `fedingress_agents_connected` from /metrics.
+    fn connected_agents(&self) -> u64 {
+        let out = Command::new("curl")
+            .args([
+                "-sS",
+                "-H",
+                &format!("Authorization: Bearer {ADMIN}"),
+                "--cacert",
+            ])
+            .arg(&self.ca)
+            .arg(format!("{}/metrics", self.api))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find_map(|l| l.strip_prefix("fedingress_agents_connected "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    fn wait_connected(&self, n: u64, what: &str) {
+        eventually(WAIT, what, || {
+            let now = self.connected_agents();
+            if now == n {
+                Ok(())
+            } else {
+                Err(format!("{now} agents connected"))
+            }
+        });
+    }
+}
+
+/// An agent config of `spec` for the hub over https; with `join`, a join token file
+/// instead of a token file.
+fn https_agent(dir: &Path, hub: &Hub, spec: &ClusterSpec, secret: &str, join: bool) -> PathBuf {
+    let config = agent_config(dir, &hub.agent, spec, secret);
+    let agent_dir = config.parent().unwrap().to_path_buf();
+    let mut text = std::fs::read_to_string(&config).unwrap().replace(
+        &format!("  address: {}\n", hub.agent),
+        &format!("  address: {}\n  caFile: {}\n", hub.agent, hub.ca.display()),
+    );
+    if join {
+        std::fs::write(agent_dir.join("join-token"), secret).unwrap();
+        text = text.replace("tokenFile: token\n", "joinTokenFile: join-token\n");
+    }
+    std::fs::write(&config, text).unwrap();
+    config
+}
+
+fn cert_meta(config: &Path) -> Value {
+    let path = config.parent().unwrap().join("state/agent-cert.json");
+    std::fs::read(path)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or(Value::Null)
+}
+
+/// Time from the revoking request to `fedingress_agents_connected` 0.
+fn measure_revocation(hub: &Hub, cluster: &str, id: &str) -> Duration {
+    let started = Instant::now();
+    hub.revoke(cluster, id);
+    while hub.connected_agents() != 0 {
+        assert!(
+            started.elapsed() < WAIT,
+            "the session outlived its revoked credential"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    started.elapsed()
+}
+
+#[test]
+fn join_token_buys_an_mtls_session_that_renews_and_is_revoked_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    // Renewal at 70-80 % of 20 s.
+    let hub = Hub::start(dir, 20);
+    let spec = ClusterSpec::numbered(96, 1, "europe-west1", 10.0, 20.0);
+    let _echo = Echo::start(spec.backend).unwrap();
+    create_cluster(&hub.kubectl, dir, &spec);
+
+    let (join_id, join) = hub.issue("c1", "?type=join&ttlSeconds=600");
+    let listed = hub.credentials("c1");
+    assert!(
+        listed
+            .iter()
+            .any(|c| c["metadata"]["name"] == join_id.as_str() && c["type"] == "join"),
+        "{listed:?}"
+    );
+    assert!(!serde_json::to_string(&listed).unwrap().contains(&join));
+    let config = https_agent(dir, &hub, &spec, &join, true);
+    let agent = start_agent(&config, "c1");
+    hub.wait_connected(1, "c1 connected with its new client certificate");
+    let state = config.parent().unwrap().join("state");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(state.join("agent.key"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "the agent's key is private");
+    }
+    let first = cert_meta(&config)["fingerprint"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let kinds: Vec<String> = hub
+        .credentials("c1")
+        .iter()
+        .map(|c| c["type"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(kinds, ["certificate"], "the join token is spent");
+
+    // The same join token again (another agent, no certificate yet): refused.
+    let mut twin_spec = ClusterSpec::numbered(96, 2, "europe-west1", 10.0, 20.0);
+    twin_spec.name = "c1".into();
+    let twin_dir = dir.join("twin");
+    std::fs::create_dir_all(&twin_dir).unwrap();
+    let twin_config = https_agent(&twin_dir, &hub, &twin_spec, &join, true);
+    let twin = start_agent(&twin_config, "c1 twin");
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        cert_meta(&twin_config),
+        Value::Null,
+        "a used join token bought a certificate"
+    );
+    assert_eq!(hub.connected_agents(), 1);
+    drop(twin);
+
+    // Rotation before expiry, the session kept meanwhile.
+    let rotated_at = Instant::now();
+    let mut lowest = u64::MAX;
+    eventually(WAIT, "the certificate renewed", || {
+        lowest = lowest.min(hub.connected_agents());
+        let now = cert_meta(&config)["fingerprint"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        if now != first && !now.is_empty() {
+            Ok(())
+        } else {
+            Err("not yet".into())
+        }
+    });
+    println!(
+        "certificate renewed after {:?} of 20 s validity (waited from the first connect)",
+        rotated_at.elapsed()
+    );
+    assert_eq!(lowest, 1, "the session was lost during rotation");
+    let renewed = cert_meta(&config)["fingerprint"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // The new certificate works on a new connection.
+    drop(agent);
+    hub.wait_connected(0, "c1 gone after its agent stopped");
+    let agent = start_agent(&config, "c1");
+    hub.wait_connected(1, "c1 back with its renewed certificate");
+
+    // Revoking the certificate ends the live session at once, and it stays out.
+    let took = measure_revocation(&hub, "c1", &renewed);
+    println!("certificate revoked: live session ended {took:?} after the DELETE was sent");
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        hub.connected_agents(),
+        0,
+        "a revoked certificate reconnected"
+    );
+    drop(agent);
+
+    // A bearer token (the compatibility path) over the same TLS gateway: revoked, the
+    // session ends at once too.
+    let (token_id, token) = hub.issue("c1", "");
+    let token_config = https_agent(&dir.join("token-agent"), &hub, &spec, &token, false);
+    let _token_agent = start_agent(&token_config, "c1 token");
+    hub.wait_connected(1, "c1 connected with a token");
+    let took = measure_revocation(&hub, "c1", &token_id);
+    println!("token revoked: live session ended {took:?} after the DELETE was sent");
+    drop(hub.process);
+}
+
+#[test]
+fn a_recreated_cluster_and_a_foreign_ca_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let hub = Hub::start(dir, 3600);
+    let spec = ClusterSpec::numbered(97, 1, "europe-west1", 10.0, 20.0);
+    let _echo = Echo::start(spec.backend).unwrap();
+    create_cluster(&hub.kubectl, dir, &spec);
+
+    let (_, token) = hub.issue("c1", "");
+    let (_, join) = hub.issue("c1", "?type=join");
+    let cert_config = https_agent(dir, &hub, &spec, &join, true);
+    let cert_agent = start_agent(&cert_config, "c1 cert");
+    hub.wait_connected(1, "c1 connected with a certificate");
+    drop(cert_agent);
+    hub.wait_connected(0, "c1 gone");
+    let token_dir = dir.join("token-agent");
+    std::fs::create_dir_all(&token_dir).unwrap();
+    let token_config = https_agent(&token_dir, &hub, &spec, &token, false);
+    let token_agent = start_agent(&token_config, "c1 token");
+    hub.wait_connected(1, "c1 connected with a token");
+
+    // Deleting the Cluster ends the session; created again (a new uid) it refuses both.
+    let started = Instant::now();
+    hub.kubectl.ok(&["delete", "cluster", "c1"]);
+    hub.wait_connected(0, "c1's session ended with its Cluster");
+    println!(
+        "cluster deleted: session ended within {:?}",
+        started.elapsed()
+    );
+    drop(token_agent);
+    create_cluster(&hub.kubectl, dir, &spec);
+    let _token_agent = start_agent(&token_config, "c1 old token");
+    let _cert_agent = start_agent(&cert_config, "c1 old certificate");
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(
+        hub.connected_agents(),
+        0,
+        "the old token or certificate of a deleted cluster was accepted"
+    );
+    drop(_token_agent);
+    drop(_cert_agent);
+
+    // A certificate from another CA with the right name: the TLS handshake refuses it.
+    let foreign_dir = dir.join("foreign");
+    std::fs::create_dir_all(foreign_dir.join("agent-c1/state")).unwrap();
+    let (fresh_id, fresh_join) = hub.issue("c1", "?type=join");
+    let foreign_config = https_agent(&foreign_dir, &hub, &spec, &fresh_join, true);
+    let state = foreign_config.parent().unwrap().join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    let (cert, key) = foreign_client_certificate("c1");
+    std::fs::write(state.join("agent.crt"), cert).unwrap();
+    std::fs::write(state.join("agent.key"), key).unwrap();
+    let far = chrono::Utc::now().timestamp() + 3600;
+    std::fs::write(
+        state.join("agent-cert.json"),
+        format!(
+            "{{\"issuedAt\": {}, \"notAfter\": {far}, \"fingerprint\": \"x\", \"joinTokenId\": \"{fresh_id}\"}}",
+            far - 7200
+        ),
+    )
+    .unwrap();
+    // Only the certificate counts: its metadata marks the join token in the file used.
+    let _foreign = start_agent(&foreign_config, "c1 foreign");
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(
+        hub.connected_agents(),
+        0,
+        "a certificate of another CA was accepted"
+    );
+    drop(hub.process);
+}
+
+/// A client certificate for `cluster` signed by a CA the hub does not know.
+fn foreign_client_certificate(cluster: &str) -> (String, String) {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca = CertificateParams::default();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(DnType::CommonName, "not the hub");
+    let issuer = rcgen::Issuer::new(ca, ca_key);
+    let key = KeyPair::generate().unwrap();
+    let mut params = CertificateParams::default();
+    params.distinguished_name.push(DnType::CommonName, cluster);
+    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    let cert = params.signed_by(&key, &issuer).unwrap();
+    (cert.pem(), key.serialize_pem())
+}
