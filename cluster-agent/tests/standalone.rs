@@ -1,7 +1,8 @@
 //! The standalone data plane over real loopback sockets.
 //!
 //! Listeners come from rule ports, so they are fixed: each test binds its own address
-//! 127.0.77.N (this crate's block) and ports 20000 + 10·N + k. Backends bind port 0.
+//! 127.0.77.N (this crate's block) and ports 20000 + 10·N + k. Backends bind port 0;
+//! UDP clients that need addresses of their own (the per-source cap) use 127.0.78.x.
 //! Waits are `eventually`-style with generous bounds, never fixed sleeps.
 
 // Test helpers panic on failure by design (clippy exempts only `#[test]` bodies).
@@ -812,4 +813,252 @@ async fn shutdown_closes_every_listener() {
     assert!(TcpStream::connect(SocketAddr::new(ip, port)).await.is_err());
     drop(UdpSocket::bind(SocketAddr::new(ip, port)).await.unwrap());
     assert_eq!(standalone.report(&plan).active_connections, 0);
+}
+
+// ---------------------------------------------------------------------------------------
+// Limits (issue 12): caps, evictions and timeouts, as counted in `/metrics`.
+
+/// The value of the series `name` whose labels contain every one of `labels`.
+fn metric(standalone: &Standalone, name: &str, labels: &[&str]) -> f64 {
+    let text = standalone.metrics();
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .find_map(|line| {
+            let (series, value) = line.rsplit_once(' ')?;
+            let (series_name, series_labels) = series.split_once('{').unwrap_or((series, ""));
+            (series_name == name && labels.iter().all(|l| series_labels.contains(l)))
+                .then(|| value.parse().ok())
+                .flatten()
+        })
+        .unwrap_or_else(|| panic!("no {name} {labels:?} in\n{text}"))
+}
+
+/// A UDP client on its own loopback address (the per-source cap counts addresses).
+async fn udp_client_from(source: IpAddr, addr: SocketAddr) -> UdpSocket {
+    let socket = UdpSocket::bind(SocketAddr::new(source, 0)).await.unwrap();
+    socket.connect(addr).await.unwrap();
+    socket
+}
+
+/// Whether the peer closed `stream` (EOF or reset) within the I/O bound.
+async fn closed_by_peer(stream: &mut TcpStream) -> bool {
+    let mut buf = [0u8; 64];
+    matches!(timeout(IO, stream.read(&mut buf)).await, Ok(Ok(0) | Err(_)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_over_the_listener_cap_are_closed_and_counted() {
+    let ip = test_ip(20);
+    let port = test_port(20, 0);
+    let echo = Echo::start(IpAddr::from([127, 0, 0, 1])).await;
+    let standalone = Standalone::new(&config(Setup {
+        binds: vec![bind(ip)],
+        services: vec![("echo", vec![echo.addr])],
+        extra: "limits: {connectionsPerListener: 2}\n",
+    }));
+    let plan = ClusterPlan::from(vec![share(
+        "echo",
+        1,
+        vec![rule(Protocol::Tcp, port, "echo", 1)],
+    )]);
+    assert_eq!(standalone.apply(&plan).await, vec![]);
+    let addr = SocketAddr::new(ip, port);
+    let mut first = TcpStream::connect(addr).await.unwrap();
+    assert_eq!(exchange(&mut first, "one").await, "ONE");
+    let mut second = TcpStream::connect(addr).await.unwrap();
+    assert_eq!(exchange(&mut second, "two").await, "TWO");
+    let labels = ["kind=\"TCP\"", "reason=\"listener_limit\""];
+    let mut third = TcpStream::connect(addr).await.unwrap();
+    assert!(
+        closed_by_peer(&mut third).await,
+        "the third is closed at once"
+    );
+    assert_eq!(
+        metric(
+            &standalone,
+            "fedingress_agent_listener_refused_total",
+            &labels
+        ),
+        1.0
+    );
+    assert_eq!(
+        metric(
+            &standalone,
+            "fedingress_agent_listener_limit",
+            &["kind=\"TCP\""]
+        ),
+        2.0
+    );
+    // The two keep working; once one closes, a new one is taken.
+    assert_eq!(exchange(&mut first, "still").await, "STILL");
+    drop(second);
+    eventually("a connection slot is free again", || async {
+        listener_active(&standalone.report(&plan), "echo", "TCP") < 2
+    })
+    .await;
+    assert_eq!(tcp_echo(addr, "four").await, "FOUR");
+    assert!(metric(&standalone, "fedingress_agent_fd_budget", &[]) > 0.0);
+    standalone.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_spliced_connections_are_closed_on_both_sides() {
+    let ip = test_ip(21);
+    let port = test_port(21, 0);
+    let echo = Echo::start(IpAddr::from([127, 0, 0, 1])).await;
+    let standalone = Standalone::new(&config(Setup {
+        binds: vec![bind(ip)],
+        services: vec![("echo", vec![echo.addr])],
+        extra: "limits: {streamIdleTimeoutMs: 300}\n",
+    }));
+    let plan = ClusterPlan::from(vec![share(
+        "echo",
+        1,
+        vec![rule(Protocol::Tcp, port, "echo", 1)],
+    )]);
+    assert_eq!(standalone.apply(&plan).await, vec![]);
+    let mut stream = TcpStream::connect(SocketAddr::new(ip, port)).await.unwrap();
+    assert_eq!(exchange(&mut stream, "hello").await, "HELLO");
+    assert!(
+        closed_by_peer(&mut stream).await,
+        "idle: closed by the agent"
+    );
+    let labels = ["kind=\"TCP\"", "reason=\"idle\""];
+    assert_eq!(
+        metric(
+            &standalone,
+            "fedingress_agent_listener_timed_out_total",
+            &labels
+        ),
+        1.0
+    );
+    eventually("the connection is gone from the counts", || async {
+        listener_active(&standalone.report(&plan), "echo", "TCP") == 0
+    })
+    .await;
+    assert_eq!(
+        metric(&standalone, "fedingress_agent_fd_budget_used", &[]),
+        0.0
+    );
+    standalone.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_udp_listener_evicts_unassured_sessions_and_refuses_past_assured_ones() {
+    let ip = test_ip(22);
+    let port = test_port(22, 0);
+    let echo = Echo::start(IpAddr::from([127, 0, 0, 1])).await;
+    let standalone = Standalone::new(&config(Setup {
+        binds: vec![bind(ip)],
+        services: vec![("echo", vec![echo.addr])],
+        extra: "limits: {udpSessionsPerListener: 2, udpSessionsPerSource: 1}\n",
+    }));
+    let plan = ClusterPlan::from(vec![share(
+        "echo",
+        1,
+        vec![rule(Protocol::Udp, port, "echo", 1)],
+    )]);
+    assert_eq!(standalone.apply(&plan).await, vec![]);
+    let addr = SocketAddr::new(ip, port);
+    let source = |n: u8| IpAddr::from([127, 0, 78, n]);
+    let count = |name: &str, reason: Option<&str>| {
+        let reason = reason.map(|r| format!("reason=\"{r}\""));
+        let mut labels = vec!["kind=\"UDP\""];
+        labels.extend(reason.as_deref());
+        metric(&standalone, name, &labels)
+    };
+
+    // A answers a reply (assured); B sends once (not assured).
+    let a = udp_client_from(source(1), addr).await;
+    assert_eq!(udp_exchange(&a, "a1").await, "A1");
+    assert_eq!(udp_exchange(&a, "a2").await, "A2");
+    let b = udp_client_from(source(2), addr).await;
+    assert_eq!(udp_exchange(&b, "b1").await, "B1");
+    // C finds the listener full: B's session makes room.
+    let c = udp_client_from(source(3), addr).await;
+    assert_eq!(udp_exchange(&c, "c1").await, "C1");
+    assert_eq!(count("fedingress_agent_listener_evicted_total", None), 1.0);
+    assert_eq!(udp_exchange(&a, "a3").await, "A3", "A kept its session");
+    assert_eq!(udp_exchange(&c, "c2").await, "C2");
+    // Both sessions assured now: D is refused.
+    let d = udp_client_from(source(4), addr).await;
+    d.send(b"d1").await.unwrap();
+    eventually("D is refused", || async {
+        count(
+            "fedingress_agent_listener_refused_total",
+            Some("listener_limit"),
+        ) == 1.0
+    })
+    .await;
+    // A second port of A's address is over the per-source cap.
+    let a_again = udp_client_from(source(1), addr).await;
+    a_again.send(b"a-other-port").await.unwrap();
+    eventually("the second port of A's address is refused", || async {
+        count(
+            "fedingress_agent_listener_refused_total",
+            Some("source_limit"),
+        ) == 1.0
+    })
+    .await;
+    assert_eq!(count("fedingress_agent_listener_evicted_total", None), 1.0);
+    assert_eq!(udp_exchange(&a, "a4").await, "A4");
+    assert_eq!(listener_active(&standalone.report(&plan), "echo", "UDP"), 2);
+    standalone.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_connections_time_out_on_slow_headers_and_when_idle() {
+    let ip = test_ip(23);
+    let echo = Echo::start(IpAddr::from([127, 0, 0, 1])).await;
+    let mut http = IngressRule::new(Protocol::Http);
+    http.port = Some(i32::from(test_port(23, 0)));
+    http.paths = vec![HttpPath {
+        backend: Backend::new("echo", 80),
+        ..HttpPath::default()
+    }];
+    let plan = ClusterPlan::from(vec![share("web", 1, vec![http])]);
+    let addr = SocketAddr::new(ip, test_port(23, 0));
+
+    // A request head that never completes.
+    let standalone = Standalone::new(&config(Setup {
+        binds: vec![bind(ip)],
+        services: vec![("echo", vec![echo.addr])],
+        extra: "limits: {httpHeaderReadTimeoutMs: 300}\n",
+    }));
+    assert_eq!(standalone.apply(&plan).await, vec![]);
+    let mut slow = TcpStream::connect(addr).await.unwrap();
+    slow.write_all(b"GET / HTTP/1.1\r\nHost: a\r\n")
+        .await
+        .unwrap();
+    assert!(closed_by_peer(&mut slow).await, "slow headers: closed");
+    let header = ["kind=\"HTTP\"", "reason=\"header\""];
+    assert_eq!(
+        metric(
+            &standalone,
+            "fedingress_agent_listener_timed_out_total",
+            &header
+        ),
+        1.0
+    );
+    standalone.shutdown().await;
+
+    // A connection that sends nothing at all (HTTP/1.1 keep-alive or HTTP/2 alike).
+    let standalone = Standalone::new(&config(Setup {
+        binds: vec![bind(ip)],
+        services: vec![("echo", vec![echo.addr])],
+        extra: "limits: {httpIdleTimeoutMs: 300}\n",
+    }));
+    assert_eq!(standalone.apply(&plan).await, vec![]);
+    let mut idle = TcpStream::connect(addr).await.unwrap();
+    assert!(closed_by_peer(&mut idle).await, "idle: closed");
+    let labels = ["kind=\"HTTP\"", "reason=\"idle\""];
+    assert_eq!(
+        metric(
+            &standalone,
+            "fedingress_agent_listener_timed_out_total",
+            &labels
+        ),
+        1.0
+    );
+    standalone.shutdown().await;
 }
