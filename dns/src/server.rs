@@ -756,6 +756,9 @@ impl DnsServer {
         peer: IpAddr,
         out: &mut Vec<u8>,
     ) -> Outcome {
+        if rrl.exempt(peer) {
+            return Outcome::Reply;
+        }
         let class = if handled.badvers {
             ResponseClass::Error
         } else {

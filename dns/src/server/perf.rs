@@ -213,3 +213,87 @@ fn perf_mmdb_distinct_subnets() {
     );
     run("mmdb, 20,000 subnets x 1,000 names", &server, &packets, 20);
 }
+
+/// Serves 1,000 Geo names on three loopback ports at once, for `dnsperf` from another
+/// shell: `rrl-off` (RRL disabled), `rrl-charged` (RRL on, nothing exempt, a rate no
+/// run reaches: every response is hashed and charged, none dropped) and `rrl-default`
+/// (the default config: RRL on, loopback exempt). Prints `label port` lines and serves
+/// for `PERF_SERVE_SECONDS` (default 300). See docs/security.md ("DNS") for the
+/// dnsperf commands and the numbers.
+#[test]
+#[ignore = "a measurement server for dnsperf, run by hand in release"]
+fn perf_serve_for_dnsperf() {
+    use super::config::ServerConfig;
+    let seconds: u64 = std::env::var("PERF_SERVE_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(300);
+    let table = vec![LocationEntry {
+        cidr: "10.1.0.0/16".parse().unwrap(),
+        location: location("europe-west1", 50.8, 4.3),
+    }];
+    let locator = Locator::new(table, location("default", 50.0, 4.0), None).unwrap();
+    let (snapshot, _) = Snapshot::build(&zones(), 1, &ingresses(1000), Arc::new(locator));
+    let snapshot = Arc::new(snapshot);
+    let off = ServerConfig {
+        rrl: super::config::RrlConfig {
+            enabled: false,
+            ..Default::default()
+        },
+        ..ServerConfig::default()
+    };
+    let charged = ServerConfig {
+        rrl: super::config::RrlConfig {
+            responses_per_second: 1_000_000,
+            exempt: Vec::new(),
+            ..Default::default()
+        },
+        ..ServerConfig::default()
+    };
+    if std::env::var_os("PERF_IN_PROCESS").is_some() {
+        // The same three configs through respond() on one core, rounds interleaved.
+        let packets: Vec<Vec<u8>> = (0..1000u32)
+            .map(|i| {
+                query(
+                    &format!("g{i:04}.fedingress.test"),
+                    Ipv4Addr::new(10, 1, 7, 0),
+                )
+            })
+            .collect();
+        let servers = [
+            (
+                "rrl-off",
+                DnsServer::with_config(snapshot.clone(), off.clone()),
+            ),
+            (
+                "rrl-charged",
+                DnsServer::with_config(snapshot.clone(), charged.clone()),
+            ),
+            ("rrl-default", DnsServer::new(snapshot.clone())),
+        ];
+        for _ in 0..3 {
+            for (label, server) in &servers {
+                run(label, server, &packets, 1000);
+            }
+        }
+        return;
+    }
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        for (label, config) in [
+            ("rrl-off", off),
+            ("rrl-charged", charged),
+            ("rrl-default", ServerConfig::default()),
+        ] {
+            let udp = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+            let port = udp.local_addr().unwrap().port();
+            let tcp = tokio::net::TcpListener::bind(("127.0.0.1", port))
+                .await
+                .unwrap();
+            let server = Arc::new(DnsServer::with_config(snapshot.clone(), config));
+            tokio::spawn(server.serve(udp, tcp, Vec::new()));
+            println!("{label} {port}");
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(seconds)).await;
+    });
+}
