@@ -1,0 +1,521 @@
+//! RBAC, OIDC and the audit log, driven by the real kubectl over TLS.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use fedingress_tests::oidc::{Issuer, SigningKey, mint};
+use fedingress_tests::{Kubectl, Process, TestPki, binary, eventually, write_kubeconfig};
+use serde_json::Value;
+
+const START: Duration = Duration::from_secs(30);
+/// The authorizer sees a new binding through a store watch: allow it time.
+const PROPAGATE: Duration = Duration::from_secs(20);
+
+const ECHO: &str = "apiVersion: fedingress.io/v1alpha1
+kind: FederatedIngress
+metadata:
+  name: echo
+spec:
+  rules:
+  - protocol: TCP
+    port: 7777
+    backend: {service: echo, port: 7777}
+  traffic:
+    dnsName: echo.fedingress.test
+";
+
+struct Server {
+    process: Process,
+    dir: PathBuf,
+    ca: PathBuf,
+}
+
+impl Server {
+    fn start(dir: &Path, extra: &[&str]) -> Self {
+        let (ca, cert, key) = TestPki::generate().write(dir);
+        let tokens = dir.join("tokens.csv");
+        std::fs::write(
+            &tokens,
+            "admin-token,alice,1,\"fedingress:admins\"\ndave-token,dave,2\n",
+        )
+        .unwrap();
+        let mut command = Command::new(binary("federation-apiserver"));
+        command
+            .args(["--listen", "127.0.0.1:0", "--agent-listen", "127.0.0.1:0"])
+            .arg("--data-dir")
+            .arg(dir.join("data"))
+            .arg("--tls-cert-file")
+            .arg(&cert)
+            .arg("--tls-private-key-file")
+            .arg(&key)
+            .arg("--token-auth-file")
+            .arg(&tokens)
+            .args(extra);
+        Self {
+            process: Process::start(command, "federation-apiserver", START).unwrap(),
+            dir: dir.to_path_buf(),
+            ca,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("https://{}", self.process.addr("api"))
+    }
+
+    fn kubectl(&self, name: &str, token: &str) -> Kubectl {
+        let path = self.dir.join(format!("kubeconfig-{name}"));
+        write_kubeconfig(&path, &self.url(), Some(&self.ca), Some(token));
+        Kubectl::new(None, path)
+    }
+
+    /// GET with curl: (HTTP code, body as JSON or a string).
+    fn curl(&self, path: &str, token: &str) -> (u16, Value) {
+        let out = Command::new("curl")
+            .args(["-s", "-w", "\n%{http_code}", "--cacert"])
+            .arg(&self.ca)
+            .args(["-H", &format!("Authorization: Bearer {token}")])
+            .arg(format!("{}{path}", self.url()))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, code) = text.rsplit_once('\n').unwrap();
+        let value = serde_json::from_str(body).unwrap_or_else(|_| Value::String(body.into()));
+        (code.trim().parse().unwrap(), value)
+    }
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path.display().to_string()
+}
+
+#[test]
+fn a_rolebinding_to_edit_scopes_a_user_to_one_namespace() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let audit = dir.join("audit.log");
+    let server = Server::start(dir, &["--audit-log-path", audit.to_str().unwrap()]);
+    let admin = server.kubectl("admin", "admin-token");
+    let dave = server.kubectl("dave", "dave-token");
+    let echo = write(dir, "echo.yaml", ECHO);
+
+    // The bootstrap roles are there; the existing group is cluster-admin.
+    let roles = admin.ok(&["get", "clusterroles"]);
+    let header: Vec<&str> = roles.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["NAME", "CREATED", "AT"], "{roles}");
+    for name in ["cluster-admin", "admin", "edit", "view"] {
+        assert!(
+            roles.lines().any(|l| l.starts_with(&format!("{name} "))),
+            "{roles}"
+        );
+    }
+    let bindings = admin.ok(&["get", "clusterrolebindings"]);
+    assert!(
+        bindings.contains("fedingress:admins") && bindings.contains("ClusterRole/cluster-admin"),
+        "{bindings}"
+    );
+
+    // dave holds nothing yet: kube's exact words.
+    let err = dave.fails(&["create", "-n", "shop", "-f", &echo]);
+    assert!(
+        err.contains("federatedingresses.fedingress.io is forbidden: User \"dave\" cannot create resource \"federatedingresses\" in API group \"fedingress.io\" in the namespace \"shop\""),
+        "{err}"
+    );
+
+    let out = admin.ok(&[
+        "create",
+        "rolebinding",
+        "dave-edit",
+        "--clusterrole=edit",
+        "--user=dave",
+        "-n",
+        "shop",
+    ]);
+    assert_eq!(
+        out.trim(),
+        "rolebinding.rbac.authorization.k8s.io/dave-edit created"
+    );
+    let listed = admin.ok(&["get", "rolebindings", "-n", "shop"]);
+    let header: Vec<&str> = listed.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        ["NAME", "ROLE", "USERS", "GROUPS", "SERVICEACCOUNTS", "AGE"],
+        "{listed}"
+    );
+    assert!(listed.contains("ClusterRole/edit"), "{listed}");
+
+    eventually(PROPAGATE, "dave may create in shop", || {
+        let out = dave.run(&["apply", "-n", "shop", "-f", &echo]);
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    });
+    assert!(dave.ok(&["get", "fing", "-n", "shop"]).contains("echo"));
+
+    // Elsewhere: refused, with the verb, resource, group and namespace.
+    let err = dave.fails(&["create", "-n", "default", "-f", &echo]);
+    assert!(
+        err.contains("Error from server (Forbidden)")
+            && err.contains("federatedingresses.fedingress.io is forbidden: User \"dave\" cannot create resource \"federatedingresses\" in API group \"fedingress.io\" in the namespace \"default\""),
+        "{err}"
+    );
+    let err = dave.fails(&["get", "clusters"]);
+    assert!(
+        err.contains("clusters.fedingress.io is forbidden: User \"dave\" cannot list resource \"clusters\" in API group \"fedingress.io\" at the cluster scope"),
+        "{err}"
+    );
+    let err = dave.fails(&["delete", "fing", "echo", "-n", "default"]);
+    assert!(
+        err.contains("federatedingresses.fedingress.io \"echo\" is forbidden: User \"dave\" cannot delete resource \"federatedingresses\" in API group \"fedingress.io\" in the namespace \"default\""),
+        "{err}"
+    );
+    // edit grants no RBAC: dave cannot hand himself more.
+    let err = dave.fails(&[
+        "create",
+        "rolebinding",
+        "more",
+        "--clusterrole=admin",
+        "--user=dave",
+        "-n",
+        "shop",
+    ]);
+    assert!(
+        err.contains("User \"dave\" cannot create resource \"rolebindings\" in API group \"rbac.authorization.k8s.io\" in the namespace \"shop\""),
+        "{err}"
+    );
+    let (code, status) = server.curl("/metrics", "dave-token");
+    assert_eq!(code, 403);
+    assert_eq!(
+        status["message"],
+        "forbidden: User \"dave\" cannot get path \"/metrics\""
+    );
+    let (code, status) = server.curl("/metrics", "not-a-token");
+    assert_eq!(
+        (code, status["reason"].as_str()),
+        (401, Some("Unauthorized"))
+    );
+
+    // Roles: create, get, describe, apply (create, then configured), delete.
+    let out = admin.ok(&[
+        "create",
+        "role",
+        "fi-reader",
+        "--verb=get,list,watch",
+        "--resource=federatedingresses.fedingress.io",
+        "-n",
+        "shop",
+    ]);
+    assert_eq!(
+        out.trim(),
+        "role.rbac.authorization.k8s.io/fi-reader created"
+    );
+    let described = admin.ok(&["describe", "role", "fi-reader", "-n", "shop"]);
+    assert!(
+        described.contains("federatedingresses.fedingress.io")
+            && described.contains("[get list watch]"),
+        "{described}"
+    );
+    let role = "apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: cluster-watcher
+  namespace: shop
+rules:
+- apiGroups: [fedingress.io]
+  resources: [federatedingresses]
+  verbs: [VERBS]
+";
+    let path = write(dir, "role.yaml", &role.replace("VERBS", "get"));
+    assert_eq!(
+        admin.ok(&["apply", "-f", &path]).trim(),
+        "role.rbac.authorization.k8s.io/cluster-watcher created"
+    );
+    let path = write(dir, "role.yaml", &role.replace("VERBS", "get, list"));
+    assert_eq!(
+        admin.ok(&["apply", "-f", &path]).trim(),
+        "role.rbac.authorization.k8s.io/cluster-watcher configured"
+    );
+    assert_eq!(
+        admin.ok(&[
+            "get",
+            "role",
+            "cluster-watcher",
+            "-n",
+            "shop",
+            "-o",
+            "jsonpath={.rules[0].verbs}"
+        ]),
+        "[\"get\",\"list\"]"
+    );
+    // Validation with field paths.
+    let bad = write(
+        dir,
+        "bad.yaml",
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: bad, namespace: shop}\nrules:\n- verbs: [get]\n  nonResourceURLs: [/metrics]\n",
+    );
+    let err = admin.fails(&["create", "-f", &bad]);
+    assert!(
+        err.contains("rules[0].nonResourceURLs")
+            && err.contains("namespaced rules cannot apply to non-resource URLs"),
+        "{err}"
+    );
+    assert!(
+        admin
+            .ok(&["delete", "role", "cluster-watcher", "-n", "shop"])
+            .contains("deleted")
+    );
+    let out = admin.ok(&[
+        "create",
+        "clusterrole",
+        "cluster-reader",
+        "--verb=get,list",
+        "--resource=clusters.fedingress.io",
+    ]);
+    assert!(out.contains("created"), "{out}");
+    let out = admin.ok(&[
+        "create",
+        "clusterrolebinding",
+        "dave-clusters",
+        "--clusterrole=cluster-reader",
+        "--user=dave",
+    ]);
+    assert!(out.contains("created"), "{out}");
+    eventually(PROPAGATE, "dave may list clusters", || {
+        dave.run(&["get", "clusters"])
+            .status
+            .success()
+            .then_some(())
+            .ok_or_else(|| "not yet".to_string())
+    });
+    assert!(
+        admin
+            .ok(&["delete", "clusterrolebinding", "dave-clusters"])
+            .contains("deleted")
+    );
+    eventually(PROPAGATE, "dave may no longer list clusters", || {
+        (!dave.run(&["get", "clusters"]).status.success())
+            .then_some(())
+            .ok_or_else(|| "not yet".to_string())
+    });
+
+    // The audit log: one line per write, refused ones too, no tokens.
+    let text = eventually(PROPAGATE, "audit lines", || {
+        let text = std::fs::read_to_string(&audit).map_err(|e| e.to_string())?;
+        if text.contains("dave-clusters") {
+            Ok(text)
+        } else {
+            Err(text)
+        }
+    });
+    assert!(!text.contains("admin-token") && !text.contains("dave-token"));
+    let events: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(events.iter().all(|e| e["apiVersion"] == "audit.k8s.io/v1"
+        && e["level"] == "Metadata"
+        && e["stage"] == "ResponseComplete"
+        && e["auditID"].is_string()
+        && e["requestReceivedTimestamp"].is_string()
+        && e["stageTimestamp"].is_string()));
+    let created = events
+        .iter()
+        .find(|e| {
+            e["objectRef"]["name"].is_null()
+                && e["objectRef"]["resource"] == "rolebindings"
+                && e["responseStatus"]["code"] == 201
+        })
+        .unwrap_or_else(|| panic!("no rolebinding create in {text}"));
+    assert_eq!(created["verb"], "create");
+    assert_eq!(created["user"]["username"], "alice");
+    assert_eq!(created["objectRef"]["namespace"], "shop");
+    assert_eq!(
+        created["objectRef"]["apiGroup"],
+        "rbac.authorization.k8s.io"
+    );
+    assert_eq!(created["sourceIPs"][0], "127.0.0.1");
+    assert!(
+        created["userAgent"]
+            .as_str()
+            .unwrap()
+            .starts_with("kubectl")
+    );
+    let refused = events
+        .iter()
+        .find(|e| {
+            e["user"]["username"] == "dave"
+                && e["responseStatus"]["code"] == 403
+                && e["objectRef"]["namespace"] == "default"
+        })
+        .unwrap_or_else(|| panic!("no refused create in {text}"));
+    assert_eq!(refused["verb"], "create");
+    assert!(
+        refused["responseStatus"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("cannot create resource")
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| e["verb"] == "delete" && e["objectRef"]["name"] == "cluster-watcher")
+    );
+    assert!(
+        events
+            .iter()
+            .all(|e| e["verb"] != "get" && e["verb"] != "list")
+    );
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&audit).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+}
+
+#[test]
+fn oidc_tokens_authenticate_users() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let issuer = Issuer::start().unwrap();
+    let ca = dir.join("oidc-ca.crt");
+    std::fs::write(&ca, &issuer.ca_pem).unwrap();
+    let config = dir.join("apiserver.yaml");
+    std::fs::write(&config, "oidc:\n  minKeyRefreshSeconds: 1\n").unwrap();
+    let url = issuer.url();
+    let server = Server::start(
+        dir,
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--oidc-issuer-url",
+            &url,
+            "--oidc-client-id",
+            "fedingress",
+            "--oidc-username-claim",
+            "email",
+            "--oidc-groups-claim",
+            "groups",
+            "--oidc-groups-prefix",
+            "oidc:",
+            "--oidc-ca-file",
+            ca.to_str().unwrap(),
+        ],
+    );
+    let admin = server.kubectl("admin", "admin-token");
+    admin.ok(&[
+        "create",
+        "clusterrolebinding",
+        "oidc-readers",
+        "--clusterrole=view",
+        "--group=oidc:readers",
+    ]);
+    let reads = |name: &str, token: &str| {
+        server
+            .kubectl(name, token)
+            .run(&["get", "fing", "-A"])
+            .status
+            .success()
+    };
+
+    let rsa = issuer.token(
+        "rsa-1",
+        &issuer.claims("fedingress", "ann@example.com", &["readers"]),
+    );
+    eventually(PROPAGATE, "ann reads with an RS256 token", || {
+        reads("ann", &rsa)
+            .then_some(())
+            .ok_or_else(|| "not yet".to_string())
+    });
+    let ec = issuer.token(
+        "ec-1",
+        &issuer.claims("fedingress", "ann@example.com", &["readers"]),
+    );
+    assert!(reads("ann-ec", &ec), "ES256");
+
+    // A valid token of a user without a binding: authenticated, then refused by name.
+    let bob = issuer.token(
+        "rsa-1",
+        &issuer.claims("fedingress", "bob@example.com", &["other"]),
+    );
+    let err = server
+        .kubectl("bob", &bob)
+        .fails(&["get", "fing", "-n", "shop"]);
+    assert!(
+        err.contains("User \"bob@example.com\" cannot list resource \"federatedingresses\" in API group \"fedingress.io\" in the namespace \"shop\""),
+        "{err}"
+    );
+
+    let refused = |name: &str, token: &str| {
+        let (code, status) = server.curl("/apis/fedingress.io/v1alpha1/federatedingresses", token);
+        assert_eq!(
+            (code, status["reason"].as_str()),
+            (401, Some("Unauthorized")),
+            "{name}: {status}"
+        );
+    };
+    let mut claims = issuer.claims("fedingress", "ann@example.com", &["readers"]);
+    claims["exp"] = (chrono::Utc::now().timestamp() - 600).into();
+    refused("expired", &issuer.token("rsa-1", &claims));
+    refused(
+        "wrong audience",
+        &issuer.token(
+            "rsa-1",
+            &issuer.claims("someone-else", "ann@example.com", &["readers"]),
+        ),
+    );
+    let mut claims = issuer.claims("fedingress", "ann@example.com", &["readers"]);
+    claims["iss"] = "https://127.0.0.1:1".into();
+    refused("wrong issuer", &issuer.token("rsa-1", &claims));
+    let rogue = SigningKey::rs256();
+    refused(
+        "unknown key",
+        &mint(
+            &rogue,
+            "rsa-1",
+            &issuer.claims("fedingress", "ann@example.com", &["readers"]),
+        ),
+    );
+    refused(
+        "unknown kid",
+        &issuer.token(
+            "nobody",
+            &issuer.claims("fedingress", "ann@example.com", &["readers"]),
+        ),
+    );
+    let mut claims = issuer.claims("fedingress", "ann@example.com", &["readers"]);
+    claims["email_verified"] = false.into();
+    refused("email not verified", &issuer.token("rsa-1", &claims));
+
+    // Key rotation: a new kid is fetched on first sight; a removed key stops working
+    // once the keys are fetched again.
+    let fetches = issuer.jwks_fetches();
+    issuer.add_key("rsa-2", SigningKey::rs256());
+    let rotated = issuer.token(
+        "rsa-2",
+        &issuer.claims("fedingress", "ann@example.com", &["readers"]),
+    );
+    eventually(PROPAGATE, "the rotated key is accepted", || {
+        reads("ann-rotated", &rotated)
+            .then_some(())
+            .ok_or_else(|| "not yet".to_string())
+    });
+    assert!(issuer.jwks_fetches() > fetches);
+    issuer.remove_key("ec-1");
+    issuer.add_key("ec-2", SigningKey::es256());
+    let newer = issuer.token(
+        "ec-2",
+        &issuer.claims("fedingress", "ann@example.com", &["readers"]),
+    );
+    eventually(PROPAGATE, "ec-2 is accepted", || {
+        reads("ann-ec2", &newer)
+            .then_some(())
+            .ok_or_else(|| "not yet".to_string())
+    });
+    refused("a removed key", &ec);
+}
