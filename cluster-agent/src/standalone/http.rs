@@ -5,10 +5,16 @@
 //! and path ([`super::routes`]) and forwarded over HTTP/1.1 to an endpoint of the route's
 //! backend through a shared client that pools upstream connections per endpoint.
 //!
+//! Limits: HTTP/1.1 request heads must arrive within the header-read timeout (hyper
+//! starts it whenever the connection waits for a request, so it also bounds the wait
+//! between keep-alive requests); a connection, HTTP/1.1 or HTTP/2, with no bytes either
+//! way for the idle timeout is shut down gracefully (a request in flight finishes).
+//!
 //! # Answers of the agent itself
 //! - `404` no rule of this listener matches the host and path;
 //! - `421` (HTTPS) the Host is served with another certificate than the connection's;
-//! - `503` the backend has no healthy endpoint;
+//! - `503` the backend has no healthy endpoint, or a new upstream connection would
+//!   exceed the agent's descriptor budget;
 //! - `502` connecting to the endpoint or the exchange with it failed.
 //!
 //! Bodies are one short `text/plain` line saying which of these happened.

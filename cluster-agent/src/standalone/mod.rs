@@ -13,7 +13,8 @@
 //! `endpoint` (health state machine and round-robin pool), `health` (active checks),
 //! `tcp`, `udp`, `http` and `tls` (the proxies), `upstream` (pooled HTTP/1.1
 //! connections to endpoints), `clienthello` (SNI without decrypting), `certs` (TLS
-//! secrets and their reload), `drain` (graceful drain), `load` (counters).
+//! secrets and their reload), `drain` (graceful drain), `load` (counters), `limits`
+//! (caps, timeouts, the descriptor budget and what was refused at them).
 
 mod certs;
 mod clienthello;

@@ -7,6 +7,11 @@
 //! candidate is tried; with none left the client connection is closed. Connections run
 //! in their own tasks, so closing the listener stops accepting but lets established
 //! connections finish, within the drain time (see [`super::drain`]).
+//!
+//! Limits: a connection beyond the listener's cap or the descriptor budget is closed
+//! right after accept; every client connection and every upstream connection holds one
+//! descriptor of the budget; a spliced connection with no bytes either way for the idle
+//! timeout is closed on both sides (see [`super::limits`]).
 
 use std::io;
 use std::net::SocketAddr;

@@ -8,6 +8,16 @@
 //! ejection), or when its endpoint has turned unhealthy and the client sends again (the
 //! client then gets a new session to a healthy endpoint). Closing the listener ends every
 //! session and releases the socket before [`serve`] returns.
+//!
+//! # Limits
+//! A session holds one socket (one descriptor of the [`Limits`] budget) and no buffer
+//! while it waits: the listener receives into its own buffer, and replies are read into
+//! one buffer per worker thread, borrowed only while a datagram is copied. The session
+//! [`Table`] caps sessions per listener and per client address: at the listener's cap
+//! (or with the descriptor budget spent) the oldest session that is not *assured* — its
+//! client never sent again after a reply — is evicted for the new one, and only when
+//! every session is assured is the new client refused; a client address at its own cap
+//! is refused. Refusals, evictions and idle timeouts are counted per listener.
 
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
