@@ -70,7 +70,7 @@ impl CredentialSummary {
         Self {
             id: record.id.clone(),
             kind: "token",
-            created_at: record.created_at.clone(),
+            created_at: record.created_at,
             expires_at: None,
         }
     }
@@ -79,8 +79,8 @@ impl CredentialSummary {
         Self {
             id: record.id.clone(),
             kind: "join",
-            created_at: record.created_at.clone(),
-            expires_at: Some(record.expires_at.clone()),
+            created_at: record.created_at,
+            expires_at: Some(record.expires_at),
         }
     }
 }
