@@ -7,7 +7,8 @@
 //! - [`zone`]: an immutable snapshot of everything served (zones, names, answers per
 //!   client location bucket), built from routed ingresses and swapped atomically.
 //! - [`server`]: the embedded authoritative server (UDP fast path from pre-encoded
-//!   answers; everything else through hickory).
+//!   answers; everything else through hickory), with response-rate limiting, an ECS
+//!   trust list and TCP limits ([`server::config::ServerConfig`]).
 //!
 //! What does not belong here: reading API objects or the store (the API server turns
 //! them into [`ClusterView`]s and [`RoutedIngress`]es), clocks (callers pass `now`).
