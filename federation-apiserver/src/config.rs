@@ -99,6 +99,9 @@ pub struct FileConfig {
     pub tls: Option<TlsFiles>,
     /// The agent CA's files (`--agent-ca-cert-file`, `--agent-ca-key-file`).
     pub agent_ca: Option<TlsFiles>,
+    /// The agent gateway's own serving certificate; without it the gateway serves the
+    /// API's (`tls`). Lets the gateway speak TLS (and so mTLS) while the API does not.
+    pub agent_tls: Option<TlsFiles>,
     pub token_file: Option<PathBuf>,
     #[serde(default)]
     pub storage: StorageConfig,
@@ -413,6 +416,24 @@ pub fn load(cli: &Cli) -> Result<Settings, ConfigError> {
             })?,
         )),
         None => None,
+    };
+    // The agent gateway's own certificate, else the API's.
+    let tls_pem = match file.agent_tls.take() {
+        Some(files) => Some((
+            std::fs::read(&files.cert_file).map_err(|e| {
+                ConfigError::Invalid(format!(
+                    "agentTls.certFile {}: {e}",
+                    files.cert_file.display()
+                ))
+            })?,
+            std::fs::read(&files.key_file).map_err(|e| {
+                ConfigError::Invalid(format!(
+                    "agentTls.keyFile {}: {e}",
+                    files.key_file.display()
+                ))
+            })?,
+        )),
+        None => tls_pem,
     };
     let agent_listen = cli
         .agent_listen

@@ -24,6 +24,7 @@
 
 mod echo;
 mod etcd;
+mod pki;
 mod process;
 mod state;
 
@@ -632,6 +633,12 @@ async fn start_all(
 
     // 3. The apiserver(s) with the embedded DNS server: the embedded store, or etcd.
     let planned = planned_replicas(args);
+    // The agent gateway speaks TLS (the agents authenticate with client certificates);
+    // the API stays plain HTTP on loopback.
+    let pki = pki::generate(
+        dir,
+        &planned.iter().map(|r| r.ip.clone()).collect::<Vec<_>>(),
+    )?;
     let step = Step::start(
         Stream::Stdout,
         label(if args.ha { "apiservers" } else { "apiserver" }),
@@ -653,7 +660,8 @@ async fn start_all(
         };
         std::fs::write(
             &config,
-            apiserver_config(args, dir, replica.index, etcd_url.as_deref()),
+            apiserver_config(args, dir, replica.index, etcd_url.as_deref())
+                + &gateway_tls_config(&pki),
         )
         .with_context(|| format!("writing {}", config.display()))?;
         let mut command = vec!["--config".to_string(), config.display().to_string()];
@@ -682,7 +690,7 @@ async fn start_all(
             name: replica.name.to_string(),
             context: replica.context.to_string(),
             api: format!("http://{}", text("api")),
-            agent_gateway: format!("http://{}", text("agent")),
+            agent_gateway: format!("https://{}", text("agent")),
             dns: text("dns"),
         });
         supervisor.state.save(dir)?;
@@ -725,7 +733,7 @@ async fn start_all(
         step.done(&format!(
             "{} (agent gateway {}, DNS {}, store {}/hub-data)",
             first.api,
-            first.agent_gateway.trim_start_matches("http://"),
+            first.agent_gateway.trim_start_matches("https://"),
             first.dns,
             shown(dir)
         ));
@@ -751,16 +759,19 @@ async fn start_all(
             },
         });
         api.post(&cluster_path(None), &body).await?;
-        let token = api.post_empty(&token_path(m.name, None)).await?;
+        // A join token: the agent trades it for a client certificate (mTLS).
+        let token = api
+            .post_empty(&format!("{}?type=join", token_path(m.name, None)))
+            .await?;
         let cluster_dir = dir.join("clusters").join(m.name);
         std::fs::create_dir_all(&cluster_dir)?;
         write_private(
-            &cluster_dir.join("token"),
+            &cluster_dir.join("join-token"),
             format!("{}\n", token["token"].as_str().unwrap_or_default()).as_bytes(),
         )?;
         std::fs::write(
             cluster_dir.join("agent.yaml"),
-            agent_config(m, i, block, &gateways),
+            certificate_agent_config(&agent_config(m, i, block, &gateways), &pki.ca),
         )?;
     }
     step.done(
@@ -1033,6 +1044,33 @@ fn apiserver_config(args: &DevUpArgs, dir: &Path, replica: usize, etcd: Option<&
         region = europe.region,
         lat = europe.latitude,
         lon = europe.longitude,
+    )
+}
+
+/// The apiserver's agent gateway TLS (its own certificate; the API stays plain HTTP)
+/// and the agent CA every replica shares.
+fn gateway_tls_config(pki: &pki::DevPki) -> String {
+    format!(
+        "agentTls: {{certFile: {}, keyFile: {}}}\nagentCa: {{certFile: {}, keyFile: {}}}\n",
+        pki.gateway_cert.display(),
+        pki.gateway_key.display(),
+        pki.agent_ca_cert.display(),
+        pki.agent_ca_key.display()
+    )
+}
+
+/// An agent config (from [`agent_config`]) that joins with a join token and then
+/// authenticates with its client certificate, verifying the gateway with `ca`.
+fn certificate_agent_config(text: &str, ca: &Path) -> String {
+    text.replacen(
+        "tokenFile: token\n",
+        "joinTokenFile: join-token   # single use: buys the agent's client certificate (state/agent.crt)\n",
+        1,
+    )
+    .replacen(
+        "cluster: ",
+        &format!("  caFile: {}\ncluster: ", ca.display()),
+        1,
     )
 }
 
@@ -1540,6 +1578,27 @@ mod tests {
             .map(|(n, a)| (n.to_string(), a.to_string()))
         );
         assert!(text.starts_with("# Written by `fedctl dev up`: a local federation-apiserver in dev mode (replica r2 of 3, on etcd).\n"), "{text}");
+    }
+
+    #[test]
+    fn dev_agents_join_with_a_certificate_over_https() {
+        let gateways = vec!["https://127.0.7.1:6444".to_string()];
+        let text = certificate_agent_config(
+            &agent_config(&MEMBERS[0], 0, 7, &gateways),
+            Path::new("/s/pki/ca.crt"),
+        );
+        let config: yaml_serde::Value = yaml_serde::from_str(&text).unwrap();
+        assert_eq!(
+            config["hub"]["caFile"].as_str(),
+            Some("/s/pki/ca.crt"),
+            "{text}"
+        );
+        assert_eq!(
+            config["joinTokenFile"].as_str(),
+            Some("join-token"),
+            "{text}"
+        );
+        assert!(config["tokenFile"].is_null(), "{text}");
     }
 
     #[test]
