@@ -432,6 +432,9 @@ fn connect_upstream(addr: SocketAddr) -> io::Result<UdpSocket> {
     UdpSocket::from_std(socket)
 }
 
+/// Replies relayed per wake-up of a session before it waits again.
+const RELAY_BATCH: usize = 64;
+
 thread_local! {
     /// The receive buffer of the sessions running on this worker thread: a session holds
     /// no buffer while it waits, only while it relays one datagram without awaiting.
@@ -494,7 +497,9 @@ async fn run_session(
                     tracing::debug!(listener = %listener.label, client = %client, %error, "UDP session socket failed");
                     break;
                 }
-                loop {
+                // A bounded batch per wake-up: an endpoint that never stops sending must
+                // not hold the worker thread (the next `readable` spends tokio's budget).
+                for _ in 0..RELAY_BATCH {
                     match relay_one(&listener, client, &session) {
                         Relayed::Done => {}
                         Relayed::Empty => break,
