@@ -173,8 +173,9 @@ fn a_udp_flood_from_100000_sources_leaves_the_agent_small_and_serving() {
     assert_eq!(before.0, "True", "the hub sees the agent before the flood");
     let rss_before = rss_kib(agent.pid());
 
-    // The flood: every 200 datagrams a round trip of the pacer, so the agent handles
-    // each datagram rather than the kernel dropping them from a full socket buffer.
+    // The flood: every 100 datagrams (well under the default socket receive buffer) a
+    // round trip of the pacer, so the agent handles each datagram rather than the
+    // kernel dropping them from a full buffer.
     let senders: Vec<SpoofingSender> = (0..PORTS)
         .map(|_| SpoofingSender::bind().unwrap())
         .collect();
@@ -187,7 +188,7 @@ fn a_udp_flood_from_100000_sources_leaves_the_agent_small_and_serving() {
         &senders,
         200,
         SOURCES,
-        200,
+        100,
         || {
             if pacer.roundtrip("pace").is_err() {
                 lost += 1;
