@@ -378,6 +378,16 @@ fn parse_body(r: &mut Reader<'_>, query: &mut RawQuery) -> Result<(), ParseError
     }
     let records = u32::from(query.ancount) + u32::from(query.nscount);
     for _ in 0..records {
+        // RFC 6891 §6.1.1: OPT belongs in the additional section only. (hickory would
+        // also log a WARN for each one with broken options: a log flood on demand.)
+        let start = r.pos;
+        r.skip_name()?;
+        if r.u16()? == TYPE_OPT {
+            return Err(ParseError::FormErr(
+                "OPT record outside the additional section",
+            ));
+        }
+        r.pos = start;
         skip_record(r)?;
     }
     for _ in 0..query.arcount {
@@ -862,6 +872,18 @@ mod tests {
         let ecs = edns.ecs.as_ref().unwrap();
         assert_eq!(ecs.client_address(), Some("203.0.113.0".parse().unwrap()));
         assert_eq!(ecs.source_prefix, 24);
+    }
+
+    #[test]
+    fn rejects_opt_outside_the_additional_section() {
+        let mut packet = query_bytes(1, "a.test", TYPE_A, Some((1232, None)));
+        // Move the OPT record to the answer section: AN=1, AR=0.
+        packet[7] = 1;
+        packet[11] = 0;
+        assert_eq!(
+            parse(&packet).unwrap_err(),
+            ParseError::FormErr("OPT record outside the additional section")
+        );
     }
 
     #[test]
