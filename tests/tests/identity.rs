@@ -13,6 +13,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use fedingress_tests::echo::Echo;
+use fedingress_tests::fedctl::Fedctl;
 use fedingress_tests::federation::{ClusterSpec, agent_config, create_cluster, start_agent};
 use fedingress_tests::{Kubectl, Process, TestPki, binary, eventually, write_kubeconfig};
 use serde_json::Value;
@@ -381,4 +382,76 @@ fn foreign_client_certificate(cluster: &str) -> (String, String) {
     params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
     let cert = params.signed_by(&key, &issuer).unwrap();
     (cert.pem(), key.serialize_pem())
+}
+
+#[test]
+fn fedctl_join_emits_an_agent_that_joins_with_a_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let hub = Hub::start(dir, 3600);
+    let spec = ClusterSpec::numbered(98, 1, "europe-west1", 10.0, 20.0);
+    let _echo = Echo::start(spec.backend).unwrap();
+    let fedctl = Fedctl::new(&dir.join("kubeconfig"));
+    let agent_dir = dir.join("agent");
+    std::fs::create_dir_all(&agent_dir).unwrap();
+    let join_file = agent_dir.join("c1.join-token");
+    let run = fedctl.run(&[
+        "join",
+        "c1",
+        "--region",
+        "europe-west1",
+        "--location",
+        "10,20",
+        "--emit",
+        "standalone",
+        "--hub-address",
+        &hub.agent,
+        "--hub-ca",
+        &hub.ca.display().to_string(),
+        "--token-file",
+        &join_file.display().to_string(),
+        "--listen",
+        &spec.bind.to_string(),
+        "--service",
+        &format!("echo={}", spec.backend),
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(run.stdout.contains("joinTokenFile:"), "{}", run.stdout);
+    assert!(!run.stdout.contains("\ntokenFile:"), "{}", run.stdout);
+    assert!(run.stderr.contains("join token"), "{}", run.stderr);
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&join_file).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "the join token file is private");
+    }
+    let config = agent_dir.join("agent.yaml");
+    std::fs::write(&config, &run.stdout).unwrap();
+    let _agent = start_agent(&config, "c1");
+    hub.wait_connected(1, "the emitted agent joined and connected");
+    let kinds: Vec<String> = hub
+        .credentials("c1")
+        .iter()
+        .map(|c| c["type"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(kinds, ["certificate"], "the join token is spent");
+
+    // The compatibility path on request.
+    let run = fedctl.run(&[
+        "join",
+        "c2",
+        "--region",
+        "us-east1",
+        "--location",
+        "20,40",
+        "--token",
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(run.stdout.contains("agent token"), "{}", run.stdout);
+    let kinds: Vec<String> = hub
+        .credentials("c2")
+        .iter()
+        .map(|c| c["type"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(kinds, ["token"]);
+    drop(hub.process);
 }
