@@ -73,7 +73,34 @@ fn group() -> Value {
 }
 
 pub fn groups() -> Value {
-    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [group(), rbac_group()]})
+    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [group(), rbac_group(), authorization_group()]})
+}
+
+/// `authorization.k8s.io`: only SelfSubjectAccessReview (`kubectl auth can-i`).
+pub fn authorization_group() -> Value {
+    let gv = json!({"groupVersion": "authorization.k8s.io/v1", "version": "v1"});
+    json!({
+        "kind": "APIGroup",
+        "apiVersion": "v1",
+        "name": "authorization.k8s.io",
+        "versions": [gv.clone()],
+        "preferredVersion": gv,
+    })
+}
+
+pub fn authorization_resources() -> Value {
+    json!({
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": "authorization.k8s.io/v1",
+        "resources": [{
+            "name": "selfsubjectaccessreviews",
+            "singularName": "selfsubjectaccessreview",
+            "namespaced": false,
+            "kind": "SelfSubjectAccessReview",
+            "verbs": ["create"],
+        }],
+    })
 }
 
 /// `rbac.authorization.k8s.io`: Roles, ClusterRoles and their bindings.

@@ -215,6 +215,58 @@ pub fn decode_rbac(body: &[u8]) -> Result<Value, ApiError> {
     Ok(Value::Object(object))
 }
 
+const RESOURCE_ATTRIBUTES: &[&str] = &[
+    "namespace",
+    "verb",
+    "group",
+    "version",
+    "resource",
+    "subresource",
+    "name",
+];
+const NON_RESOURCE_ATTRIBUTES: &[&str] = &["path", "verb"];
+
+/// Decodes a `SelfSubjectAccessReview` (`kubectl auth can-i`) into its JSON form.
+pub fn decode_access_review(body: &[u8]) -> Result<Value, ApiError> {
+    let envelope = body
+        .strip_prefix(MAGIC)
+        .ok_or_else(|| bad("no k8s protobuf envelope"))?;
+    let mut raw: &[u8] = &[];
+    for (number, field) in fields(envelope)? {
+        if let (2, Field::Bytes(b)) = (number, field) {
+            raw = b;
+        }
+    }
+    let mut spec = Map::new();
+    for (number, field) in fields(raw)? {
+        let (2, Field::Bytes(b)) = (number, field) else {
+            continue;
+        };
+        for (number, field) in fields(b)? {
+            match (number, field) {
+                (1, Field::Bytes(b)) => {
+                    spec.insert(
+                        "resourceAttributes".into(),
+                        Value::Object(strings(b, RESOURCE_ATTRIBUTES, false)?),
+                    );
+                }
+                (2, Field::Bytes(b)) => {
+                    spec.insert(
+                        "nonResourceAttributes".into(),
+                        Value::Object(strings(b, NON_RESOURCE_ATTRIBUTES, false)?),
+                    );
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(json!({
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SelfSubjectAccessReview",
+        "spec": spec,
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -281,6 +333,19 @@ mod tests {
             json!([{"verbs": ["get", "list"], "apiGroups": ["fedingress.io"], "resources": ["clusters"]}])
         );
         assert!(decode_rbac(b"{}").is_err());
+        let attributes = [
+            field(1, b"shop"),
+            field(2, b"create"),
+            field(3, b"fedingress.io"),
+            field(5, b"federatedingresses"),
+        ]
+        .concat();
+        let raw = [field(1, &[]), field(2, &field(1, &attributes))].concat();
+        let body = [MAGIC.to_vec(), field(2, &raw)].concat();
+        assert_eq!(
+            decode_access_review(&body).unwrap()["spec"]["resourceAttributes"],
+            json!({"namespace": "shop", "verb": "create", "group": "fedingress.io", "resource": "federatedingresses"})
+        );
         assert!(
             decode_rbac(&[MAGIC, &[0x0a, 0x40]].concat()).is_err(),
             "truncated"

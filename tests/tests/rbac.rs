@@ -157,6 +157,21 @@ fn a_rolebinding_to_edit_scopes_a_user_to_one_namespace() {
         }
     });
     assert!(dave.ok(&["get", "fing", "-n", "shop"]).contains("echo"));
+    // kubectl auth can-i asks the same evaluation.
+    let can_i = |args: &[&str]| {
+        let out = dave.run(&[&["auth", "can-i"], args].concat());
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_eq!(
+        can_i(&["create", "federatedingresses", "-n", "shop"]),
+        "yes"
+    );
+    assert_eq!(
+        can_i(&["create", "federatedingresses", "-n", "default"]),
+        "no"
+    );
+    assert_eq!(can_i(&["list", "clusters"]), "no");
+    assert_eq!(can_i(&["get", "/metrics"]), "no");
 
     // Elsewhere: refused, with the verb, resource, group and namespace.
     let err = dave.fails(&["create", "-n", "default", "-f", &echo]);

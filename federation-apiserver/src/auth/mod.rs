@@ -10,6 +10,7 @@ pub mod config;
 pub mod escalation;
 pub mod oidc;
 pub mod rbac;
+pub mod review;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -185,9 +185,7 @@ pub fn parse(token: &str) -> Result<Parsed, TokenError> {
         alg: field("alg"),
         kid: field("kid"),
         claims,
-        signed: token[..token.rfind('.').unwrap_or_default()]
-            .as_bytes()
-            .to_vec(),
+        signed: token.as_bytes()[..token.rfind('.').unwrap_or_default()].to_vec(),
         signature: decode(signature)?,
     })
 }
