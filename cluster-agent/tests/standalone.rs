@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use fedingress_agent::{Config, Standalone};
 use fedingress_api::cluster::Address;
-use fedingress_api::ingress::{Backend, HttpPath, IngressRule, Protocol};
+use fedingress_api::ingress::{Backend, HttpPath, IngressRule, Protocol, TlsMode};
 use fedingress_api::plan::{AgentReport, ClusterPlan, IngressKey, IngressReport, IngressShare};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
@@ -1052,6 +1052,37 @@ async fn http_connections_time_out_on_slow_headers_and_when_idle() {
     let mut idle = TcpStream::connect(addr).await.unwrap();
     assert!(closed_by_peer(&mut idle).await, "idle: closed");
     let labels = ["kind=\"HTTP\"", "reason=\"idle\""];
+    assert_eq!(
+        metric(
+            &standalone,
+            "fedingress_agent_listener_timed_out_total",
+            &labels
+        ),
+        1.0
+    );
+    standalone.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_without_a_client_hello_in_time_is_closed_and_counted() {
+    let ip = test_ip(24);
+    let port = test_port(24, 0);
+    let echo = Echo::start(IpAddr::from([127, 0, 0, 1])).await;
+    let standalone = Standalone::new(&config(Setup {
+        binds: vec![bind(ip)],
+        services: vec![("echo", vec![echo.addr])],
+        extra: "limits: {tlsHandshakeTimeoutMs: 300}\n",
+    }));
+    let mut tls = rule(Protocol::Tls, port, "echo", 1);
+    tls.host = Some("db.example.com".into());
+    tls.tls_mode = Some(TlsMode::Passthrough);
+    let plan = ClusterPlan::from(vec![share("db", 1, vec![tls])]);
+    assert_eq!(standalone.apply(&plan).await, vec![]);
+    let mut silent = TcpStream::connect(SocketAddr::new(ip, port)).await.unwrap();
+    // Half a record header, then nothing.
+    silent.write_all(&[0x16, 0x03]).await.unwrap();
+    assert!(closed_by_peer(&mut silent).await, "no ClientHello: closed");
+    let labels = ["kind=\"TLS\"", "reason=\"handshake\""];
     assert_eq!(
         metric(
             &standalone,
