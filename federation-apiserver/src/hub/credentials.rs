@@ -197,8 +197,19 @@ mod tests {
             .put(&key, bytes::Bytes::from_static(b"{}"), Precondition::None)
             .await
             .unwrap();
+        // The Cluster exists too: a session whose keys are missing ends when the watch
+        // starts.
+        let cluster_key = "/registry/fedingress.io/clusters/eu".to_string();
+        store
+            .put(
+                &cluster_key,
+                bytes::Bytes::from_static(b"{}"),
+                Precondition::None,
+            )
+            .await
+            .unwrap();
         let revocations = Revocations::default();
-        let mut session = revocations.register(key.clone(), "/registry/x/clusters/eu".into());
+        let mut session = revocations.register(key.clone(), cluster_key);
         let task = tokio::spawn(revocations.clone().follow(store.clone()));
         tokio::time::sleep(Duration::from_millis(100)).await;
         store.delete(&key, Precondition::None).await.unwrap();
