@@ -8,7 +8,8 @@
 //! DNS queries and judges every answer against the steady state; [`flood`] sends UDP
 //! from very many spoofed loopback sources through a few sockets; [`kubeapi`] is a
 //! scripted Kubernetes API server for kube-rs clients; [`netns`] gives a test a network
-//! namespace of its own (only loopback) for programs that must reach nothing else. The
+//! namespace of its own (only loopback) for programs that must reach nothing else;
+//! [`oidc`] is an OIDC issuer (discovery and JWKS over HTTPS) that mints tokens. The
 //! tests themselves live in `tests/`. What does not belong here: product logic. Tests
 //! talk to the product only through its binaries and network APIs.
 
@@ -21,6 +22,7 @@ pub mod federation;
 pub mod flood;
 pub mod kubeapi;
 pub mod netns;
+pub mod oidc;
 pub mod web;
 
 use std::io::{BufRead, BufReader};
