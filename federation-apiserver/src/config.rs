@@ -732,7 +732,9 @@ fn check_dns(dns: &DnsConfig) -> Result<(), ConfigError> {
             ConfigError::Invalid(format!("dns.zones: {e}"))
         }
     })?;
-    dns.server_config().validate().map_err(ConfigError::Invalid)?;
+    dns.server_config()
+        .validate()
+        .map_err(ConfigError::Invalid)?;
     if let Some(path) = &dns.mmdb {
         if !path.is_file() {
             return Err(ConfigError::Invalid(format!(
@@ -927,9 +929,13 @@ mod tests {
         let path_str = path.to_str().unwrap().to_owned();
         let load_dns = |dns: &str| {
             std::fs::write(&path, format!("dev: true\ndns:\n{dns}")).unwrap();
-            load(&Cli::parse_from(["federation-apiserver", "--config", &path_str]))
-                .map(|settings| settings.dns.server_config())
-                .map_err(|e| e.to_string())
+            load(&Cli::parse_from([
+                "federation-apiserver",
+                "--config",
+                &path_str,
+            ]))
+            .map(|settings| settings.dns.server_config())
+            .map_err(|e| e.to_string())
         };
         let defaults = load_dns("  zones: []\n").unwrap();
         assert!(defaults.rrl.enabled);
@@ -941,17 +947,32 @@ mod tests {
         .unwrap();
         assert_eq!(set.rrl.responses_per_second, 5);
         assert!(set.rrl.exempt.is_empty());
-        assert_eq!(set.ecs.trusted_resolvers, vec!["8.8.8.0/24".parse().unwrap()]);
+        assert_eq!(
+            set.ecs.trusted_resolvers,
+            vec!["8.8.8.0/24".parse().unwrap()]
+        );
         assert_eq!(set.tcp.max_connections, 10);
         for (dns, expected) in [
             ("  rrl: {slip: 11}\n", "dns.rrl.slip: must be in 0..=10"),
-            ("  rrl: {responsesPerSecond: 0}\n", "dns.rrl.responsesPerSecond"),
-            ("  rrl: {ipv6PrefixLength: 129}\n", "dns.rrl.ipv6PrefixLength"),
+            (
+                "  rrl: {responsesPerSecond: 0}\n",
+                "dns.rrl.responsesPerSecond",
+            ),
+            (
+                "  rrl: {ipv6PrefixLength: 129}\n",
+                "dns.rrl.ipv6PrefixLength",
+            ),
             ("  tcp: {maxConnections: 0}\n", "dns.tcp.maxConnections"),
-            ("  tcp: {idleTimeoutSeconds: 0}\n", "dns.tcp.idleTimeoutSeconds"),
+            (
+                "  tcp: {idleTimeoutSeconds: 0}\n",
+                "dns.tcp.idleTimeoutSeconds",
+            ),
             ("  rrl: {rate: 5}\n", "unknown field `rate`"),
             ("  ecs: {trusted: []}\n", "unknown field `trusted`"),
-            ("  ecs: {trustedResolvers: [8.8.8.8/33]}\n", "trustedResolvers"),
+            (
+                "  ecs: {trustedResolvers: [8.8.8.8/33]}\n",
+                "trustedResolvers",
+            ),
         ] {
             let error = load_dns(dns).unwrap_err();
             assert!(error.contains(expected), "{dns}: {error}");
