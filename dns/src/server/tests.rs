@@ -605,3 +605,55 @@ fn ecs_steers_only_from_trusted_resolvers() {
         0
     );
 }
+
+#[tokio::test]
+async fn tcp_connections_are_capped_and_idle_ones_closed_and_counted() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut config = super::config::ServerConfig::default();
+    config.tcp.max_connections = 2;
+    config.tcp.idle_timeout_seconds = 1;
+    let server = Arc::new(server_with(config));
+    let udp = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let port = udp.local_addr().unwrap().port();
+    let tcp = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let serving = tokio::spawn(server.clone().serve(udp, tcp, Vec::new()));
+    let address = ("127.0.0.1", port);
+    // Two connections held open (one proves it is served), then a third: closed at once.
+    let mut first = tokio::net::TcpStream::connect(address).await.unwrap();
+    let packet = query(9, [0, 0], "geo.test", TYPE_A, None);
+    let mut framed = (packet.len() as u16).to_be_bytes().to_vec();
+    framed.extend_from_slice(&packet);
+    first.write_all(&framed).await.unwrap();
+    let mut len = [0u8; 2];
+    first.read_exact(&mut len).await.unwrap();
+    let _second = tokio::net::TcpStream::connect(address).await.unwrap();
+    let wait = std::time::Duration::from_secs(30);
+    let deadline = tokio::time::Instant::now() + wait;
+    while metric(&server, "fedingress_dns_tcp_connections") < 2 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "two connections open"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let mut third = tokio::net::TcpStream::connect(address).await.unwrap();
+    let mut buf = [0u8; 16];
+    let read = tokio::time::timeout(wait, third.read(&mut buf)).await;
+    assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "{read:?}");
+    assert_eq!(metric(&server, "fedingress_dns_tcp_refused_total"), 1);
+    // The idle ones are closed after a second, and counted.
+    let read = tokio::time::timeout(wait, first.read(&mut buf)).await;
+    assert!(matches!(read, Ok(Ok(_)) | Ok(Err(_))), "{read:?}");
+    while metric(&server, "fedingress_dns_tcp_idle_closed_total") < 2 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "idle connections closed"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(metric(&server, "fedingress_dns_tcp_connections"), 0);
+    assert_eq!(metric(&server, "fedingress_dns_tcp_max_connections"), 2);
+    serving.abort();
+}
