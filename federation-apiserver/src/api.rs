@@ -24,7 +24,7 @@ use crate::codec::{self, BodyFormat, FieldValidation};
 use crate::hub::tokens::TokenStore;
 use crate::metrics::Metrics;
 use crate::registry::{self, DeletePreconditions, Filter, Registry, Scope};
-use crate::status::{ApiError, Target};
+use crate::status::ApiError;
 use crate::table::{self, IncludeObject, Printable};
 use crate::{discovery, openapi, openapi_v2, watch};
 
@@ -70,7 +70,12 @@ pub struct AppState {
     pub settings: ApiSettings,
     /// Whether the store answers (`/readyz`; writes refused while it does not).
     pub health: Arc<crate::health::StoreHealth>,
+    /// RBAC decisions from the cached Roles and bindings.
+    pub authorizer: Arc<crate::auth::rbac::Authorizer>,
+    /// The audit log of writes, when configured.
+    pub audit: Option<crate::auth::audit::AuditLog>,
     openapi_document: Bytes,
+    rbac_openapi_document: Bytes,
     openapi_hash: String,
     openapi_v2: Bytes,
 }
@@ -95,7 +100,10 @@ impl AppState {
             metrics: Arc::new(Metrics::default()),
             settings,
             health: crate::health::StoreHealth::new("the store"),
+            authorizer: Arc::new(crate::auth::rbac::Authorizer::default()),
+            audit: None,
             openapi_document: Bytes::from(document),
+            rbac_openapi_document: Bytes::from(openapi::rbac_document().to_string()),
             openapi_hash,
             openapi_v2: Bytes::from(openapi_v2::document()),
         }
@@ -111,11 +119,23 @@ async fn handle(State(state): State<Arc<AppState>>, request: Request) -> Respons
     let started = Instant::now();
     let method = request.method().clone();
     let path = request.uri().path().to_string();
-    let (verb, resource, response) = match dispatch(&state, request).await {
+    let audit = state
+        .audit
+        .as_ref()
+        .and_then(|_| AuditStart::of(&request));
+    let mut who = None;
+    let mut failure = None;
+    let (verb, resource, response) = match dispatch(&state, request, &mut who).await {
         Ok((verb, resource, response)) => (verb, resource, response),
-        Err((verb, resource, error)) => (verb, resource, error.into_response()),
+        Err((verb, resource, error)) => {
+            failure = Some(error.message.clone());
+            (verb, resource, error.into_response())
+        }
     };
     let code = response.status().as_u16();
+    if let (Some(log), Some(start)) = (&state.audit, audit) {
+        log.record(&start.finish(verb, who.as_ref(), code, failure));
+    }
     state
         .metrics
         .observe(verb, &resource, code, started.elapsed());
@@ -134,7 +154,68 @@ fn json_response(code: StatusCode, value: &Value) -> Response {
         .into_response()
 }
 
-async fn dispatch(state: &AppState, request: Request) -> Outcome {
+/// What the audit log needs from a write request, taken before it is consumed.
+struct AuditStart {
+    method: Method,
+    uri: String,
+    source_ip: Option<std::net::IpAddr>,
+    user_agent: Option<String>,
+    received: chrono::DateTime<chrono::Utc>,
+}
+
+impl AuditStart {
+    fn of(request: &Request) -> Option<Self> {
+        crate::auth::audit::write_verb(request.method())?;
+        Some(Self {
+            method: request.method().clone(),
+            // Origin form, as kube logs it (HTTP/2 requests carry an absolute URI).
+            uri: request
+                .uri()
+                .path_and_query()
+                .map_or_else(|| request.uri().path().to_string(), |p| p.as_str().to_string()),
+            source_ip: request.extensions().get::<Peer>().map(|p| p.0.ip()),
+            user_agent: request
+                .headers()
+                .get(header::USER_AGENT)
+                .and_then(|v| v.to_str().ok())
+                .map(String::from),
+            received: chrono::Utc::now(),
+        })
+    }
+
+    fn finish(
+        self,
+        verb: &str,
+        user: Option<&User>,
+        code: u16,
+        message: Option<String>,
+    ) -> crate::auth::audit::Record {
+        let path = self.uri.split('?').next().unwrap_or_default();
+        let verb = if verb.is_empty() {
+            crate::auth::audit::write_verb(&self.method).unwrap_or_default()
+        } else {
+            verb
+        };
+        crate::auth::audit::Record {
+            object_ref: crate::auth::audit::ObjectRef::from_path(path),
+            request_uri: self.uri,
+            verb: verb.to_string(),
+            user: user.map(|u| crate::auth::audit::AuditUser {
+                username: u.name.clone(),
+                uid: u.uid.clone(),
+                groups: u.groups.clone(),
+            }),
+            source_ip: self.source_ip,
+            user_agent: self.user_agent,
+            code,
+            message,
+            received: self.received,
+            finished: chrono::Utc::now(),
+        }
+    }
+}
+
+async fn dispatch(state: &AppState, request: Request, who: &mut Option<User>) -> Outcome {
     let path = request.uri().path().trim_end_matches('/').to_string();
     let path = if path.is_empty() {
         "/".to_string()
@@ -170,9 +251,10 @@ async fn dispatch(state: &AppState, request: Request) -> Outcome {
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
-    let Some(user) = state.auth.authenticate(authorization, peer) else {
+    let Some(user) = state.auth.authenticate(authorization, peer).await else {
         return Err(("", String::new(), ApiError::unauthorized()));
     };
+    *who = Some(user.clone());
     if request.method() == Method::GET {
         match path.as_str() {
             "/api" => return nonresource(discovery::core_versions()),
@@ -180,7 +262,20 @@ async fn dispatch(state: &AppState, request: Request) -> Outcome {
             "/apis" => return nonresource(discovery::groups()),
             "/apis/fedingress.io" => return nonresource(discovery::group_document()),
             "/apis/fedingress.io/v1alpha1" => return nonresource(discovery::group_resources()),
-            "/openapi/v3" => return nonresource(openapi::index(&state.openapi_hash)),
+            "/apis/rbac.authorization.k8s.io" => return nonresource(discovery::rbac_group()),
+            "/apis/authorization.k8s.io" => return nonresource(discovery::authorization_group()),
+            "/apis/authorization.k8s.io/v1" => {
+                return nonresource(discovery::authorization_resources());
+            }
+            "/apis/rbac.authorization.k8s.io/v1" => {
+                return nonresource(discovery::rbac_resources());
+            }
+            "/openapi/v3" => {
+                return nonresource(openapi::index(
+                    &state.openapi_hash,
+                    &openapi::content_hash(&state.rbac_openapi_document),
+                ));
+            }
             "/openapi/v2" => {
                 let response = (
                     [(header::CONTENT_TYPE, openapi_v2::MEDIA_TYPE)],
@@ -190,9 +285,8 @@ async fn dispatch(state: &AppState, request: Request) -> Outcome {
                 return Ok(("get", String::new(), response));
             }
             "/metrics" => {
-                if !user.may("get") {
-                    return Err(("get", String::new(), forbidden_path(&user, "/metrics")));
-                }
+                crate::auth::authorize(&state.authorizer, &user.path_attributes("get", "/metrics"))
+                    .map_err(|e| ("get", String::new(), e))?;
                 // A store that does not answer must not stall the scrape.
                 let revision = tokio::time::timeout(
                     Duration::from_millis(500),
@@ -203,6 +297,10 @@ async fn dispatch(state: &AppState, request: Request) -> Outcome {
                 .and_then(Result::ok)
                 .unwrap_or_default();
                 let mut text = state.metrics.render(revision);
+                state.authorizer.write_prometheus(&mut text);
+                if let Some(audit) = &state.audit {
+                    audit.write_prometheus(&mut text);
+                }
                 if let Some(hub) = &state.hub {
                     let connected = hub.hub.agents().values().filter(|a| a.connected).count();
                     hub.metrics.render(&mut text, connected);
@@ -215,6 +313,17 @@ async fn dispatch(state: &AppState, request: Request) -> Outcome {
                     String::new(),
                     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response(),
                 ));
+            }
+            p if p == format!("/openapi/v3/{}", openapi::RBAC_GROUP_VERSION_PATH) => {
+                let response = (
+                    [
+                        (header::CONTENT_TYPE, "application/json"),
+                        (header::CACHE_CONTROL, "public, immutable"),
+                    ],
+                    state.rbac_openapi_document.clone(),
+                )
+                    .into_response();
+                return Ok(("get", String::new(), response));
             }
             p if p == format!("/openapi/v3/{}", openapi::GROUP_VERSION_PATH) => {
                 let response = (
@@ -245,6 +354,54 @@ async fn dispatch(state: &AppState, request: Request) -> Outcome {
             return Err(("", String::new(), ApiError::no_route(&path)));
         }
         return serve::<Event>(state, &user, target, request).await;
+    }
+    if path == "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews" {
+        let resource = "selfsubjectaccessreviews".to_string();
+        if request.method() != Method::POST {
+            return Err((
+                "",
+                resource,
+                ApiError::method_not_allowed("only POST (create) is served"),
+            ));
+        }
+        let (headers, body) = read_body(request)
+            .await
+            .map_err(|e| ("create", resource.clone(), e))?;
+        let value = if codec::media_type(content_type(&headers)) == crate::protobuf::MEDIA_TYPE {
+            crate::protobuf::decode_access_review(&body)
+        } else {
+            BodyFormat::from_content_type(content_type(&headers))
+                .and_then(|format| codec::parse_body(&body, format))
+        }
+        .map_err(|e| ("create", resource.clone(), e))?;
+        return match crate::auth::review::answer(&state.authorizer, &user, value) {
+            Ok(answer) => Ok((
+                "create",
+                resource,
+                json_response(StatusCode::CREATED, &answer),
+            )),
+            Err(e) => Err(("create", resource, e)),
+        };
+    }
+    if let Some(rest) = path.strip_prefix("/apis/rbac.authorization.k8s.io/v1/") {
+        use fedingress_api::rbac::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+        let target = parse_target(rest).map_err(|e| ("", String::new(), e))?;
+        if target.subresource.is_some() {
+            return Err(("", String::new(), ApiError::no_route(&path)));
+        }
+        return match target.plural.as_str() {
+            p if p == Role::PLURAL => serve::<Role>(state, &user, target, request).await,
+            p if p == ClusterRole::PLURAL => {
+                serve::<ClusterRole>(state, &user, target, request).await
+            }
+            p if p == RoleBinding::PLURAL => {
+                serve::<RoleBinding>(state, &user, target, request).await
+            }
+            p if p == ClusterRoleBinding::PLURAL => {
+                serve::<ClusterRoleBinding>(state, &user, target, request).await
+            }
+            _ => Err(("", String::new(), ApiError::no_route(&path))),
+        };
     }
     let Some(rest) = path.strip_prefix("/apis/fedingress.io/v1alpha1/") else {
         return Err(("", String::new(), ApiError::no_route(&path)));
@@ -277,16 +434,6 @@ async fn dispatch(state: &AppState, request: Request) -> Outcome {
     }
 }
 
-fn forbidden_path(user: &User, path: &str) -> ApiError {
-    ApiError::forbidden(
-        format!(
-            "forbidden: User \"{}\" cannot get path \"{path}\"",
-            user.name
-        ),
-        None,
-    )
-}
-
 /// `GET .../federatedingresses/{name}/explain?client=IP`: which cluster(s) that client
 /// gets from the embedded DNS server and why (strategy, location, distances, health,
 /// load, weights), computed from the snapshot being served, with the SRV answers of its
@@ -297,20 +444,22 @@ async fn serve_explain(
     target: &TargetPath,
     uri: &http::Uri,
 ) -> Result<Response, ApiError> {
-    if !user.may("get") {
-        return Err(ApiError::forbidden(
-            format!(
-                "User \"{}\" cannot get resource \"federatedingresses/explain\" in API group \"fedingress.io\"",
-                user.name
-            ),
-            None,
-        ));
-    }
     let namespace = target
         .namespace
         .as_deref()
         .ok_or_else(|| ApiError::no_route(uri.path()))?;
     let name = target.name.clone().unwrap_or_default();
+    crate::auth::authorize(
+        &state.authorizer,
+        &user.resource_attributes(
+            "get",
+            fedingress_api::GROUP,
+            FederatedIngress::PLURAL,
+            "explain",
+            namespace,
+            &name,
+        ),
+    )?;
     let ingress = state
         .registry
         .get::<FederatedIngress>(Some(namespace), &name)
@@ -424,22 +573,18 @@ async fn serve_tokens(
             ));
         }
     };
-    if !user.may(verb) {
-        return Err((
+    crate::auth::authorize(
+        &state.authorizer,
+        &user.resource_attributes(
             verb,
-            ApiError::forbidden(
-                format!(
-                    "clusters.fedingress.io \"{cluster}\" is forbidden: User \"{}\" cannot {verb} resource \"clusters/token\" in API group \"fedingress.io\" at the cluster scope",
-                    user.name
-                ),
-                Some(Target {
-                    group: fedingress_api::GROUP,
-                    kind: "clusters".into(),
-                    name: cluster.clone(),
-                }),
-            ),
-        ));
-    }
+            fedingress_api::GROUP,
+            Cluster::PLURAL,
+            "token",
+            "",
+            &cluster,
+        ),
+    )
+    .map_err(|e| (verb, e))?;
     let fail = |e: ApiError| (verb, e);
     let object = state
         .registry
@@ -692,7 +837,7 @@ async fn serve<R: Printable>(
         Ok(verb) => verb,
         Err(e) => return Err(("", resource, e)),
     };
-    match serve_verb::<R>(state, user, &target, &resource, verb, params, request).await {
+    match serve_verb::<R>(state, user, &target, verb, params, request).await {
         Ok(response) => Ok((verb, resource, response)),
         Err(e) => Err((verb, resource, e)),
     }
@@ -702,7 +847,6 @@ async fn serve_verb<R: Printable>(
     state: &AppState,
     user: &User,
     target: &TargetPath,
-    resource: &str,
     verb: &'static str,
     params: Params,
     request: Request,
@@ -720,35 +864,18 @@ async fn serve_verb<R: Printable>(
         Some("status") if matches!(verb, "get" | "update" | "patch") => Scope::Status,
         Some(_) => return Err(ApiError::no_route(request.uri().path())),
     };
-    if !user.may(verb) {
-        let name = target.name.clone().unwrap_or_default();
-        let object = if name.is_empty() {
-            String::new()
-        } else {
-            format!(" \"{name}\"")
-        };
-        let ns = namespace
-            .map(|n| format!(" in the namespace \"{n}\""))
-            .unwrap_or_default();
-        let scope_words = if namespace.is_none() {
-            " at the cluster scope"
-        } else {
-            ""
-        };
-        return Err(ApiError::forbidden(
-            format!(
-                "{}{object} is forbidden: User \"{}\" cannot {verb} resource \"{resource}\" in API group \"{}\"{ns}{scope_words}",
-                registry::group_resource::<R>(),
-                user.name,
-                R::GROUP,
-            ),
-            Some(Target {
-                group: R::GROUP,
-                kind: R::PLURAL.to_string(),
-                name,
-            }),
-        ));
-    }
+    let name = target.name.clone().unwrap_or_default();
+    crate::auth::authorize(
+        &state.authorizer,
+        &user.resource_attributes(
+            verb,
+            R::GROUP,
+            R::PLURAL,
+            target.subresource.as_deref().unwrap_or_default(),
+            namespace.unwrap_or_default(),
+            &name,
+        ),
+    )?;
     let table = wants_table(request.headers());
     let include = IncludeObject::parse(params.include_object.as_deref())?;
     let now = Time(chrono::Utc::now());
@@ -765,7 +892,6 @@ async fn serve_verb<R: Printable>(
             serde_json::to_value(object).unwrap_or_default()
         }
     };
-    let name = target.name.clone().unwrap_or_default();
     match verb {
         "get" => {
             let object = registry.get::<R>(namespace, &name).await?;
@@ -880,6 +1006,7 @@ async fn serve_verb<R: Printable>(
         }
         "create" => {
             let (object, warnings, dry_run) = decode_write::<R>(&params, request).await?;
+            crate::auth::escalation::check::<R>(&state.authorizer, user, namespace, None, &object)?;
             let created = registry.create(namespace, object, now, dry_run).await?;
             Ok(with_warnings(
                 json_response(
@@ -900,7 +1027,16 @@ async fn serve_verb<R: Printable>(
                 )));
             }
             let updated = registry
-                .update::<R>(namespace, &name, scope, dry_run, |_| Ok(object.clone()))
+                .update::<R>(namespace, &name, scope, dry_run, |current| {
+                    crate::auth::escalation::check::<R>(
+                        &state.authorizer,
+                        user,
+                        namespace,
+                        Some(current),
+                        &object,
+                    )?;
+                    Ok(object.clone())
+                })
                 .await?;
             Ok(with_warnings(
                 json_response(
@@ -914,7 +1050,14 @@ async fn serve_verb<R: Printable>(
             let dry_run = parse_dry_run(&params.dry_run)?;
             let validation = FieldValidation::parse(params.field_validation.as_deref())?;
             let (headers, body) = read_body(request).await?;
-            let patch = Patch::parse(content_type(&headers), &body)?;
+            let patch = if R::GROUP == fedingress_api::rbac::GROUP
+                && codec::media_type(content_type(&headers))
+                    == "application/strategic-merge-patch+json"
+            {
+                Patch::strategic(&body)?
+            } else {
+                Patch::parse(content_type(&headers), &body)?
+            };
             let mut warnings = Vec::new();
             let updated = registry
                 .update::<R>(namespace, &name, scope, dry_run, |current| {
@@ -928,6 +1071,13 @@ async fn serve_verb<R: Printable>(
                     patch.apply(&mut document)?;
                     let (object, found) = codec::decode::<R>(document, validation)?;
                     warnings = found;
+                    crate::auth::escalation::check::<R>(
+                        &state.authorizer,
+                        user,
+                        namespace,
+                        Some(current),
+                        &object,
+                    )?;
                     Ok(object)
                 })
                 .await?;
@@ -980,8 +1130,16 @@ async fn decode_write<R: Resource>(
     let dry_run = parse_dry_run(&params.dry_run)?;
     let validation = FieldValidation::parse(params.field_validation.as_deref())?;
     let (headers, body) = read_body(request).await?;
-    let format = BodyFormat::from_content_type(content_type(&headers))?;
-    let (object, warnings) = codec::decode::<R>(codec::parse_body(&body, format)?, validation)?;
+    // kubectl's typed clients send the RBAC kinds as protobuf.
+    let value = if R::GROUP == fedingress_api::rbac::GROUP
+        && codec::media_type(content_type(&headers)) == crate::protobuf::MEDIA_TYPE
+    {
+        crate::protobuf::decode_rbac(&body)?
+    } else {
+        let format = BodyFormat::from_content_type(content_type(&headers))?;
+        codec::parse_body(&body, format)?
+    };
+    let (object, warnings) = codec::decode::<R>(value, validation)?;
     Ok((object, warnings, dry_run))
 }
 
@@ -1030,6 +1188,28 @@ impl Patch {
                 "the body of the request was in an unknown format ({other}) - accepted media types include: application/json-patch+json, application/merge-patch+json"
             ))),
         }
+    }
+
+    /// A strategic merge patch on a kind whose lists all replace whole (the RBAC kinds:
+    /// `rules` and `subjects` carry no merge key in kube): a JSON merge patch once the
+    /// `$` directives kubectl adds are taken out.
+    fn strategic(body: &[u8]) -> Result<Self, ApiError> {
+        let mut value: Value = serde_json::from_slice(body).map_err(|e| {
+            ApiError::bad_request(format!("couldn't decode the patch as JSON: {e}"))
+        })?;
+        if !value.is_object() {
+            return Err(ApiError::bad_request(
+                "a strategic merge patch must be a JSON object",
+            ));
+        }
+        fn strip(value: &mut Value) {
+            if let Value::Object(map) = value {
+                map.retain(|key, _| !key.starts_with('$'));
+                map.values_mut().for_each(strip);
+            }
+        }
+        strip(&mut value);
+        Ok(Self::Merge(value))
     }
 
     fn apply(&self, document: &mut Value) -> Result<(), ApiError> {

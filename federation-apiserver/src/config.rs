@@ -81,6 +81,9 @@ pub struct Cli {
     /// PEM private key of --agent-ca-cert-file (config `agentCa.keyFile`).
     #[arg(long, value_name = "FILE")]
     pub agent_ca_key_file: Option<PathBuf>,
+    /// OIDC and audit log flags.
+    #[command(flatten)]
+    pub auth: crate::auth::config::AuthFlags,
 }
 
 /// The config file. Unknown keys are errors.
@@ -107,6 +110,12 @@ pub struct FileConfig {
     pub storage: StorageConfig,
     #[serde(default)]
     pub watch: WatchConfig,
+    /// OIDC ID tokens as bearer tokens (the `--oidc-*` flags).
+    #[serde(default)]
+    pub oidc: crate::auth::config::OidcFile,
+    /// The audit log of writes (`--audit-log-*`).
+    #[serde(default)]
+    pub audit: crate::auth::config::AuditFile,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -334,6 +343,8 @@ pub struct Settings {
     pub agent_ca: Option<Arc<crate::hub::pki::AgentCa>>,
     pub certificate_validity: Duration,
     pub join_token_ttl: Duration,
+    /// The audit log of writes, when configured.
+    pub audit: Option<crate::auth::config::AuditSettings>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -498,11 +509,20 @@ pub fn load(cli: &Cli) -> Result<Settings, ConfigError> {
     if let Some(path) = &token_file {
         auth.load_token_file(path)?;
     }
-    if token_file.is_none() && !dev {
+    let oidc = crate::auth::config::oidc_settings(&cli.auth, &file.oidc)
+        .map_err(ConfigError::Invalid)?;
+    if let Some(oidc) = oidc {
+        let oidc = crate::auth::oidc::OidcAuthenticator::new(oidc)
+            .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        auth = auth.with_oidc(oidc);
+    }
+    if token_file.is_none() && auth.oidc().is_none() && !dev {
         return Err(ConfigError::Invalid(
-            "no way to authenticate clients: give --token-auth-file (tokenFile) or --dev".into(),
+            "no way to authenticate clients: give --token-auth-file (tokenFile), --oidc-issuer-url (oidc.issuerUrl) or --dev".into(),
         ));
     }
+    let audit = crate::auth::config::audit_settings(&cli.auth, &file.audit)
+        .map_err(ConfigError::Invalid)?;
     if file.storage.cache_size_mib == 0 || file.storage.compaction_interval_seconds == 0 {
         return Err(ConfigError::Invalid(
             "storage.cacheSizeMib and storage.compactionIntervalSeconds must be positive".into(),
@@ -533,6 +553,7 @@ pub fn load(cli: &Cli) -> Result<Settings, ConfigError> {
         agent_ca,
         certificate_validity,
         join_token_ttl,
+        audit,
     })
 }
 

@@ -18,6 +18,7 @@ pub mod hub;
 pub mod metrics;
 pub mod openapi;
 pub mod openapi_v2;
+pub mod protobuf;
 pub mod registry;
 pub mod server;
 pub mod status;

@@ -201,6 +201,24 @@ impl Server {
             "the store"
         });
         state.health = health.clone();
+        // RBAC: bootstrap roles and bindings, then the authorizer's cache. Requests are
+        // answered 503 until it is loaded; waiting here keeps that window out of sight.
+        let bootstrap = tokio::spawn(crate::auth::rbac::bootstrap_until_done(registry.clone()));
+        tokio::spawn(state.authorizer.clone().run(store.clone()));
+        if tokio::time::timeout(Duration::from_secs(10), bootstrap).await.is_err()
+            || !state.authorizer.wait_synced(Duration::from_secs(10)).await
+        {
+            tracing::warn!("RBAC not loaded yet: requests are answered 503 until it is");
+        }
+        if let Some(oidc) = state.auth.oidc() {
+            tokio::spawn(oidc.clone().warm_up());
+        }
+        if let Some(audit) = &settings.audit {
+            state.audit = Some(
+                crate::auth::audit::AuditLog::open(&audit.path, audit.batch_buffer_size)
+                    .context("opening the audit log")?,
+            );
+        }
         let state = Arc::new(state);
         let replica_name = match &storage {
             Storage::Shared(_) => settings.replica.name.clone(),
