@@ -146,11 +146,23 @@ impl Hub {
 /// An agent config of `spec` for the hub over https; with `join`, a join token file
 /// instead of a token file.
 fn https_agent(dir: &Path, hub: &Hub, spec: &ClusterSpec, secret: &str, join: bool) -> PathBuf {
-    let config = agent_config(dir, &hub.agent, spec, secret);
+    https_agent_of(dir, &hub.agent, &hub.ca, spec, secret, join)
+}
+
+/// [`https_agent`] for the gateway at `agent`, verified with `ca`.
+fn https_agent_of(
+    dir: &Path,
+    agent: &str,
+    ca: &Path,
+    spec: &ClusterSpec,
+    secret: &str,
+    join: bool,
+) -> PathBuf {
+    let config = agent_config(dir, agent, spec, secret);
     let agent_dir = config.parent().unwrap().to_path_buf();
     let mut text = std::fs::read_to_string(&config).unwrap().replace(
-        &format!("  address: {}\n", hub.agent),
-        &format!("  address: {}\n  caFile: {}\n", hub.agent, hub.ca.display()),
+        &format!("  address: {agent}\n"),
+        &format!("  address: {agent}\n  caFile: {}\n", ca.display()),
     );
     if join {
         std::fs::write(agent_dir.join("join-token"), secret).unwrap();
@@ -454,4 +466,131 @@ fn fedctl_join_emits_an_agent_that_joins_with_a_certificate() {
         .collect();
     assert_eq!(kinds, ["token"]);
     drop(hub.process);
+}
+
+/// Two replicas on one etcd, sharing the agent CA files: a certificate revoked through
+/// one replica's API ends the session the other replica holds.
+#[test]
+fn revocation_through_one_replica_ends_the_session_on_another() {
+    use fedingress_store::etcd_process::EtcdCluster;
+    let etcd = EtcdCluster::single();
+    let endpoints = etcd.endpoints().join(",");
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let (ca, cert, key) = TestPki::generate().write(dir);
+    let agent_ca = foreign_ca("shared agent CA");
+    std::fs::write(dir.join("agent-ca.crt"), &agent_ca.0).unwrap();
+    std::fs::write(dir.join("agent-ca.key"), &agent_ca.1).unwrap();
+    let config = dir.join("apiserver.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "dev: true\nlisten: 127.0.0.1:0\nagentListen: 127.0.0.1:0\nagentTls: {{certFile: {}, keyFile: {}}}\nagentCa: {{certFile: {}, keyFile: {}}}\nagents:\n  heartbeatIntervalMs: 300\n  leaseMs: 1500\n",
+            cert.display(),
+            key.display(),
+            dir.join("agent-ca.crt").display(),
+            dir.join("agent-ca.key").display(),
+        ),
+    )
+    .unwrap();
+    let replicas: Vec<(Process, String)> = (1..=2)
+        .map(|i| {
+            let mut command = Command::new(binary("federation-apiserver"));
+            command
+                .arg("--config")
+                .arg(&config)
+                .args(["--etcd-servers", &endpoints, "--etcd-prefix", "/identity"])
+                .args(["--replica-name", &format!("r{i}")])
+                .arg("--data-dir")
+                .arg(dir.join(format!("unused-{i}")));
+            let process = Process::start(command, &format!("replica r{i}"), WAIT).unwrap();
+            let api = format!("http://{}", process.addr("api"));
+            (process, api)
+        })
+        .collect();
+    let (r1, r2) = (&replicas[0], &replicas[1]);
+    let agents = |api: &str| -> u64 {
+        let out = Command::new("curl")
+            .args(["-sS", &format!("{api}/metrics")])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find_map(|l| l.strip_prefix("fedingress_agents_connected "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    let kubeconfig = dir.join("kubeconfig");
+    write_kubeconfig(&kubeconfig, &r2.1, None, None);
+    let spec = ClusterSpec::numbered(99, 1, "europe-west1", 10.0, 20.0);
+    let _echo = Echo::start(spec.backend).unwrap();
+    create_cluster(&Kubectl::new(None, kubeconfig), dir, &spec);
+    let curl = |method: &str, url: &str| -> Value {
+        let out = Command::new("curl")
+            .args(["-sS", "-X", method, url])
+            .output()
+            .unwrap();
+        serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
+    };
+    // Issued through r2, used on r1.
+    let join = curl(
+        "POST",
+        &format!(
+            "{}/apis/fedingress.io/v1alpha1/clusters/c1/token?type=join",
+            r2.1
+        ),
+    )["token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let agent_config = https_agent_of(
+        dir,
+        &format!("https://{}", r1.0.addr("agent")),
+        &ca,
+        &spec,
+        &join,
+        true,
+    );
+    let _agent = start_agent(&agent_config, "c1");
+    eventually(WAIT, "c1 connected to r1 with a certificate", || {
+        if agents(&r1.1) == 1 {
+            Ok(())
+        } else {
+            Err("not yet".into())
+        }
+    });
+    let fingerprint = cert_meta(&agent_config)["fingerprint"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let started = Instant::now();
+    let status = curl(
+        "DELETE",
+        &format!(
+            "{}/apis/fedingress.io/v1alpha1/clusters/c1/token/{fingerprint}",
+            r2.1
+        ),
+    );
+    assert_eq!(status["status"], "Success", "{status}");
+    while agents(&r1.1) != 0 {
+        assert!(started.elapsed() < WAIT, "r1 kept the revoked session");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    println!(
+        "certificate revoked through r2: r1's session ended {:?} after the DELETE was sent",
+        started.elapsed()
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(agents(&r1.1), 0, "the revoked certificate reconnected");
+}
+
+/// A self-signed CA: its certificate and key, PEM.
+fn foreign_ca(name: &str) -> (String, String) {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
+    let key = KeyPair::generate().unwrap();
+    let mut params = CertificateParams::default();
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.distinguished_name.push(DnType::CommonName, name);
+    let cert = params.self_signed(&key).unwrap();
+    (cert.pem(), key.serialize_pem())
 }
