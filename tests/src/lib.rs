@@ -88,10 +88,31 @@ pub struct Process {
 
 impl Process {
     /// Starts `command` and waits up to `timeout` for its READY line.
-    pub fn start(mut command: Command, name: &str, timeout: Duration) -> anyhow::Result<Self> {
+    pub fn start(command: Command, name: &str, timeout: Duration) -> anyhow::Result<Self> {
+        Self::start_with_stderr(command, name, timeout, Stdio::inherit())
+    }
+
+    /// [`Process::start`] with the child's stderr (its log) written to `log`.
+    pub fn start_logging_to(
+        command: Command,
+        name: &str,
+        timeout: Duration,
+        log: &std::path::Path,
+    ) -> anyhow::Result<Self> {
+        let file = std::fs::File::create(log)
+            .with_context(|| format!("creating log file {}", log.display()))?;
+        Self::start_with_stderr(command, name, timeout, Stdio::from(file))
+    }
+
+    fn start_with_stderr(
+        mut command: Command,
+        name: &str,
+        timeout: Duration,
+        stderr: Stdio,
+    ) -> anyhow::Result<Self> {
         command
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .stdin(Stdio::null());
         let mut child = command
             .spawn()
