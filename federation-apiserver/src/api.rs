@@ -39,15 +39,15 @@ pub struct Peer(pub SocketAddr);
 #[derive(Clone, Debug)]
 pub struct ApiSettings {
     pub bookmark_interval: Duration,
-    /// Longest watch when the client gives no timeoutSeconds.
-    pub max_watch: Duration,
+    /// Watch caps and durations (`limits:`).
+    pub limits: crate::limits::Limits,
 }
 
 impl Default for ApiSettings {
     fn default() -> Self {
         Self {
             bookmark_interval: Duration::from_secs(10),
-            max_watch: Duration::from_secs(30 * 60),
+            limits: crate::limits::Limits::default(),
         }
     }
 }
@@ -298,6 +298,9 @@ async fn dispatch(state: &AppState, request: Request, who: &mut Option<User>) ->
                 .unwrap_or_default();
                 let mut text = state.metrics.render(revision);
                 state.authorizer.write_prometheus(&mut text);
+                if let Some(oidc) = state.auth.oidc() {
+                    oidc.write_prometheus(&mut text);
+                }
                 if let Some(audit) = &state.audit {
                     audit.write_prometheus(&mut text);
                 }
@@ -944,12 +947,20 @@ async fn serve_verb<R: Printable>(
                 None | Some("") | Some("0") => None,
                 Some(rv) => Some(registry::parse_revision(rv)?),
             };
-            let timeout = match params.timeout_seconds.as_deref() {
-                None | Some("") => state.settings.max_watch,
-                Some(t) => Duration::from_secs(t.parse::<u64>().map_err(|_| {
-                    ApiError::bad_request(format!("invalid timeoutSeconds: {t:?}"))
-                })?),
-            };
+            let limits = &state.settings.limits;
+            let (timeout, capped) = crate::limits::watch_timeout(
+                params.timeout_seconds.as_deref(),
+                limits,
+                crate::limits::random_between,
+            )
+            .map_err(ApiError::bad_request)?;
+            if capped {
+                crate::metrics::LimitCounters::count(&state.metrics.limits.watch_timeouts_capped);
+            }
+            let guard = state
+                .metrics
+                .try_start_watch(&user.name, limits.max_watches, limits.max_watches_per_user)
+                .map_err(watch::refused)?;
             let render: watch::Render<R> = if table {
                 Box::new(move |object: &R| {
                     table::table(
@@ -985,7 +996,6 @@ async fn serve_verb<R: Printable>(
                 }
                 Err(e) => return Err(e),
             };
-            let guard = state.metrics.watch_started();
             let stream = futures_util::stream::unfold(
                 (receiver, guard),
                 |(mut receiver, guard)| async move {

@@ -60,15 +60,69 @@ pub fn media_type(content_type: Option<&str>) -> String {
         .unwrap_or_default()
 }
 
+/// Deepest YAML nesting accepted (serde_json's own limit for JSON is 128).
+pub const MAX_YAML_NESTING: usize = 128;
+
+/// Whether a YAML text nests flow collections (`[`, `{`) or compact block sequences
+/// (`- - -` on one line) deeper than `limit`: an O(n) scan, before the parser.
+/// Indentation-nested blocks need a column per level and stay within the body cap.
+fn yaml_nesting_exceeds(body: &[u8], limit: usize) -> bool {
+    let mut flow = 0usize;
+    let mut quote: Option<u8> = None;
+    for line in body.split(|b| *b == b'\n') {
+        let mut dashes = 0usize;
+        let mut rest = line;
+        loop {
+            let trimmed = rest.trim_ascii_start();
+            match trimmed {
+                [b'-', b' ' | b'\t', tail @ ..] => {
+                    dashes += 1;
+                    rest = tail;
+                }
+                _ => break,
+            }
+        }
+        if dashes > limit {
+            return true;
+        }
+        for &byte in line {
+            match (quote, byte) {
+                (Some(q), b) if b == q => quote = None,
+                (Some(_), _) => {}
+                (None, b'"' | b'\'') => quote = Some(byte),
+                (None, b'#') if flow == 0 => break,
+                (None, b'[' | b'{') => {
+                    flow += 1;
+                    if flow > limit {
+                        return true;
+                    }
+                }
+                (None, b']' | b'}') => flow = flow.saturating_sub(1),
+                _ => {}
+            }
+        }
+    }
+    false
+}
+
 /// Parses a request body into a JSON value.
 pub fn parse_body(body: &[u8], format: BodyFormat) -> Result<Value, ApiError> {
     let value: Value = match format {
         BodyFormat::Json => serde_json::from_slice(body).map_err(|e| {
             ApiError::bad_request(format!("couldn't decode request body as JSON: {e}"))
         })?,
-        BodyFormat::Yaml => yaml_serde::from_slice(body).map_err(|e| {
-            ApiError::bad_request(format!("couldn't decode request body as YAML: {e}"))
-        })?,
+        BodyFormat::Yaml => {
+            // The YAML parser reads every event before the deserializer's recursion
+            // limit applies: 100,000 nested `[` cost seconds of CPU on an executor thread.
+            if yaml_nesting_exceeds(body, MAX_YAML_NESTING) {
+                return Err(ApiError::bad_request(format!(
+                    "couldn't decode request body as YAML: nested deeper than {MAX_YAML_NESTING} levels"
+                )));
+            }
+            yaml_serde::from_slice(body).map_err(|e| {
+                ApiError::bad_request(format!("couldn't decode request body as YAML: {e}"))
+            })?
+        }
     };
     if !value.is_object() {
         return Err(ApiError::bad_request(
@@ -233,6 +287,13 @@ mod tests {
         assert!(parse_body(b"{not json", BodyFormat::Json).is_err());
         assert!(parse_body(b"[1,2]", BodyFormat::Json).is_err());
         assert!(parse_body(b"a: [", BodyFormat::Yaml).is_err());
+        let deep = "[".repeat(100_000);
+        let error = parse_body(deep.as_bytes(), BodyFormat::Yaml).unwrap_err();
+        assert!(error.message.contains("nested deeper than 128"), "{error}");
+        let dashes = "- ".repeat(1000);
+        assert!(parse_body(dashes.as_bytes(), BodyFormat::Yaml).is_err());
+        let fine = "a: [[1, 2], {b: \"[[[[\"}]\nc:\n- - x\n";
+        assert!(parse_body(fine.as_bytes(), BodyFormat::Yaml).is_ok());
         assert!(parse_body(b"a: 1", BodyFormat::Yaml).is_ok());
     }
 }

@@ -81,6 +81,18 @@ pub struct Cli {
     /// PEM private key of --agent-ca-cert-file (config `agentCa.keyFile`).
     #[arg(long, value_name = "FILE")]
     pub agent_ca_key_file: Option<PathBuf>,
+    /// Non-mutating requests in flight (watches excepted); more are answered 429
+    /// (config `limits.maxRequestsInflight`, default 400).
+    #[arg(long, value_name = "N")]
+    pub max_requests_inflight: Option<usize>,
+    /// Mutating requests in flight; more are answered 429 (config
+    /// `limits.maxMutatingRequestsInflight`, default 200).
+    #[arg(long, value_name = "N")]
+    pub max_mutating_requests_inflight: Option<usize>,
+    /// A watch without timeoutSeconds lasts a random time between this and twice this
+    /// (config `limits.minRequestTimeoutSeconds`, default 1800).
+    #[arg(long, value_name = "SECONDS")]
+    pub min_request_timeout: Option<u64>,
     /// OIDC and audit log flags.
     #[command(flatten)]
     pub auth: crate::auth::config::AuthFlags,
@@ -118,6 +130,9 @@ pub struct FileConfig {
     pub audit: crate::auth::config::AuditFile,
 }
 
+    /// Serving limits of the REST API and the agent gateway (docs/security.md).
+    #[serde(default)]
+    pub limits: crate::limits::LimitsConfig,
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TlsFiles {
@@ -346,6 +361,8 @@ pub struct Settings {
     /// The audit log of writes, when configured.
     pub audit: Option<crate::auth::config::AuditSettings>,
 }
+    /// Serving limits (`limits:` and the kube-apiserver flags over it).
+    pub limits: crate::limits::Limits,
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -548,6 +565,14 @@ pub fn load(cli: &Cli) -> Result<Settings, ConfigError> {
         cache_size_bytes: file.storage.cache_size_mib * 1024 * 1024,
         etcd,
         replica,
+    let limits = file
+        .limits
+        .check(&crate::limits::LimitFlags {
+            max_requests_inflight: cli.max_requests_inflight,
+            max_mutating_requests_inflight: cli.max_mutating_requests_inflight,
+            min_request_timeout: cli.min_request_timeout,
+        })
+        .map_err(ConfigError::Invalid)?;
         compaction_interval: Duration::from_secs(file.storage.compaction_interval_seconds),
         bookmark_interval: Duration::from_secs(file.watch.bookmark_interval_seconds),
         agent_ca,
@@ -563,6 +588,7 @@ pub const DEFAULT_REPLICA_LEASE: Duration = Duration::from_secs(3);
 /// `--replica-name` and `--leader-elect-lease-duration`, checked.
 fn replica_settings(
     cli: &Cli,
+        limits,
     etcd: bool,
 ) -> Result<crate::hub::replication::ReplicaSettings, ConfigError> {
     if !etcd && (cli.replica_name.is_some() || cli.leader_elect_lease_duration.is_some()) {

@@ -10,6 +10,16 @@
 //! (`StoreUnavailable`, about the `FederationAPIServer` named after the replica, in
 //! namespace `default`) saying how long it was gone. `/livez` stays 200: restarting
 //! the process would not bring the store back.
+//!
+//! A store can answer reads and still not commit (redb on a full or read-only disk,
+//! etcd whose member answers serializable reads without a quorum).
+//! [`StoreHealth::probe_commits`] checks that commits happen: every
+//! `storage.commitProbeIntervalSeconds` it reads the revision, and when nothing was
+//! committed since the last check it writes one tiny key of its own
+//! (`/fedingress/health/<replica>`), so an idle server writes once per interval and a
+//! busy one never. While that write fails (or takes longer than [`PROBE_TIMEOUT`])
+//! `/readyz` fails with `[-]store-commit failed: …` saying why and since when; reads
+//! are still served (writes fail on their own).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,9 +44,19 @@ pub enum Availability {
     Unavailable { since: Time, error: String },
 }
 
+/// How often commits are checked by default (`storage.commitProbeIntervalSeconds`).
+pub const DEFAULT_COMMIT_PROBE_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Where the commit probe of `replica` writes.
+pub fn commit_probe_key(replica: &str) -> String {
+    format!("/fedingress/health/{replica}")
+}
+
 /// Shared between the prober, the API and `/readyz`.
 pub struct StoreHealth {
     state: watch::Sender<Availability>,
+    /// Whether the store commits, as the commit probe last saw it.
+    commits: watch::Sender<Availability>,
     /// What the store is, for messages ("etcd" or "the store").
     what: &'static str,
 }
@@ -45,6 +65,7 @@ impl StoreHealth {
     pub fn new(what: &'static str) -> Arc<Self> {
         Arc::new(Self {
             state: watch::channel(Availability::Available).0,
+            commits: watch::channel(Availability::Available).0,
             what,
         })
     }
@@ -73,21 +94,84 @@ impl StoreHealth {
     /// The `/readyz` (`/healthz`) body and whether it is healthy, in kube-apiserver's
     /// `?verbose` format.
     pub fn readyz(&self) -> (bool, String) {
+        let mut body = String::from("[+]ping ok\n");
+        let mut ok = true;
         match self.unavailable_reason(true) {
-            None => (
-                true,
-                format!(
-                    "[+]ping ok\n[+]{} ok\nreadyz check passed\n",
-                    self.check_name()
-                ),
-            ),
-            Some(reason) => (
-                false,
-                format!(
-                    "[+]ping ok\n[-]{} failed: {reason}\nreadyz check failed\n",
-                    self.check_name()
-                ),
-            ),
+            None => body.push_str(&format!("[+]{} ok\n", self.check_name())),
+            Some(reason) => {
+                ok = false;
+                body.push_str(&format!("[-]{} failed: {reason}\n", self.check_name()));
+            }
+        }
+        match &*self.commits.borrow() {
+            Availability::Available => body.push_str("[+]store-commit ok\n"),
+            Availability::Unavailable { since, error } => {
+                ok = false;
+                body.push_str(&format!(
+                    "[-]store-commit failed: {} cannot commit writes since {} ({error})\n",
+                    self.what,
+                    since.0.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                ));
+            }
+        }
+        body.push_str(if ok {
+            "readyz check passed\n"
+        } else {
+            "readyz check failed\n"
+        });
+        (ok, body)
+    }
+
+    /// Checks every `interval` that the store commits (see the module docs) until the
+    /// process ends; while it does not, every [`PROBE_INTERVAL`].
+    pub async fn probe_commits(
+        self: Arc<Self>,
+        store: Arc<dyn Store>,
+        key: String,
+        interval: Duration,
+    ) {
+        let mut last_revision = None;
+        loop {
+            let failing = matches!(*self.commits.borrow(), Availability::Unavailable { .. });
+            tokio::time::sleep(if failing { PROBE_INTERVAL } else { interval }).await;
+            // A store that does not answer reads is the read probe's to report.
+            let Ok(Ok(revision)) = tokio::time::timeout(PROBE_TIMEOUT, store.revision()).await
+            else {
+                continue;
+            };
+            if !failing && last_revision.is_some_and(|last| revision > last) {
+                // Something committed since the last check: no write needed.
+                last_revision = Some(revision);
+                continue;
+            }
+            let value = bytes::Bytes::from(chrono::Utc::now().to_rfc3339());
+            let written = tokio::time::timeout(
+                PROBE_TIMEOUT,
+                store.put(&key, value, fedingress_store::Precondition::None),
+            )
+            .await;
+            let error = match written {
+                Ok(Ok(kv)) => {
+                    last_revision = Some(kv.mod_revision);
+                    None
+                }
+                Ok(Err(e)) => Some(e.to_string()),
+                Err(_) => Some(format!("no commit within {PROBE_TIMEOUT:?}")),
+            };
+            match (error, failing) {
+                (None, false) | (Some(_), true) => {}
+                (None, true) => {
+                    tracing::warn!(key, "{} commits again: ready", self.what);
+                    self.commits.send_replace(Availability::Available);
+                }
+                (Some(error), false) => {
+                    tracing::error!(key, error = %error, "{} cannot commit: /readyz fails", self.what);
+                    self.commits.send_replace(Availability::Unavailable {
+                        since: Time::new(chrono::Utc::now()),
+                        error,
+                    });
+                }
+            }
         }
     }
 
@@ -165,7 +249,10 @@ mod tests {
         let health = StoreHealth::new("etcd");
         assert_eq!(
             health.readyz(),
-            (true, "[+]ping ok\n[+]etcd ok\nreadyz check passed\n".into())
+            (
+                true,
+                "[+]ping ok\n[+]etcd ok\n[+]store-commit ok\nreadyz check passed\n".into()
+            )
         );
         assert!(health.unavailable_reason(true).is_none());
         health.state.send_replace(Availability::Unavailable {
@@ -178,5 +265,126 @@ mod tests {
             body.contains("[-]etcd failed: etcd unavailable since 1970-01-01T00:00:00Z (no answer within 2s): this server is read-only, writes are refused"),
             "{body}"
         );
+    }
+
+    /// A store that reads but cannot commit: every write fails.
+    struct ReadOnlyStore(fedingress_store::RedbStore);
+
+    #[tonic::async_trait]
+    impl Store for ReadOnlyStore {
+        async fn revision(
+            &self,
+        ) -> Result<fedingress_store::Revision, fedingress_store::StoreError> {
+            self.0.revision().await
+        }
+        async fn compacted_revision(
+            &self,
+        ) -> Result<fedingress_store::Revision, fedingress_store::StoreError> {
+            self.0.compacted_revision().await
+        }
+        async fn get(
+            &self,
+            key: &str,
+        ) -> Result<Option<fedingress_store::KeyValue>, fedingress_store::StoreError> {
+            self.0.get(key).await
+        }
+        async fn range(
+            &self,
+            prefix: &str,
+            start_after: Option<&str>,
+            limit: usize,
+        ) -> Result<fedingress_store::RangeResult, fedingress_store::StoreError> {
+            self.0.range(prefix, start_after, limit).await
+        }
+        async fn put(
+            &self,
+            _key: &str,
+            _value: bytes::Bytes,
+            _precondition: fedingress_store::Precondition,
+        ) -> Result<fedingress_store::KeyValue, fedingress_store::StoreError> {
+            Err(fedingress_store::StoreError::Backend {
+                operation: "commit a write batch",
+                source: "No space left on device (os error 28)".into(),
+            })
+        }
+        async fn delete(
+            &self,
+            key: &str,
+            precondition: fedingress_store::Precondition,
+        ) -> Result<fedingress_store::Event, fedingress_store::StoreError> {
+            self.0.delete(key, precondition).await
+        }
+        async fn watch(
+            &self,
+            prefix: &str,
+            after: fedingress_store::Revision,
+        ) -> Result<fedingress_store::WatchStream, fedingress_store::StoreError> {
+            self.0.watch(prefix, after).await
+        }
+        async fn compact(
+            &self,
+            revision: fedingress_store::Revision,
+        ) -> Result<(), fedingress_store::StoreError> {
+            self.0.compact(revision).await
+        }
+    }
+
+    #[tokio::test]
+    async fn readyz_fails_when_the_store_cannot_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let redb = fedingress_store::RedbStore::open(
+            &dir.path().join("s.redb"),
+            fedingress_store::RedbOptions::default(),
+        )
+        .unwrap();
+        let health = StoreHealth::new("the store");
+        let key = commit_probe_key("r1");
+        tokio::spawn(health.clone().probe_commits(
+            Arc::new(ReadOnlyStore(redb)),
+            key,
+            Duration::from_millis(20),
+        ));
+        let mut commits = health.commits.subscribe();
+        tokio::time::timeout(Duration::from_secs(60), commits.changed())
+            .await
+            .unwrap()
+            .unwrap();
+        let (ok, body) = health.readyz();
+        assert!(!ok);
+        assert!(
+            body.contains(
+                "[+]store ok\n[-]store-commit failed: the store cannot commit writes since"
+            ) && body.contains("commit a write batch"),
+            "{body}"
+        );
+        // Reads are still served.
+        assert!(health.unavailable_reason(false).is_none());
+    }
+
+    #[tokio::test]
+    async fn an_idle_store_gets_probe_writes_and_stays_ready() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(
+            fedingress_store::RedbStore::open(
+                &dir.path().join("s.redb"),
+                fedingress_store::RedbOptions::default(),
+            )
+            .unwrap(),
+        );
+        let health = StoreHealth::new("the store");
+        let key = commit_probe_key("r1");
+        tokio::spawn(health.clone().probe_commits(
+            store.clone(),
+            key.clone(),
+            Duration::from_millis(20),
+        ));
+        tokio::time::timeout(Duration::from_secs(60), async {
+            while store.get(&key).await.unwrap().is_none() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await
+        .unwrap();
+        assert!(health.readyz().0);
     }
 }

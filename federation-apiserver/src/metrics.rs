@@ -1,12 +1,18 @@
 //! Prometheus metrics of the API server: requests by verb/resource/code, request
-//! latency histograms, open watches and the store revision ([`Metrics`]); and of the
-//! hub ([`HubMetrics`]): controller passes, dirty sets, DNS snapshot builds, answer
-//! changes by reason, per (ingress, cluster) serving and healthy gauges, connected
-//! agents. The embedded DNS server's own counters are appended by `/metrics`.
+//! latency histograms, open watches and the store revision ([`Metrics`]), and what the
+//! serving limits refused ([`LimitCounters`]); and of the hub ([`HubMetrics`]):
+//! controller passes, dirty sets, DNS snapshot builds, answer changes by reason, per
+//! (ingress, cluster) serving and healthy gauges, connected agents, agent gateway
+//! admission. The embedded DNS server's own counters are appended by `/metrics`.
+//!
+//! # Guarantees
+//! Label values built from URLs (verb, resource, subresource) come from a fixed set
+//! ([`verb_label`], [`resource_label`]); anything else is `other`, so random paths
+//! cannot grow the label set.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -67,44 +73,254 @@ impl Histogram {
     }
 }
 
-#[derive(Default)]
-pub struct Metrics {
-    requests: Mutex<BTreeMap<(String, String, u16), u64>>,
-    latency: Mutex<BTreeMap<(String, String), Histogram>>,
-    watches: AtomicI64,
+/// The verbs a request label may name; anything else is `other`.
+const VERBS: &[&str] = &[
+    "get",
+    "list",
+    "watch",
+    "create",
+    "update",
+    "patch",
+    "delete",
+    "deletecollection",
+];
+
+/// The resources (plurals) a request label may name.
+const RESOURCES: &[&str] = &[
+    "federatedingresses",
+    "clusters",
+    "events",
+    "roles",
+    "rolebindings",
+    "clusterroles",
+    "clusterrolebindings",
+];
+
+/// The subresources a request label may name.
+const SUBRESOURCES: &[&str] = &["status", "explain", "token"];
+
+/// The `verb` label: one of a fixed set, `""` for requests refused before a verb was
+/// known, else `other`.
+pub fn verb_label(verb: &str) -> &'static str {
+    if verb.is_empty() {
+        return "";
+    }
+    VERBS
+        .iter()
+        .find(|known| **known == verb)
+        .copied()
+        .unwrap_or("other")
 }
 
-/// Decrements the open-watch gauge when the watch ends.
-pub struct WatchGuard(Arc<Metrics>);
+/// The `resource` label: `plural` or `plural/subresource` from a fixed set, `""` for
+/// non-resource paths, else `other`.
+pub fn resource_label(resource: &str) -> std::borrow::Cow<'static, str> {
+    use std::borrow::Cow;
+    if resource.is_empty() {
+        return Cow::Borrowed("");
+    }
+    let (plural, sub) = match resource.split_once('/') {
+        Some((plural, sub)) => (plural, Some(sub)),
+        None => (resource, None),
+    };
+    let Some(plural) = RESOURCES.iter().find(|known| **known == plural) else {
+        return Cow::Borrowed("other");
+    };
+    match sub {
+        None => Cow::Borrowed(plural),
+        Some(sub) => match SUBRESOURCES.iter().find(|known| **known == sub) {
+            Some(sub) => Cow::Owned(format!("{plural}/{sub}")),
+            None => Cow::Borrowed("other"),
+        },
+    }
+}
+
+/// What the serving limits refused or ended; rendered with [`Metrics`].
+#[derive(Default)]
+pub struct LimitCounters {
+    /// Open REST connections (gauge).
+    pub connections: AtomicI64,
+    /// REST connections closed at accept because `limits.maxConnections` were open.
+    pub connections_refused: AtomicU64,
+    /// HTTP/1 connections closed because request headers did not arrive in time.
+    pub header_timeouts: AtomicU64,
+    /// Connections closed after `limits.idleTimeoutSeconds` without a request.
+    pub idle_closed: AtomicU64,
+    /// Requests answered 504: no answer within `limits.requestTimeoutSeconds`.
+    pub request_timeouts: AtomicU64,
+    /// Requests answered 429 by the read-only in-flight cap.
+    pub inflight_refused_readonly: AtomicU64,
+    /// Requests answered 429 by the mutating in-flight cap.
+    pub inflight_refused_mutating: AtomicU64,
+    /// Watches answered 429 by `limits.maxWatches`.
+    pub watches_refused_total: AtomicU64,
+    /// Watches answered 429 by `limits.maxWatchesPerUser`.
+    pub watches_refused_user: AtomicU64,
+    /// Watches whose `timeoutSeconds` was lowered to `limits.maxWatchTimeoutSeconds`.
+    pub watch_timeouts_capped: AtomicU64,
+}
+
+impl LimitCounters {
+    pub fn count(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn render(&self, out: &mut String) {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        out.push_str("# HELP apiserver_connections Open REST API connections.\n# TYPE apiserver_connections gauge\n");
+        let _ = writeln!(
+            out,
+            "apiserver_connections {}",
+            self.connections.load(Ordering::Relaxed)
+        );
+        out.push_str("# HELP apiserver_connections_refused_total REST API connections closed at accept: limits.maxConnections were open.\n# TYPE apiserver_connections_refused_total counter\n");
+        let _ = writeln!(
+            out,
+            "apiserver_connections_refused_total {}",
+            get(&self.connections_refused)
+        );
+        out.push_str("# HELP apiserver_connections_closed_total REST API connections closed by a limit, by reason.\n# TYPE apiserver_connections_closed_total counter\n");
+        let _ = writeln!(
+            out,
+            "apiserver_connections_closed_total{{reason=\"header_timeout\"}} {}",
+            get(&self.header_timeouts)
+        );
+        let _ = writeln!(
+            out,
+            "apiserver_connections_closed_total{{reason=\"idle\"}} {}",
+            get(&self.idle_closed)
+        );
+        out.push_str("# HELP apiserver_dropped_requests_total Requests answered 429 by the in-flight caps, by request kind (as kube-apiserver's).\n# TYPE apiserver_dropped_requests_total counter\n");
+        let _ = writeln!(
+            out,
+            "apiserver_dropped_requests_total{{request_kind=\"readOnly\"}} {}",
+            get(&self.inflight_refused_readonly)
+        );
+        let _ = writeln!(
+            out,
+            "apiserver_dropped_requests_total{{request_kind=\"mutating\"}} {}",
+            get(&self.inflight_refused_mutating)
+        );
+        out.push_str("# HELP apiserver_request_timeouts_total Requests answered 504: no answer within limits.requestTimeoutSeconds (body read included).\n# TYPE apiserver_request_timeouts_total counter\n");
+        let _ = writeln!(
+            out,
+            "apiserver_request_timeouts_total {}",
+            get(&self.request_timeouts)
+        );
+        out.push_str("# HELP apiserver_watches_refused_total Watches answered 429 by a watch cap, by cap.\n# TYPE apiserver_watches_refused_total counter\n");
+        let _ = writeln!(
+            out,
+            "apiserver_watches_refused_total{{limit=\"total\"}} {}",
+            get(&self.watches_refused_total)
+        );
+        let _ = writeln!(
+            out,
+            "apiserver_watches_refused_total{{limit=\"user\"}} {}",
+            get(&self.watches_refused_user)
+        );
+        out.push_str("# HELP apiserver_watch_timeouts_capped_total Watches whose timeoutSeconds was lowered to limits.maxWatchTimeoutSeconds.\n# TYPE apiserver_watch_timeouts_capped_total counter\n");
+        let _ = writeln!(
+            out,
+            "apiserver_watch_timeouts_capped_total {}",
+            get(&self.watch_timeouts_capped)
+        );
+    }
+}
+
+#[derive(Default)]
+pub struct Metrics {
+    requests: Mutex<BTreeMap<(&'static str, std::borrow::Cow<'static, str>, u16), u64>>,
+    latency: Mutex<BTreeMap<(&'static str, std::borrow::Cow<'static, str>), Histogram>>,
+    watches: AtomicI64,
+    /// Open watches per user, for `limits.maxWatchesPerUser`.
+    watches_by_user: Mutex<std::collections::HashMap<String, usize>>,
+    pub limits: LimitCounters,
+}
+
+/// Why a watch was refused (answered 429).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WatchRefused {
+    /// `limits.maxWatches` watches are open.
+    Total(usize),
+    /// The user has `limits.maxWatchesPerUser` watches open.
+    User(usize),
+}
+
+/// Decrements the open-watch gauge (and the user's count) when the watch ends.
+pub struct WatchGuard {
+    metrics: Arc<Metrics>,
+    user: String,
+}
 
 impl Drop for WatchGuard {
     fn drop(&mut self) {
-        self.0.watches.fetch_sub(1, Ordering::Relaxed);
+        self.metrics.watches.fetch_sub(1, Ordering::Relaxed);
+        if let Ok(mut by_user) = self.metrics.watches_by_user.lock()
+            && let Some(open) = by_user.get_mut(&self.user)
+        {
+            *open = open.saturating_sub(1);
+            if *open == 0 {
+                by_user.remove(&self.user);
+            }
+        }
     }
 }
 
 impl Metrics {
     pub fn observe(&self, verb: &str, resource: &str, code: u16, elapsed: Duration) {
-        if let Ok(mut requests) = self.requests.lock() {
-            *requests
-                .entry((verb.to_string(), resource.to_string(), code))
-                .or_default() += 1;
-        }
+        let verb = verb_label(verb);
+        let resource = resource_label(resource);
         // Watches last as long as the client wants: their latency says nothing.
-        if verb == "watch" {
-            return;
-        }
-        if let Ok(mut latency) = self.latency.lock() {
+        if verb != "watch"
+            && let Ok(mut latency) = self.latency.lock()
+        {
             latency
-                .entry((verb.to_string(), resource.to_string()))
+                .entry((verb, resource.clone()))
                 .or_default()
                 .observe(elapsed.as_secs_f64());
         }
+        if let Ok(mut requests) = self.requests.lock() {
+            *requests.entry((verb, resource, code)).or_default() += 1;
+        }
     }
 
+    /// Counts an open watch without a cap (in-process tests).
     pub fn watch_started(self: &Arc<Self>) -> WatchGuard {
         self.watches.fetch_add(1, Ordering::Relaxed);
-        WatchGuard(self.clone())
+        WatchGuard {
+            metrics: self.clone(),
+            user: String::new(),
+        }
+    }
+
+    /// Opens a watch for `user` unless `max_total` watches are open, or `max_per_user`
+    /// of that user's; a refusal is counted.
+    pub fn try_start_watch(
+        self: &Arc<Self>,
+        user: &str,
+        max_total: usize,
+        max_per_user: usize,
+    ) -> Result<WatchGuard, WatchRefused> {
+        let mut by_user = match self.watches_by_user.lock() {
+            Ok(by_user) => by_user,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let open = usize::try_from(self.watches.load(Ordering::Relaxed)).unwrap_or(0);
+        if open >= max_total {
+            LimitCounters::count(&self.limits.watches_refused_total);
+            return Err(WatchRefused::Total(max_total));
+        }
+        let mine = by_user.entry(user.to_string()).or_default();
+        if *mine >= max_per_user {
+            LimitCounters::count(&self.limits.watches_refused_user);
+            return Err(WatchRefused::User(max_per_user));
+        }
+        *mine += 1;
+        self.watches.fetch_add(1, Ordering::Relaxed);
+        Ok(WatchGuard {
+            metrics: self.clone(),
+            user: user.to_string(),
+        })
     }
 
     pub fn open_watches(&self) -> i64 {
@@ -138,6 +354,7 @@ impl Metrics {
         let _ = writeln!(out, "apiserver_watches {}", self.open_watches());
         out.push_str("# HELP apiserver_storage_revision Current store revision.\n# TYPE apiserver_storage_revision gauge\n");
         let _ = writeln!(out, "apiserver_storage_revision {store_revision}");
+        self.limits.render(&mut out);
         out
     }
 }
@@ -180,6 +397,58 @@ pub struct HubMetrics {
     routing: Mutex<BTreeMap<(String, String), (bool, bool)>>,
     leader: std::sync::atomic::AtomicBool,
     dns_serial: std::sync::atomic::AtomicU32,
+    /// The agent gateway's admission of unauthenticated connections and streams.
+    pub gateway: GatewayCounters,
+}
+
+/// The agent gateway's limits on what has not authenticated yet.
+#[derive(Default)]
+pub struct GatewayCounters {
+    /// Open agent gateway connections (gauge).
+    pub connections: AtomicI64,
+    /// Connections closed at accept: `limits.gateway.maxConnections` were open.
+    pub connections_refused: AtomicU64,
+    /// Streams waiting for their Hello (gauge).
+    pub pending: AtomicI64,
+    /// Streams refused: `limits.gateway.maxPendingHellos` were waiting for their Hello.
+    pub pending_refused: AtomicU64,
+    /// Streams ended: no Hello within `limits.gateway.helloTimeoutSeconds`.
+    pub hello_timeouts: AtomicU64,
+}
+
+impl GatewayCounters {
+    fn render(&self, out: &mut String) {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        out.push_str("# HELP fedingress_gateway_connections Open agent gateway connections.\n# TYPE fedingress_gateway_connections gauge\n");
+        let _ = writeln!(
+            out,
+            "fedingress_gateway_connections {}",
+            self.connections.load(Ordering::Relaxed)
+        );
+        out.push_str("# HELP fedingress_gateway_connections_refused_total Agent gateway connections closed at accept: limits.gateway.maxConnections were open.\n# TYPE fedingress_gateway_connections_refused_total counter\n");
+        let _ = writeln!(
+            out,
+            "fedingress_gateway_connections_refused_total {}",
+            get(&self.connections_refused)
+        );
+        out.push_str("# HELP fedingress_gateway_pending_streams Agent streams not yet authenticated (waiting for Hello).\n# TYPE fedingress_gateway_pending_streams gauge\n");
+        let _ = writeln!(
+            out,
+            "fedingress_gateway_pending_streams {}",
+            self.pending.load(Ordering::Relaxed)
+        );
+        out.push_str("# HELP fedingress_gateway_streams_refused_total Unauthenticated agent streams refused or ended by a limit, by reason.\n# TYPE fedingress_gateway_streams_refused_total counter\n");
+        let _ = writeln!(
+            out,
+            "fedingress_gateway_streams_refused_total{{reason=\"pending_cap\"}} {}",
+            get(&self.pending_refused)
+        );
+        let _ = writeln!(
+            out,
+            "fedingress_gateway_streams_refused_total{{reason=\"hello_timeout\"}} {}",
+            get(&self.hello_timeouts)
+        );
+    }
 }
 
 impl HubMetrics {
@@ -314,6 +583,7 @@ impl HubMetrics {
         let _ = writeln!(out, "fedingress_dns_soa_serial {}", self.dns_serial());
         out.push_str("# HELP fedingress_agents_connected Cluster agents with a live session.\n# TYPE fedingress_agents_connected gauge\n");
         let _ = writeln!(out, "fedingress_agents_connected {connected_agents}");
+        self.gateway.render(out);
     }
 }
 
@@ -352,5 +622,55 @@ mod tests {
         assert!(text.contains("apiserver_storage_revision 42"));
         drop(guard);
         assert_eq!(metrics.open_watches(), 0);
+        assert!(text.contains("apiserver_connections_refused_total 0"));
+    }
+
+    #[test]
+    fn url_labels_stay_in_a_fixed_set() {
+        let metrics = Metrics::default();
+        for i in 0..1000 {
+            metrics.observe(
+                &format!("verb{i}"),
+                &format!("federatedingresses/sub{i}"),
+                404,
+                Duration::from_millis(1),
+            );
+            metrics.observe("get", &format!("thing{i}"), 404, Duration::from_millis(1));
+        }
+        metrics.observe("get", "clusters/status", 200, Duration::from_millis(1));
+        metrics.observe("", "", 401, Duration::from_millis(1));
+        let text = metrics.render(1);
+        let series = text
+            .lines()
+            .filter(|l| l.starts_with("apiserver_request_total"))
+            .count();
+        assert_eq!(series, 4, "{text}");
+        assert!(text.contains(
+            "apiserver_request_total{verb=\"other\",resource=\"other\",code=\"404\"} 1000"
+        ));
+        assert!(text.contains(
+            "apiserver_request_total{verb=\"get\",resource=\"clusters/status\",code=\"200\"} 1"
+        ));
+    }
+
+    #[test]
+    fn watch_caps_total_and_per_user() {
+        let metrics = Arc::new(Metrics::default());
+        let a1 = metrics.try_start_watch("alice", 3, 2).unwrap();
+        let _a2 = metrics.try_start_watch("alice", 3, 2).unwrap();
+        assert_eq!(
+            metrics.try_start_watch("alice", 3, 2).err(),
+            Some(WatchRefused::User(2))
+        );
+        let _b1 = metrics.try_start_watch("bob", 3, 2).unwrap();
+        assert_eq!(
+            metrics.try_start_watch("carol", 3, 2).err(),
+            Some(WatchRefused::Total(3))
+        );
+        drop(a1);
+        assert!(metrics.try_start_watch("alice", 3, 2).is_ok());
+        let text = metrics.render(1);
+        assert!(text.contains("apiserver_watches_refused_total{limit=\"total\"} 1"));
+        assert!(text.contains("apiserver_watches_refused_total{limit=\"user\"} 1"));
     }
 }

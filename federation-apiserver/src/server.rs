@@ -10,8 +10,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use axum::response::IntoResponse;
 use fedingress_store::{EtcdStore, RedbOptions, RedbStore, SharedStore, Store};
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 use tower::ServiceExt;
@@ -24,7 +25,8 @@ use crate::hub::directory::{AgentDirectory, AgentPublisher};
 use crate::hub::gateway::Gateway;
 use crate::hub::replication::{Replication, Role};
 use crate::hub::tokens::TokenStore;
-use crate::metrics::HubMetrics;
+use crate::limits::{InFlight, Limits, RequestKind};
+use crate::metrics::{HubMetrics, LimitCounters, Metrics};
 use crate::registry::Registry;
 use fedingress_dns::server::DnsServer;
 
@@ -73,8 +75,16 @@ pub struct Server {
     _role: Option<tokio::sync::watch::Sender<Role>>,
     compaction_interval: Duration,
     controller: Controller,
-    gateway: tonic::transport::server::Router,
+    gateway: tonic::transport::server::Router<
+        tower::layer::util::Stack<
+            crate::hub::admission::AdmissionLayer,
+            tower::layer::util::Identity,
+        >,
+    >,
     tls: Option<tokio_rustls::TlsAcceptor>,
+    limits: Arc<Limits>,
+    metrics: Arc<Metrics>,
+    hub_metrics: Arc<HubMetrics>,
 }
 
 impl Server {
@@ -188,13 +198,14 @@ impl Server {
             dns.as_ref().map(|(server, ..)| server.clone()),
             Some(HubHandle {
                 hub: hub.clone(),
-                metrics: hub_metrics,
+                metrics: hub_metrics.clone(),
             }),
             ApiSettings {
                 bookmark_interval: settings.bookmark_interval,
-                ..ApiSettings::default()
+                limits: settings.limits.clone(),
             },
         );
+        let metrics = state.metrics.clone();
         let health = crate::health::StoreHealth::new(if settings.etcd.is_some() {
             "etcd"
         } else {
@@ -227,7 +238,12 @@ impl Server {
         tokio::spawn(health.probe(store.clone(), registry.clone(), replica_name));
         let mut gateway = tonic::transport::Server::builder()
             .http2_keepalive_interval(Some(Duration::from_secs(10)))
-            .tcp_nodelay(true);
+            .max_concurrent_streams(settings.limits.gateway.max_streams_per_connection)
+            .tcp_nodelay(true)
+            .layer(crate::hub::admission::AdmissionLayer::new(
+                settings.limits.gateway.clone(),
+                hub_metrics.clone(),
+            ));
         if let Some((cert, key)) = &settings.tls_pem {
             let identity = tonic::transport::Identity::from_pem(cert, key);
             let mut tls = tonic::transport::ServerTlsConfig::new().identity(identity);
@@ -267,6 +283,9 @@ impl Server {
             controller,
             gateway,
             tls: settings.tls.map(tokio_rustls::TlsAcceptor::from),
+            limits: Arc::new(settings.limits),
+            metrics,
+            hub_metrics,
         })
     }
 
@@ -291,6 +310,9 @@ impl Server {
             gateway,
             tls,
             _role,
+            limits,
+            metrics,
+            hub_metrics,
             ..
         } = self;
         if let Some((server, udp, tcp, allow)) = dns {
@@ -303,8 +325,11 @@ impl Server {
         }
         tokio::spawn(compact_periodically(store, compaction_interval));
         tokio::spawn(controller.run());
-        let gateway = gateway.serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(
+        let gateway = gateway.serve_with_incoming(crate::connections::capped_incoming(
             agent_listener,
+            limits.gateway.max_connections,
+            limits.gateway.hello_timeout,
+            hub_metrics,
         ));
         tokio::spawn(async move {
             if let Err(e) = gateway.await {
@@ -312,6 +337,13 @@ impl Server {
             }
         });
         tracing::info!("serving");
+        let serving = Serving {
+            router,
+            in_flight: Arc::new(InFlight::new(&limits)),
+            limits: limits.clone(),
+            metrics: metrics.clone(),
+        };
+        let connections = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
         tokio::pin!(shutdown);
         loop {
             let (stream, peer) = tokio::select! {
@@ -325,22 +357,51 @@ impl Server {
                 },
                 () = &mut shutdown => break,
             };
+            // Over the cap: close at once (no handshake, no buffers), and count it.
+            let Some(open) = crate::connections::Open::try_new(&connections, &metrics) else {
+                LimitCounters::count(&metrics.limits.connections_refused);
+                tracing::debug!(%peer, max_connections = limits.max_connections, "connection refused: limits.maxConnections open");
+                drop(stream);
+                continue;
+            };
             let _ = stream.set_nodelay(true);
-            let router = router.clone();
+            let serving = serving.clone();
             let tls = tls.clone();
             tokio::spawn(async move {
+                let _open = open;
                 match tls {
                     Some(acceptor) => {
                         match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await
                         {
-                            Ok(Ok(stream)) => serve_connection(stream, peer, router).await,
+                            Ok(Ok(stream)) => {
+                                let protocol = if stream.get_ref().1.alpn_protocol()
+                                    == Some(b"h2".as_slice())
+                                {
+                                    Protocol::Http2
+                                } else {
+                                    Protocol::Http1
+                                };
+                                serve_connection(stream, peer, serving, protocol).await
+                            }
                             Ok(Err(e)) => {
                                 tracing::debug!(%peer, error = %e, "TLS handshake failed")
                             }
                             Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
                         }
                     }
-                    None => serve_connection(stream, peer, router).await,
+                    None => {
+                        match crate::connections::sniff(&stream, serving.limits.header_read_timeout)
+                            .await
+                        {
+                            Some(protocol) => {
+                                serve_connection(stream, peer, serving, protocol).await
+                            }
+                            None => {
+                                LimitCounters::count(&serving.metrics.limits.header_timeouts);
+                                tracing::debug!(%peer, "no request within limits.headerReadTimeoutSeconds");
+                            }
+                        }
+                    }
                 }
             });
         }
@@ -369,6 +430,17 @@ pub async fn open_store(settings: &Settings) -> anyhow::Result<Storage> {
     }
     std::fs::create_dir_all(&settings.data_dir)
         .with_context(|| format!("creating data dir {}", settings.data_dir.display()))?;
+    // The store holds token hashes and credentials' records: owner only.
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&settings.data_dir, std::fs::Permissions::from_mode(0o700))
+            .with_context(|| {
+                format!(
+                    "restricting data dir {} to its owner",
+                    settings.data_dir.display()
+                )
+            })?;
+    }
     let store_path = settings.data_dir.join("store.redb");
     let store = RedbStore::open(
         &store_path,
@@ -417,21 +489,143 @@ pub fn print_ready(addresses: &Addresses) {
     let _ = stdout.flush();
 }
 
-async fn serve_connection<S>(stream: S, peer: SocketAddr, router: axum::Router)
+/// What every REST connection is served with.
+#[derive(Clone)]
+struct Serving {
+    router: axum::Router,
+    limits: Arc<Limits>,
+    in_flight: Arc<InFlight>,
+    metrics: Arc<Metrics>,
+}
+
+/// Serves one connection with the serving limits: HTTP/1 header-read timeout, HTTP/2
+/// stream cap and keep-alive PINGs, the in-flight caps (429), and the idle timeout.
+async fn serve_connection<S>(stream: S, peer: SocketAddr, serving: Serving, protocol: Protocol)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let service =
+    let Serving {
+        router,
+        limits,
+        in_flight,
+        metrics,
+    } = serving;
+    let activity = Arc::new(crate::connections::Activity::default());
+    let service = {
+        let activity = activity.clone();
+        let metrics = metrics.clone();
+        let limits = limits.clone();
         hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
             request.extensions_mut().insert(Peer(peer));
-            router.clone().oneshot(request)
-        });
-    if let Err(e) = auto::Builder::new(TokioExecutor::new())
-        .serve_connection_with_upgrades(TokioIo::new(stream), service)
-        .await
-    {
-        tracing::debug!(%peer, error = %e, "connection ended with an error");
+            let busy = activity.start();
+            let kind = RequestKind::of(
+                request.method(),
+                request.uri().path(),
+                request.uri().query(),
+            );
+            let admitted = in_flight.admit(kind);
+            let router = router.clone();
+            let metrics = metrics.clone();
+            let limits = limits.clone();
+            async move {
+                let permit = match admitted {
+                    Ok(permit) => permit,
+                    Err(kind) => {
+                        let (counter, key, cap) = match kind {
+                            RequestKind::Mutating => (
+                                &metrics.limits.inflight_refused_mutating,
+                                "limits.maxMutatingRequestsInflight",
+                                limits.max_mutating_requests_inflight,
+                            ),
+                            _ => (
+                                &metrics.limits.inflight_refused_readonly,
+                                "limits.maxRequestsInflight",
+                                limits.max_requests_inflight,
+                            ),
+                        };
+                        LimitCounters::count(counter);
+                        let error = crate::status::ApiError::too_many_requests(
+                            format!(
+                                "Too many requests, please try again later ({cap} in flight: {key})"
+                            ),
+                            1,
+                        );
+                        return Ok::<_, std::convert::Infallible>(error.into_response());
+                    }
+                };
+                // Watches are long-running: their own duration applies.
+                let response = if kind == RequestKind::Exempt {
+                    router.oneshot(request).await?
+                } else {
+                    match tokio::time::timeout(limits.request_timeout, router.oneshot(request))
+                        .await
+                    {
+                        Ok(response) => response?,
+                        Err(_) => {
+                            LimitCounters::count(&metrics.limits.request_timeouts);
+                            tracing::debug!(%peer, "request timed out: limits.requestTimeoutSeconds");
+                            return Ok(crate::status::ApiError::timeout(format!(
+                                "Timeout: request did not complete within {}s (limits.requestTimeoutSeconds)",
+                                limits.request_timeout.as_secs()
+                            ))
+                            .into_response());
+                        }
+                    }
+                };
+                // The connection is busy until the body is sent (a watch streams for long).
+                Ok(response.map(|body| {
+                    axum::body::Body::new(crate::connections::HeldBody::new(body, (busy, permit)))
+                }))
+            }
+        })
+    };
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(limits.http2_max_streams)
+        .keep_alive_interval(limits.http2_keep_alive_interval)
+        .keep_alive_timeout(crate::limits::HTTP2_KEEP_ALIVE_TIMEOUT);
+    let builder = match protocol {
+        Protocol::Http1 => builder.http1_only(),
+        Protocol::Http2 => builder.http2_only(),
+    };
+    let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+    tokio::pin!(connection);
+    let result = tokio::select! {
+        result = connection.as_mut() => result,
+        () = activity.idle_for(limits.idle_timeout) => {
+            LimitCounters::count(&metrics.limits.idle_closed);
+            tracing::debug!(%peer, "connection idle for limits.idleTimeoutSeconds: closing");
+            connection.as_mut().graceful_shutdown();
+            match tokio::time::timeout(limits.idle_timeout, connection.as_mut()).await {
+                Ok(result) => result,
+                Err(_) => Ok(()),
+            }
+        }
+    };
+    if let Err(e) = result {
+        let header_timeout = e
+            .downcast_ref::<hyper::Error>()
+            .is_some_and(hyper::Error::is_timeout);
+        if header_timeout {
+            LimitCounters::count(&metrics.limits.header_timeouts);
+            tracing::debug!(%peer, "request headers not received within limits.headerReadTimeoutSeconds");
+        } else {
+            tracing::debug!(%peer, error = %e, "connection ended with an error");
+        }
     }
+}
+
+/// The HTTP version a connection speaks (ALPN with TLS, the preface without).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    Http1,
+    Http2,
 }
 
 /// Every interval, discards history older than the previous tick (so watchers and

@@ -154,6 +154,22 @@ impl ApiError {
         )
     }
 
+    /// `429 Too Many Requests` with `Retry-After`: a serving limit (in-flight requests,
+    /// watches) is reached; the client retries later.
+    pub fn too_many_requests(message: impl Into<String>, retry_after: u32) -> Self {
+        let mut error = Self::new(StatusCode::TOO_MANY_REQUESTS, "TooManyRequests", message);
+        error.retry_after = Some(retry_after);
+        error
+    }
+
+    /// `504 Gateway Timeout`: the request did not complete in time, as kube-apiserver
+    /// answers past `--request-timeout`.
+    pub fn timeout(message: impl Into<String>) -> Self {
+        let mut error = Self::new(StatusCode::GATEWAY_TIMEOUT, "Timeout", message);
+        error.retry_after = Some(1);
+        error
+    }
+
     /// `410 Gone`: a resourceVersion or continue token older than the kept history.
     pub fn expired(message: impl Into<String>) -> Self {
         Self::new(StatusCode::GONE, "Expired", message)

@@ -13,6 +13,19 @@ use tokio::sync::mpsc;
 use crate::registry::{Filter, Registry, prefix};
 use crate::status::ApiError;
 
+/// The 429 for a watch a cap refused (`limits.maxWatches`, `limits.maxWatchesPerUser`).
+pub fn refused(refused: crate::metrics::WatchRefused) -> ApiError {
+    let message = match refused {
+        crate::metrics::WatchRefused::Total(cap) => format!(
+            "too many watches: {cap} are open on this server (limits.maxWatches); retry later"
+        ),
+        crate::metrics::WatchRefused::User(cap) => format!(
+            "too many watches: this user has {cap} open (limits.maxWatchesPerUser); close some or retry later"
+        ),
+    };
+    ApiError::too_many_requests(message, 1)
+}
+
 /// Turns an object into what the client asked for (the object itself, or a Table).
 pub type Render<R> = Box<dyn Fn(&R) -> Value + Send + Sync>;
 

@@ -23,6 +23,7 @@ pub mod flood;
 pub mod kubeapi;
 pub mod netns;
 pub mod oidc;
+pub mod soak;
 pub mod web;
 
 use std::io::{BufRead, BufReader};

@@ -15,6 +15,7 @@
 //! - [`Hub`] (this module) is the shared state between them: the published plan of
 //!   every cluster and what each connected agent has said.
 
+pub mod admission;
 pub mod controller;
 pub mod credentials;
 pub mod directory;
