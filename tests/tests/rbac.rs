@@ -533,4 +533,19 @@ fn oidc_tokens_authenticate_users() {
             .ok_or_else(|| "not yet".to_string())
     });
     refused("a removed key", &ec);
+
+    let (code, metrics) = server.curl("/metrics", "admin-token");
+    assert_eq!(code, 200);
+    let metrics = metrics.as_str().unwrap().to_string();
+    let value = |name: &str| -> u64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{name} missing in {metrics}"))
+    };
+    assert!(value("fedingress_oidc_tokens_total{result=\"accepted\"}") >= 4);
+    assert!(value("fedingress_oidc_tokens_total{result=\"rejected\"}") >= 6);
+    assert!(value("fedingress_oidc_key_fetches_total{result=\"ok\"}") >= 2);
+    assert!(value("fedingress_authorization_decisions_total{decision=\"deny\"}") >= 1);
+    assert_eq!(value("fedingress_authorization_synced"), 1);
 }

@@ -14,6 +14,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use aws_lc_rs::signature::{self, RsaPublicKeyComponents, UnparsedPublicKey};
@@ -328,6 +329,17 @@ pub struct OidcAuthenticator {
     cache: tokio::sync::Mutex<Cache>,
     /// Lock-free copy of the keys for the common path.
     keys: arc_swap::ArcSwap<KeySet>,
+    counters: Counters,
+}
+
+/// Counters for `/metrics`.
+#[derive(Debug, Default)]
+struct Counters {
+    accepted: AtomicU64,
+    rejected: AtomicU64,
+    fetches: AtomicU64,
+    fetch_errors: AtomicU64,
+    refresh_skipped: AtomicU64,
 }
 
 impl std::fmt::Debug for OidcAuthenticator {
@@ -375,6 +387,7 @@ impl OidcAuthenticator {
                 last_fetch: None,
             }),
             keys: arc_swap::ArcSwap::from_pointee(Vec::new()),
+            counters: Counters::default(),
         }))
     }
 
@@ -384,6 +397,17 @@ impl OidcAuthenticator {
 
     /// The user behind `token`; `Ok(None)` when it is not a token of this issuer.
     pub async fn authenticate(&self, token: &str) -> Result<Option<User>, TokenError> {
+        let result = self.verify_token(token).await;
+        let counter = match &result {
+            Ok(Some(_)) => &self.counters.accepted,
+            Ok(None) => return result,
+            Err(_) => &self.counters.rejected,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        result
+    }
+
+    async fn verify_token(&self, token: &str) -> Result<Option<User>, TokenError> {
         let parsed = match parse(token) {
             Ok(parsed) => parsed,
             Err(_) => return Ok(None),
@@ -410,9 +434,13 @@ impl OidcAuthenticator {
             .last_fetch
             .is_some_and(|at| at.elapsed() < self.settings.min_key_refresh)
         {
+            self.counters
+                .refresh_skipped
+                .fetch_add(1, Ordering::Relaxed);
             return Arc::new(cache.keys.clone());
         }
         cache.last_fetch = Some(Instant::now());
+        self.counters.fetches.fetch_add(1, Ordering::Relaxed);
         match self.fetch_keys(&mut cache.jwks_uri).await {
             Ok(keys) => {
                 tracing::info!(issuer = %self.settings.issuer_url, keys = keys.len(), "OIDC keys fetched");
@@ -420,6 +448,7 @@ impl OidcAuthenticator {
                 self.keys.store(Arc::new(cache.keys.clone()));
             }
             Err(error) => {
+                self.counters.fetch_errors.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(issuer = %self.settings.issuer_url, %error, "fetching OIDC keys failed");
             }
         }
@@ -470,6 +499,39 @@ impl OidcAuthenticator {
             .json()
             .await
             .map_err(|e| format!("GET {url}: {e}"))
+    }
+
+    /// Appends the OIDC metrics in the Prometheus text format.
+    pub fn write_prometheus(&self, out: &mut String) {
+        use std::fmt::Write;
+        let c = &self.counters;
+        let _ = writeln!(
+            out,
+            "# HELP fedingress_oidc_tokens_total OIDC ID tokens of the configured issuer, by result.\n# TYPE fedingress_oidc_tokens_total counter"
+        );
+        for (result, counter) in [("accepted", &c.accepted), ("rejected", &c.rejected)] {
+            let _ = writeln!(
+                out,
+                "fedingress_oidc_tokens_total{{result=\"{result}\"}} {}",
+                counter.load(Ordering::Relaxed)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP fedingress_oidc_key_fetches_total Fetches of the issuer's keys (start, unknown kid), by result.\n# TYPE fedingress_oidc_key_fetches_total counter"
+        );
+        let fetches = c.fetches.load(Ordering::Relaxed);
+        let errors = c.fetch_errors.load(Ordering::Relaxed);
+        let _ = writeln!(
+            out,
+            "fedingress_oidc_key_fetches_total{{result=\"ok\"}} {}\nfedingress_oidc_key_fetches_total{{result=\"error\"}} {errors}",
+            fetches.saturating_sub(errors)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP fedingress_oidc_key_refreshes_skipped_total Unknown kids not refetched because of oidc.minKeyRefreshSeconds.\n# TYPE fedingress_oidc_key_refreshes_skipped_total counter\nfedingress_oidc_key_refreshes_skipped_total {}",
+            c.refresh_skipped.load(Ordering::Relaxed)
+        );
     }
 
     /// Fetches the keys once at start (failures are only logged: tokens retry).
