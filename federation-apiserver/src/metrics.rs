@@ -524,6 +524,7 @@ impl HubMetrics {
     /// The Prometheus text of the hub's metrics; `connected_agents` and the DNS server's
     /// counters come from their owners.
     pub fn render(&self, out: &mut String, connected_agents: usize) {
+        crate::hub::credentials::IDENTITY.render(out);
         out.push_str("# HELP fedingress_controller_pass_duration_seconds Duration of the hub controller's passes.\n# TYPE fedingress_controller_pass_duration_seconds histogram\n");
         if let Ok(h) = self.passes.lock() {
             h.write(out, "fedingress_controller_pass_duration_seconds", "");

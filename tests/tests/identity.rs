@@ -111,6 +111,22 @@ impl Hub {
         assert_eq!(status["status"], "Success", "{status}");
     }
 
+    /// The hub's /metrics text.
+    fn metrics(&self) -> String {
+        let out = Command::new("curl")
+            .args([
+                "-sS",
+                "-H",
+                &format!("Authorization: Bearer {ADMIN}"),
+                "--cacert",
+            ])
+            .arg(&self.ca)
+            .arg(format!("{}/metrics", self.api))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     /// `fedingress_agents_connected` from /metrics.
     fn connected_agents(&self) -> u64 {
         let out = Command::new("curl")
@@ -303,6 +319,18 @@ fn join_token_buys_an_mtls_session_that_renews_and_is_revoked_at_once() {
     hub.wait_connected(1, "c1 connected with a token");
     let took = measure_revocation(&hub, "c1", &token_id);
     println!("token revoked: live session ended {took:?} after the DELETE was sent");
+    let metrics = hub.metrics();
+    for line in [
+        "fedingress_agent_certificates_issued_total{rpc=\"join\"} 1",
+        "fedingress_agent_certificates_issued_total{rpc=\"renew\"} 1",
+        "fedingress_agent_sessions_revoked_total 2",
+    ] {
+        assert!(metrics.contains(line), "{line} not in {metrics}");
+    }
+    assert!(
+        !metrics.contains("fedingress_agent_auth_refused_total{kind=\"join\"} 0"),
+        "the twin's refused joins are counted"
+    );
     drop(hub.process);
 }
 

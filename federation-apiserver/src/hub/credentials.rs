@@ -10,7 +10,8 @@
 //! - After a broken watch (compaction, store restart) every live session's keys are read
 //!   again; the ones gone end then.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -19,6 +20,71 @@ use futures_util::StreamExt;
 use tokio::sync::watch;
 
 use super::tokens::credentials_watch_prefix;
+
+/// Agent identity counters, rendered into the hub's `/metrics` (one set per process;
+/// every label value is one of a fixed few).
+pub struct IdentityCounters {
+    /// Certificates issued by `Join`.
+    pub joins: AtomicU64,
+    /// Certificates issued by `Renew`.
+    pub renewals: AtomicU64,
+    /// Sessions ended because their credential or Cluster was deleted.
+    pub revoked_sessions: AtomicU64,
+    /// Refusals by what was refused: `token`, `certificate`, `join`, `renew`, `csr`.
+    refused: Mutex<BTreeMap<&'static str, u64>>,
+}
+
+/// The process's identity counters.
+pub static IDENTITY: IdentityCounters = IdentityCounters {
+    joins: AtomicU64::new(0),
+    renewals: AtomicU64::new(0),
+    revoked_sessions: AtomicU64::new(0),
+    refused: Mutex::new(BTreeMap::new()),
+};
+
+impl IdentityCounters {
+    /// Counts a refusal of `what` (`token`, `certificate`, `join`, `renew`, `csr`).
+    pub fn refused(&self, what: &'static str) {
+        *self
+            .refused
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(what)
+            .or_default() += 1;
+    }
+
+    /// Prometheus text.
+    pub fn render(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        out.push_str("# HELP fedingress_agent_certificates_issued_total Client certificates the agent CA issued, by RPC.\n# TYPE fedingress_agent_certificates_issued_total counter\n");
+        let _ = writeln!(
+            out,
+            "fedingress_agent_certificates_issued_total{{rpc=\"join\"}} {}",
+            get(&self.joins)
+        );
+        let _ = writeln!(
+            out,
+            "fedingress_agent_certificates_issued_total{{rpc=\"renew\"}} {}",
+            get(&self.renewals)
+        );
+        out.push_str("# HELP fedingress_agent_sessions_revoked_total Agent sessions ended because their credential or Cluster was deleted.\n# TYPE fedingress_agent_sessions_revoked_total counter\n");
+        let _ = writeln!(
+            out,
+            "fedingress_agent_sessions_revoked_total {}",
+            get(&self.revoked_sessions)
+        );
+        out.push_str("# HELP fedingress_agent_auth_refused_total Refused agent credentials and requests, by kind.\n# TYPE fedingress_agent_auth_refused_total counter\n");
+        let refused = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+        for what in ["token", "certificate", "join", "renew", "csr"] {
+            let _ = writeln!(
+                out,
+                "fedingress_agent_auth_refused_total{{kind=\"{what}\"}} {}",
+                refused.get(what).copied().unwrap_or(0)
+            );
+        }
+    }
+}
 
 /// Why a revoked session ended (sent to the session loop).
 pub const CREDENTIAL_REVOKED: &str = "credential revoked";
@@ -96,6 +162,9 @@ impl Revocations {
             entry.end.send_replace(reason);
             ended += 1;
         }
+        IDENTITY
+            .revoked_sessions
+            .fetch_add(ended as u64, Ordering::Relaxed);
         ended
     }
 

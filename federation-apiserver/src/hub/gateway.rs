@@ -36,7 +36,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::credentials::{Registration, Revocations};
+use super::credentials::{IDENTITY, Registration, Revocations};
 use super::pki::AgentCa;
 use super::tokens::{CertRecord, TokenStore, Verdict};
 use super::{Hub, Published};
@@ -145,7 +145,10 @@ impl Gateway {
             Verdict::Valid { key } => {
                 Ok((self.identity.revocations.register(key, cluster_key), method))
             }
-            Verdict::Refused(why) => Err(Status::unauthenticated(why)),
+            Verdict::Refused(why) => {
+                IDENTITY.refused(method);
+                Err(Status::unauthenticated(why))
+            }
         }
     }
 
@@ -228,6 +231,7 @@ impl AgentGateway for Gateway {
         }
         // Check the CSR before spending the token on it.
         if let Err(e) = super::pki::check_csr_pem(&join.csr_pem, &cluster) {
+            IDENTITY.refused("csr");
             return Err(Status::invalid_argument(e.to_string()));
         }
         match self
@@ -244,10 +248,14 @@ impl AgentGateway for Gateway {
             Verdict::Valid { .. } => {}
             Verdict::Refused(why) => {
                 tracing::warn!(cluster, peer = ?peer, reason = %why, "join refused");
+                IDENTITY.refused("join");
                 return Err(Status::unauthenticated(why));
             }
         }
         let issued = self.issue(&cluster, &uid, &join.csr_pem).await?;
+        IDENTITY
+            .joins
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         tracing::info!(cluster, peer = ?peer, fingerprint = %issued.fingerprint, not_after = issued.not_after_unix, "agent joined: client certificate issued");
         Ok(Response::new(fedingress_proto::convert::issued_to_pb(
             &issued,
@@ -276,10 +284,21 @@ impl AgentGateway for Gateway {
             Verdict::Valid { .. } => {}
             Verdict::Refused(why) => {
                 tracing::warn!(cluster, peer = ?peer, reason = %why, "renewal refused");
+                IDENTITY.refused("renew");
                 return Err(Status::unauthenticated(why));
             }
         }
-        let issued = self.issue(&cluster, &uid, &renew.csr_pem).await?;
+        let issued = self
+            .issue(&cluster, &uid, &renew.csr_pem)
+            .await
+            .inspect_err(|status| {
+                if status.code() == tonic::Code::InvalidArgument {
+                    IDENTITY.refused("csr");
+                }
+            })?;
+        IDENTITY
+            .renewals
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         tracing::info!(cluster, peer = ?peer, fingerprint = %issued.fingerprint, not_after = issued.not_after_unix, "client certificate renewed");
         Ok(Response::new(fedingress_proto::convert::issued_to_pb(
             &issued,
