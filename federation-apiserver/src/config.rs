@@ -122,6 +122,9 @@ pub struct FileConfig {
     pub storage: StorageConfig,
     #[serde(default)]
     pub watch: WatchConfig,
+    /// Serving limits of the REST API and the agent gateway (docs/security.md).
+    #[serde(default)]
+    pub limits: crate::limits::LimitsConfig,
     /// OIDC ID tokens as bearer tokens (the `--oidc-*` flags).
     #[serde(default)]
     pub oidc: crate::auth::config::OidcFile,
@@ -130,9 +133,6 @@ pub struct FileConfig {
     pub audit: crate::auth::config::AuditFile,
 }
 
-    /// Serving limits of the REST API and the agent gateway (docs/security.md).
-    #[serde(default)]
-    pub limits: crate::limits::LimitsConfig,
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TlsFiles {
@@ -149,6 +149,10 @@ pub struct StorageConfig {
     /// How often history older than one interval is compacted.
     #[serde(default = "default_compaction_seconds")]
     pub compaction_interval_seconds: u64,
+    /// How often `/readyz` checks that the store commits (a tiny write when nothing
+    /// else committed meanwhile; see `health.rs`).
+    #[serde(default = "default_commit_probe_seconds")]
+    pub commit_probe_interval_seconds: u64,
     /// Store in etcd instead of redb (the `--etcd-*` flags win over these keys).
     pub etcd: Option<EtcdFileConfig>,
 }
@@ -174,11 +178,16 @@ fn default_compaction_seconds() -> u64 {
     300
 }
 
+fn default_commit_probe_seconds() -> u64 {
+    crate::health::DEFAULT_COMMIT_PROBE_INTERVAL.as_secs()
+}
+
 impl Default for StorageConfig {
     fn default() -> Self {
         Self {
             cache_size_mib: default_cache_mib(),
             compaction_interval_seconds: default_compaction_seconds(),
+            commit_probe_interval_seconds: default_commit_probe_seconds(),
             etcd: None,
         }
     }
@@ -352,7 +361,11 @@ pub struct Settings {
     /// With etcd: this replica's name and lease.
     pub replica: crate::hub::replication::ReplicaSettings,
     pub compaction_interval: Duration,
+    /// How often commits are checked for `/readyz` (`storage.commitProbeIntervalSeconds`).
+    pub commit_probe_interval: Duration,
     pub bookmark_interval: Duration,
+    /// Serving limits (`limits:` and the kube-apiserver flags over it).
+    pub limits: crate::limits::Limits,
     /// The agent CA from files, loaded; `None`: generated into the data dir (embedded
     /// store) or none (etcd: agents use tokens only).
     pub agent_ca: Option<Arc<crate::hub::pki::AgentCa>>,
@@ -361,8 +374,6 @@ pub struct Settings {
     /// The audit log of writes, when configured.
     pub audit: Option<crate::auth::config::AuditSettings>,
 }
-    /// Serving limits (`limits:` and the kube-apiserver flags over it).
-    pub limits: crate::limits::Limits,
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -540,6 +551,11 @@ pub fn load(cli: &Cli) -> Result<Settings, ConfigError> {
     }
     let audit = crate::auth::config::audit_settings(&cli.auth, &file.audit)
         .map_err(ConfigError::Invalid)?;
+    if file.storage.commit_probe_interval_seconds == 0 {
+        return Err(ConfigError::Invalid(
+            "storage.commitProbeIntervalSeconds must be positive".into(),
+        ));
+    }
     if file.storage.cache_size_mib == 0 || file.storage.compaction_interval_seconds == 0 {
         return Err(ConfigError::Invalid(
             "storage.cacheSizeMib and storage.compactionIntervalSeconds must be positive".into(),
@@ -552,6 +568,14 @@ pub fn load(cli: &Cli) -> Result<Settings, ConfigError> {
             "watch.bookmarkIntervalSeconds must be positive".into(),
         ));
     }
+    let limits = file
+        .limits
+        .check(&crate::limits::LimitFlags {
+            max_requests_inflight: cli.max_requests_inflight,
+            max_mutating_requests_inflight: cli.max_mutating_requests_inflight,
+            min_request_timeout: cli.min_request_timeout,
+        })
+        .map_err(ConfigError::Invalid)?;
     Ok(Settings {
         listen,
         dns_listen,
@@ -565,16 +589,10 @@ pub fn load(cli: &Cli) -> Result<Settings, ConfigError> {
         cache_size_bytes: file.storage.cache_size_mib * 1024 * 1024,
         etcd,
         replica,
-    let limits = file
-        .limits
-        .check(&crate::limits::LimitFlags {
-            max_requests_inflight: cli.max_requests_inflight,
-            max_mutating_requests_inflight: cli.max_mutating_requests_inflight,
-            min_request_timeout: cli.min_request_timeout,
-        })
-        .map_err(ConfigError::Invalid)?;
         compaction_interval: Duration::from_secs(file.storage.compaction_interval_seconds),
+        commit_probe_interval: Duration::from_secs(file.storage.commit_probe_interval_seconds),
         bookmark_interval: Duration::from_secs(file.watch.bookmark_interval_seconds),
+        limits,
         agent_ca,
         certificate_validity,
         join_token_ttl,
@@ -588,7 +606,6 @@ pub const DEFAULT_REPLICA_LEASE: Duration = Duration::from_secs(3);
 /// `--replica-name` and `--leader-elect-lease-duration`, checked.
 fn replica_settings(
     cli: &Cli,
-        limits,
     etcd: bool,
 ) -> Result<crate::hub::replication::ReplicaSettings, ConfigError> {
     if !etcd && (cli.replica_name.is_some() || cli.leader_elect_lease_duration.is_some()) {

@@ -235,6 +235,11 @@ impl Server {
             Storage::Shared(_) => settings.replica.name.clone(),
             Storage::Embedded(_) => "federation-apiserver".to_string(),
         };
+        tokio::spawn(health.clone().probe_commits(
+            store.clone(),
+            crate::health::commit_probe_key(&replica_name),
+            settings.commit_probe_interval,
+        ));
         tokio::spawn(health.probe(store.clone(), registry.clone(), replica_name));
         let mut gateway = tonic::transport::Server::builder()
             .http2_keepalive_interval(Some(Duration::from_secs(10)))

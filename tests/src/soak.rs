@@ -217,6 +217,15 @@ pub fn start_apiserver(dir: &Path, extra: &str, args: &[&str]) -> Process {
         .expect("apiserver starts")
 }
 
+/// `curl -sS URL`: the body as text (empty when curl fails).
+pub fn curl_text(url: &str) -> String {
+    Command::new("curl")
+        .args(["-sS", "--max-time", "30", url])
+        .output()
+        .map(|out| String::from_utf8_lossy(&out.stdout).to_string())
+        .unwrap_or_default()
+}
+
 /// The value of the sample `series` (name with labels, exactly as exposed) in a
 /// Prometheus text exposition.
 pub fn metric(text: &str, series: &str) -> Option<f64> {
