@@ -927,6 +927,48 @@ mod tests {
     }
 
     #[test]
+    fn agent_ca_files_go_together_and_are_loaded_before_anything_binds() {
+        let message = dev_with(&["--agent-ca-cert-file", "ca.pem"])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(message.contains("go together"), "{message}");
+        let dir = tempfile::tempdir().unwrap();
+        let (ca, key) = crate::hub::pki::AgentCa::generate("test").unwrap();
+        let cert_path = dir.path().join("ca.crt");
+        let key_path = dir.path().join("ca.key");
+        std::fs::write(&cert_path, ca.cert_pem()).unwrap();
+        std::fs::write(&key_path, "not a key").unwrap();
+        let (cert, bad_key) = (cert_path.to_str().unwrap(), key_path.to_str().unwrap());
+        let message = dev_with(&["--agent-ca-cert-file", cert, "--agent-ca-key-file", bad_key])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(message.contains("private key"), "{message}");
+        std::fs::write(&key_path, key).unwrap();
+        let settings =
+            dev_with(&["--agent-ca-cert-file", cert, "--agent-ca-key-file", bad_key]).unwrap();
+        assert!(settings.agent_ca.is_some());
+        assert_eq!(settings.certificate_validity, Duration::from_secs(86400));
+        assert_eq!(settings.join_token_ttl, Duration::from_secs(3600));
+        let path = dir.path().join("short.yaml");
+        std::fs::write(
+            &path,
+            "dev: true\nagents: {certificateValiditySeconds: 5}\n",
+        )
+        .unwrap();
+        let message = load(&Cli::parse_from([
+            "federation-apiserver",
+            "--config",
+            path.to_str().unwrap(),
+        ]))
+        .err()
+        .unwrap()
+        .to_string();
+        assert!(message.contains("certificateValiditySeconds"), "{message}");
+    }
+
+    #[test]
     fn etcd_flags_select_etcd() {
         let settings = dev_with(&[
             "--etcd-servers",
