@@ -521,7 +521,7 @@ impl Agent {
                         version,
                         code = ?status.code(),
                         error = status.message(),
-                        "hub refused the agent; check the token and the cluster name"
+                        "agent credentials refused (by the hub, or no usable one left): the error says which and what to do"
                     );
                     true
                 }

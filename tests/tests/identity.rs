@@ -622,3 +622,40 @@ fn foreign_ca(name: &str) -> (String, String) {
     let cert = params.self_signed(&key).unwrap();
     (cert.pem(), key.serialize_pem())
 }
+
+/// A certificate that expired while its agent was down: the agent says it needs a new
+/// join token and stays out; with one it joins again.
+#[test]
+fn an_expired_certificate_needs_a_new_join_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    // The shortest validity the hub allows.
+    let hub = Hub::start(dir, 10);
+    let spec = ClusterSpec::numbered(95, 1, "europe-west1", 10.0, 20.0);
+    let _echo = Echo::start(spec.backend).unwrap();
+    create_cluster(&hub.kubectl, dir, &spec);
+    let (_, join) = hub.issue("c1", "?type=join");
+    let config = https_agent(dir, &hub, &spec, &join, true);
+    let agent = start_agent(&config, "c1");
+    hub.wait_connected(1, "c1 connected with its certificate");
+    drop(agent);
+    hub.wait_connected(0, "c1 gone");
+    let not_after = cert_meta(&config)["notAfter"].as_i64().unwrap();
+    while chrono::Utc::now().timestamp() <= not_after {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let agent = start_agent(&config, "c1 expired");
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        hub.connected_agents(),
+        0,
+        "an expired certificate connected"
+    );
+    drop(agent);
+    let (_, fresh) = hub.issue("c1", "?type=join");
+    std::fs::write(config.parent().unwrap().join("join-token"), fresh).unwrap();
+    let _agent = start_agent(&config, "c1 re-joined");
+    hub.wait_connected(1, "c1 joined again with a new join token");
+    assert!(cert_meta(&config)["notAfter"].as_i64().unwrap() > not_after);
+    drop(hub.process);
+}
