@@ -134,7 +134,15 @@ async fn handle(State(state): State<Arc<AppState>>, request: Request) -> Respons
     };
     let code = response.status().as_u16();
     if let (Some(log), Some(start)) = (&state.audit, audit) {
-        log.record(&start.finish(verb, who.as_ref(), code, failure));
+        let mut record = start.finish(verb, who.as_ref(), code, failure);
+        if let (Some(object), Some(created)) = (
+            record.object_ref.as_mut(),
+            response.extensions().get::<crate::auth::audit::CreatedName>(),
+        ) && object.name.is_empty()
+        {
+            object.name = created.0.clone();
+        }
+        log.record(&record);
     }
     state
         .metrics
@@ -1018,13 +1026,20 @@ async fn serve_verb<R: Printable>(
             let (object, warnings, dry_run) = decode_write::<R>(&params, request).await?;
             crate::auth::escalation::check::<R>(&state.authorizer, user, namespace, None, &object)?;
             let created = registry.create(namespace, object, now, dry_run).await?;
-            Ok(with_warnings(
+            let mut response = with_warnings(
                 json_response(
                     StatusCode::CREATED,
                     &serde_json::to_value(&created).unwrap_or_default(),
                 ),
                 &warnings,
-            ))
+            );
+            // The audit log names the created object, as kube's does.
+            response
+                .extensions_mut()
+                .insert(crate::auth::audit::CreatedName(
+                    created.metadata().name.clone().unwrap_or_default(),
+                ));
+            Ok(response)
         }
         "update" => {
             let (object, warnings, dry_run) = decode_write::<R>(&params, request).await?;

@@ -204,6 +204,52 @@ fn a_rolebinding_to_edit_scopes_a_user_to_one_namespace() {
         err.contains("User \"dave\" cannot create resource \"rolebindings\" in API group \"rbac.authorization.k8s.io\" in the namespace \"shop\""),
         "{err}"
     );
+    // A namespace admin may hand out what they hold there, and no more.
+    admin.ok(&[
+        "create",
+        "rolebinding",
+        "dave-admin",
+        "--clusterrole=admin",
+        "--user=dave",
+        "-n",
+        "team",
+    ]);
+    let described = admin.ok(&["describe", "rolebinding", "dave-admin", "-n", "team"]);
+    assert!(
+        described.contains("ClusterRole")
+            && described.contains("admin")
+            && described.contains("dave"),
+        "{described}"
+    );
+    eventually(PROPAGATE, "dave may bind edit in team", || {
+        let out = dave.run(&[
+            "create",
+            "rolebinding",
+            "erin-edit",
+            "--clusterrole=edit",
+            "--user=erin",
+            "-n",
+            "team",
+        ]);
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    });
+    let err = dave.fails(&[
+        "create",
+        "rolebinding",
+        "erin-root",
+        "--clusterrole=cluster-admin",
+        "--user=erin",
+        "-n",
+        "team",
+    ]);
+    assert!(
+        err.contains("rolebindings.rbac.authorization.k8s.io \"erin-root\" is forbidden: user \"dave\" (groups=[\"system:authenticated\"]) is attempting to grant RBAC permissions not currently held"),
+        "{err}"
+    );
     let (code, status) = server.curl("/metrics", "dave-token");
     assert_eq!(code, 403);
     assert_eq!(
@@ -342,7 +388,7 @@ rules:
     let created = events
         .iter()
         .find(|e| {
-            e["objectRef"]["name"].is_null()
+            e["objectRef"]["name"] == "dave-edit"
                 && e["objectRef"]["resource"] == "rolebindings"
                 && e["responseStatus"]["code"] == 201
         })

@@ -91,6 +91,11 @@ impl ObjectRef {
     }
 }
 
+/// The name of an object a create made, put into the response's extensions for the
+/// audit log (a create's URL has no name).
+#[derive(Clone, Debug)]
+pub struct CreatedName(pub String);
+
 /// One finished write, as the API layer hands it over.
 #[derive(Clone, Debug)]
 pub struct Record {
