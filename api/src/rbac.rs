@@ -594,10 +594,34 @@ pub struct Policy {
     pub roles: HashMap<(String, String), Vec<PolicyRule>>,
     /// name → rules.
     pub cluster_roles: HashMap<String, Vec<PolicyRule>>,
-    /// (namespace, name) → grant.
-    pub role_bindings: HashMap<(String, String), Grant>,
+    /// namespace → name → grant (a request looks at its own namespace only).
+    pub role_bindings: HashMap<String, HashMap<String, Grant>>,
     /// name → grant.
     pub cluster_role_bindings: HashMap<String, Grant>,
+}
+
+/// The binding a rule came from (its reason is only formatted when a rule allows).
+struct Source<'a> {
+    /// `""` for a ClusterRoleBinding.
+    namespace: &'a str,
+    name: &'a str,
+    grant: &'a Grant,
+    subject: &'a Subject,
+}
+
+impl Source<'_> {
+    fn reason(&self) -> String {
+        let binding = if self.namespace.is_empty() {
+            format!("ClusterRoleBinding {:?}", self.name)
+        } else {
+            format!("RoleBinding \"{}/{}\"", self.namespace, self.name)
+        };
+        let role = &self.grant.role_ref;
+        format!(
+            "{binding} of {} {:?} to {} {:?}",
+            role.kind, role.name, self.subject.kind, self.subject.name
+        )
+    }
 }
 
 /// Why a request was allowed.
@@ -620,6 +644,29 @@ impl Policy {
         }
     }
 
+    /// Adds or replaces a RoleBinding.
+    pub fn insert_role_binding(&mut self, namespace: &str, name: &str, grant: Grant) {
+        self.role_bindings
+            .entry(namespace.to_string())
+            .or_default()
+            .insert(name.to_string(), grant);
+    }
+
+    /// Removes a RoleBinding.
+    pub fn remove_role_binding(&mut self, namespace: &str, name: &str) {
+        if let Some(bindings) = self.role_bindings.get_mut(namespace) {
+            bindings.remove(name);
+            if bindings.is_empty() {
+                self.role_bindings.remove(namespace);
+            }
+        }
+    }
+
+    /// How many RoleBindings there are.
+    pub fn role_binding_count(&self) -> usize {
+        self.role_bindings.values().map(HashMap::len).sum()
+    }
+
     /// Visits the rules that apply to `user`/`groups` in `namespace` ("" = cluster scope
     /// only): ClusterRoleBindings everywhere, RoleBindings of that namespace. Stops when
     /// `visit` returns false.
@@ -628,24 +675,23 @@ impl Policy {
         user: &str,
         groups: &[String],
         namespace: &str,
-        mut visit: impl FnMut(&str, &PolicyRule) -> bool,
+        mut visit: impl FnMut(&Source<'_>, &PolicyRule) -> bool,
     ) {
-        let mut bindings: Vec<(String, &Grant, &str)> = self
+        let cluster = self
             .cluster_role_bindings
             .iter()
-            .map(|(name, grant)| (format!("ClusterRoleBinding {name:?}"), grant, ""))
-            .collect();
-        if !namespace.is_empty() {
-            bindings.extend(
-                self.role_bindings
+            .map(|(name, grant)| ("", name, grant));
+        let namespaced = self
+            .role_bindings
+            .get(namespace)
+            .filter(|_| !namespace.is_empty())
+            .into_iter()
+            .flat_map(|bindings| {
+                bindings
                     .iter()
-                    .filter(|((ns, _), _)| ns == namespace)
-                    .map(|((ns, name), grant)| {
-                        (format!("RoleBinding \"{ns}/{name}\""), grant, ns.as_str())
-                    }),
-            );
-        }
-        for (source, grant, binding_ns) in bindings {
+                    .map(|(name, grant)| (namespace, name, grant))
+            });
+        for (binding_ns, name, grant) in cluster.chain(namespaced) {
             let Some(subject) = grant
                 .subjects
                 .iter()
@@ -656,16 +702,18 @@ impl Policy {
             let Some(rules) = self.role_rules(&grant.role_ref, binding_ns) else {
                 continue;
             };
-            let reason = format!(
-                "{source} of {} {:?} to {} {:?}",
-                grant.role_ref.kind, grant.role_ref.name, subject.kind, subject.name
-            );
+            let source = Source {
+                namespace: binding_ns,
+                name,
+                grant,
+                subject,
+            };
             for rule in rules {
                 // A namespaced grant never gives non-resource URLs.
                 if !binding_ns.is_empty() && !rule.non_resource_urls.is_empty() {
                     continue;
                 }
-                if !visit(&reason, rule) {
+                if !visit(&source, rule) {
                     return;
                 }
             }
@@ -680,10 +728,10 @@ impl Policy {
         } else {
             ""
         };
-        self.visit_rules(&attrs.user, &attrs.groups, namespace, |reason, rule| {
+        self.visit_rules(&attrs.user, &attrs.groups, namespace, |source, rule| {
             if rule_allows(rule, attrs) {
                 allowed = Some(Allowed {
-                    reason: reason.to_string(),
+                    reason: source.reason(),
                 });
                 false
             } else {
@@ -1042,8 +1090,9 @@ mod tests {
                 },
             );
         }
-        policy.role_bindings.insert(
-            ("shop".into(), "alice-edit".into()),
+        policy.insert_role_binding(
+            "shop",
+            "alice-edit",
             grant("ClusterRole", "edit", vec![user("alice")]),
         );
         policy
@@ -1139,8 +1188,9 @@ mod tests {
     #[test]
     fn service_accounts_default_to_the_binding_namespace() {
         let mut policy = policy();
-        policy.role_bindings.insert(
-            ("shop".into(), "sa".into()),
+        policy.insert_role_binding(
+            "shop",
+            "sa",
             grant(
                 "ClusterRole",
                 "view",
@@ -1163,8 +1213,9 @@ mod tests {
     #[test]
     fn namespaced_grants_never_give_urls() {
         let mut policy = policy();
-        policy.role_bindings.insert(
-            ("shop".into(), "admin".into()),
+        policy.insert_role_binding(
+            "shop",
+            "admin",
             grant("ClusterRole", "cluster-admin", vec![user("eve")]),
         );
         let mut a = attrs("eve", "delete", "federatedingresses", "shop");
@@ -1256,6 +1307,42 @@ mod tests {
         assert_eq!(binding.subjects[0].api_group, GROUP);
         let fields: Vec<String> = binding.validate().iter().map(|e| e.field()).collect();
         assert_eq!(fields, vec!["roleRef.kind", "subjects[1].kind"]);
+    }
+
+    /// Not a test: how long one decision takes with many objects. Run with
+    /// `cargo test -p fedingress-api --release rbac::tests::decision_cost -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "measurement"]
+    fn decision_cost() {
+        let mut policy = policy();
+        for ns in 0..100 {
+            for b in 0..100 {
+                policy.insert_role_binding(
+                    &format!("ns{ns}"),
+                    &format!("b{b}"),
+                    grant("ClusterRole", "edit", vec![user(&format!("u{ns}-{b}"))]),
+                );
+            }
+        }
+        for b in 0..100 {
+            policy.cluster_role_bindings.insert(
+                format!("crb{b}"),
+                grant("ClusterRole", "view", vec![user(&format!("c{b}"))]),
+            );
+        }
+        let allowed = attrs("u50-99", "create", "federatedingresses", "ns50");
+        let denied = attrs("nobody", "create", "federatedingresses", "ns50");
+        for (what, a) in [("allowed", &allowed), ("denied", &denied)] {
+            let n = 20_000;
+            let start = std::time::Instant::now();
+            for _ in 0..n {
+                std::hint::black_box(policy.authorize(std::hint::black_box(a)));
+            }
+            let per = start.elapsed() / n;
+            println!(
+                "{what}: {per:?} per decision (10,000 RoleBindings in 100 namespaces, 104 ClusterRoleBindings)"
+            );
+        }
     }
 
     #[test]

@@ -203,12 +203,8 @@ mod tests {
                 name: role.into(),
             },
         };
-        policy
-            .role_bindings
-            .insert(("shop".into(), "a".into()), grant("admin", "ann"));
-        policy
-            .role_bindings
-            .insert(("shop".into(), "e".into()), grant("edit", "ed"));
+        policy.insert_role_binding("shop", "a", grant("admin", "ann"));
+        policy.insert_role_binding("shop", "e", grant("edit", "ed"));
         Authorizer::with_policy(policy)
     }
 

@@ -138,7 +138,7 @@ impl Authorizer {
         for (kind, count) in [
             ("roles", policy.roles.len()),
             ("clusterroles", policy.cluster_roles.len()),
-            ("rolebindings", policy.role_bindings.len()),
+            ("rolebindings", policy.role_binding_count()),
             ("clusterrolebindings", policy.cluster_role_bindings.len()),
         ] {
             let _ = writeln!(
@@ -308,8 +308,10 @@ impl PolicyKind for RoleBinding {
         policy.role_bindings.clear();
     }
     fn insert(&self, policy: &mut Policy) {
-        policy.role_bindings.insert(
-            key_of(&self.metadata),
+        let (namespace, name) = key_of(&self.metadata);
+        policy.insert_role_binding(
+            &namespace,
+            &name,
             Grant {
                 subjects: self.subjects.clone(),
                 role_ref: self.role_ref.clone(),
@@ -317,9 +319,7 @@ impl PolicyKind for RoleBinding {
         );
     }
     fn remove(policy: &mut Policy, namespace: &str, name: &str) {
-        policy
-            .role_bindings
-            .remove(&(namespace.into(), name.into()));
+        policy.remove_role_binding(namespace, name);
     }
 }
 
