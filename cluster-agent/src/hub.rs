@@ -426,15 +426,26 @@ pub struct Agent {
     applied: watch::Sender<Option<Applied>>,
     /// The plan applied last, with its version and digest.
     current: Option<PersistedPlan>,
-    /// The hub refused the stored client certificate: join again when a new join token
-    /// is there.
-    certificate_refused: bool,
+    /// Which stored client certificate the next connection presents.
+    certificate: Presented,
+}
+
+/// Which stored client certificate the agent presents (kubelet keeps its old
+/// certificate until the new one works).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Presented {
+    /// The newest one.
+    Current,
+    /// The hub refused the newest one: the one before it (kept since the renewal).
+    Previous,
+    /// Both refused: join again when a new join token is there.
+    Neither,
 }
 
 /// How the agent authenticates one connection.
 enum Credential {
     Token(String),
-    Certificate(ClientIdentity),
+    Certificate(ClientIdentity, Presented),
 }
 
 fn unix_now() -> i64 {
@@ -475,7 +486,7 @@ impl Agent {
             store,
             applied: watch::Sender::new(None),
             current: None,
-            certificate_refused: false,
+            certificate: Presented::Current,
         }
     }
 
@@ -688,9 +699,11 @@ impl Agent {
             Ok(credential) => credential,
             Err(end) => return end,
         };
-        let (identity, token) = match credential {
-            Credential::Token(token) => (None, token),
-            Credential::Certificate(identity) => (Some(identity), String::new()),
+        let (identity, presented, token) = match credential {
+            Credential::Token(token) => (None, None, token),
+            Credential::Certificate(identity, presented) => {
+                (Some(identity), Some(presented), String::new())
+            }
         };
         let endpoint = match self.settings.endpoint_as(hub, identity.as_ref()) {
             Ok(endpoint) => endpoint,
@@ -728,8 +741,12 @@ impl Agent {
         let mut inbound = match answer.await {
             Ok(Ok(response)) => response.into_inner(),
             Ok(Err(status)) => {
-                if identity.is_some() && status.code() == tonic::Code::Unauthenticated {
-                    self.certificate_refused = true;
+                if status.code() == tonic::Code::Unauthenticated {
+                    self.certificate = match presented {
+                        Some(Presented::Current) => Presented::Previous,
+                        Some(_) => Presented::Neither,
+                        None => self.certificate,
+                    };
                 }
                 return status_end(status);
             }
@@ -744,6 +761,10 @@ impl Agent {
             "connected to the hub"
         );
         let mut renew_at = identity.as_ref().map(renewal_deadline);
+        if presented == Some(Presented::Current) {
+            // The newest certificate works: the one before it is no longer needed.
+            IdentityFiles::new(&self.settings.state_dir).drop_previous();
+        }
 
         let (period_tx, period_rx) = watch::channel(DEFAULT_HEARTBEAT);
         let _heartbeats = AbortOnDrop(tokio::spawn(heartbeats(tx.clone(), period_rx)));
@@ -825,9 +846,23 @@ impl Agent {
         let files = IdentityFiles::new(&self.settings.state_dir);
         let stored = files.load().map_err(End::Failed)?;
         let now = unix_now();
+        if self.certificate == Presented::Previous {
+            match files.load_previous() {
+                Some(previous) if !previous.meta.expired(now) => {
+                    tracing::warn!(cluster = %self.settings.cluster, hub = %hub, fingerprint = %previous.meta.fingerprint, "the renewed client certificate was refused; presenting the previous one");
+                    return Ok(Credential::Certificate(previous, Presented::Previous));
+                }
+                _ => self.certificate = Presented::Neither,
+            }
+        }
         let problem = match &stored {
-            Some(identity) if !identity.meta.expired(now) && !self.certificate_refused => {
-                return Ok(Credential::Certificate(identity.clone()));
+            Some(identity)
+                if !identity.meta.expired(now) && self.certificate == Presented::Current =>
+            {
+                return Ok(Credential::Certificate(
+                    identity.clone(),
+                    Presented::Current,
+                ));
             }
             Some(identity) if identity.meta.expired(now) => format!(
                 "the client certificate expired (notAfter {} Unix seconds) without renewal",
@@ -848,8 +883,9 @@ impl Agent {
         }
         tracing::info!(cluster = %self.settings.cluster, hub = %hub, reason = %problem, "joining with the join token");
         let identity = self.join(hub, &join_token, &files).await?;
-        self.certificate_refused = false;
-        Ok(Credential::Certificate(identity))
+        files.drop_previous();
+        self.certificate = Presented::Current;
+        Ok(Credential::Certificate(identity, Presented::Current))
     }
 
     /// `Join`: a fresh key, a CSR and the join token buy a client certificate.
@@ -906,7 +942,7 @@ impl Agent {
     /// `Renew` over the current connection: a certificate for a fresh key, stored for
     /// the next connection.
     async fn renew(
-        &self,
+        &mut self,
         client: &mut AgentGatewayClient<tonic::transport::Channel>,
     ) -> Result<ClientIdentity, String> {
         let files = IdentityFiles::new(&self.settings.state_dir);
@@ -924,7 +960,13 @@ impl Agent {
         .map_err(|status| format!("{:?}: {}", status.code(), status.message()))?;
         let issued = fedingress_proto::convert::issued_from_pb(answer.into_inner())
             .map_err(|e| e.to_string())?;
+        // Keep the certificate that works until the new one has worked once (when the
+        // previous one is in use, it is the one that works).
+        if self.certificate == Presented::Current {
+            files.keep_previous()?;
+        }
         let identity = files.store(&key_pem, &issued, unix_now(), &files.used_join_token())?;
+        self.certificate = Presented::Current;
         tracing::info!(
             cluster = %self.settings.cluster,
             fingerprint = %issued.fingerprint,

@@ -118,6 +118,41 @@ impl IdentityFiles {
         }))
     }
 
+    /// Keeps the current identity as the previous one (`*.prev`), for when the renewed
+    /// certificate is refused. Nothing to keep is not an error.
+    ///
+    /// # Errors
+    /// A file that cannot be copied.
+    pub fn keep_previous(&self) -> Result<(), String> {
+        for path in [self.key_path(), self.cert_path(), self.meta_path()] {
+            let text = match std::fs::read(&path) {
+                Ok(text) => text,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(format!("reading {}: {e}", path.display())),
+            };
+            replace(&previous(&path), &text)?;
+        }
+        Ok(())
+    }
+
+    /// The identity kept by [`IdentityFiles::keep_previous`], if any.
+    pub fn load_previous(&self) -> Option<ClientIdentity> {
+        let read = |path: PathBuf| std::fs::read_to_string(previous(&path)).ok();
+        let meta = serde_json::from_str(&read(self.meta_path())?).ok()?;
+        Some(ClientIdentity {
+            cert_pem: read(self.cert_path())?,
+            key_pem: read(self.key_path())?,
+            meta,
+        })
+    }
+
+    /// Forgets the previous identity (the current one works).
+    pub fn drop_previous(&self) {
+        for path in [self.key_path(), self.cert_path(), self.meta_path()] {
+            let _ = std::fs::remove_file(previous(&path));
+        }
+    }
+
     /// The id of the join token that bought the stored certificate ("" when none).
     pub fn used_join_token(&self) -> String {
         std::fs::read_to_string(self.meta_path())
@@ -157,6 +192,12 @@ impl IdentityFiles {
             meta,
         })
     }
+}
+
+fn previous(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".prev");
+    PathBuf::from(name)
 }
 
 /// Writes `path` via a 0600 temporary file beside it and a rename.
@@ -245,6 +286,19 @@ mod tests {
             .mode();
         assert_eq!(mode & 0o777, 0o600);
         assert_eq!(token_id("abc.secret"), "abc");
+        // Renewal keeps the previous identity until the new one works.
+        assert!(files.load_previous().is_none());
+        files.keep_previous().unwrap();
+        let renewed = IssuedCertificate {
+            fingerprint: "cd".into(),
+            ..issued
+        };
+        files.store("KEY2", &renewed, 1500, "abc").unwrap();
+        assert_eq!(files.load().unwrap().unwrap().meta.fingerprint, "cd");
+        let kept = files.load_previous().unwrap();
+        assert_eq!((kept.meta.fingerprint.as_str(), kept.key_pem.as_str()), ("ab", key.as_str()));
+        files.drop_previous();
+        assert!(files.load_previous().is_none());
         assert_eq!(token_id("nodot"), "");
     }
 }

@@ -214,8 +214,8 @@ fn measure_revocation(hub: &Hub, cluster: &str, id: &str) -> Duration {
 fn join_token_buys_an_mtls_session_that_renews_and_is_revoked_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
-    // Renewal at 70-80 % of 20 s.
-    let hub = Hub::start(dir, 20);
+    // Renewal at 70-80 % of 30 s.
+    let hub = Hub::start(dir, 30);
     let spec = ClusterSpec::numbered(96, 1, "europe-west1", 10.0, 20.0);
     let _echo = Echo::start(spec.backend).unwrap();
     create_cluster(&hub.kubectl, dir, &spec);
@@ -284,7 +284,7 @@ fn join_token_buys_an_mtls_session_that_renews_and_is_revoked_at_once() {
         }
     });
     println!(
-        "certificate renewed after {:?} of 20 s validity (waited from the first connect)",
+        "certificate renewed after {:?} of 30 s validity (waited from the first connect)",
         rotated_at.elapsed()
     );
     assert_eq!(lowest, 1, "the session was lost during rotation");
@@ -293,14 +293,16 @@ fn join_token_buys_an_mtls_session_that_renews_and_is_revoked_at_once() {
         .unwrap()
         .to_string();
 
-    // The new certificate works on a new connection.
+    // The renewed certificate refused before it was ever used: the agent keeps the one
+    // that works (kubelet's rotation) and presents it on its next connection.
+    hub.revoke("c1", &renewed);
     drop(agent);
     hub.wait_connected(0, "c1 gone after its agent stopped");
     let agent = start_agent(&config, "c1");
-    hub.wait_connected(1, "c1 back with its renewed certificate");
+    hub.wait_connected(1, "c1 back with its previous certificate");
 
-    // Revoking the certificate ends the live session at once, and it stays out.
-    let took = measure_revocation(&hub, "c1", &renewed);
+    // Revoking the certificate in use ends the live session at once, and it stays out.
+    let took = measure_revocation(&hub, "c1", &first);
     println!("certificate revoked: live session ended {took:?} after the DELETE was sent");
     assert!(took < Duration::from_secs(10), "{took:?}");
     std::thread::sleep(Duration::from_secs(2));
@@ -638,6 +640,30 @@ fn an_expired_certificate_needs_a_new_join_token() {
     let config = https_agent(dir, &hub, &spec, &join, true);
     let agent = start_agent(&config, "c1");
     hub.wait_connected(1, "c1 connected with its certificate");
+    let first = cert_meta(&config)["fingerprint"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    eventually(WAIT, "the certificate renewed", || {
+        match cert_meta(&config)["fingerprint"].as_str() {
+            Some(now) if now != first => Ok(()),
+            _ => Err("not yet".into()),
+        }
+    });
+    // The renewed certificate works on a new connection, and then the older one is
+    // retired at the hub.
+    drop(agent);
+    hub.wait_connected(0, "c1 gone after its agent stopped");
+    let agent = start_agent(&config, "c1 renewed");
+    hub.wait_connected(1, "c1 back with its renewed certificate");
+    eventually(WAIT, "the older certificate retired", || {
+        let listed = hub.credentials("c1");
+        if listed.len() == 1 && listed[0]["metadata"]["name"] != first.as_str() {
+            Ok(())
+        } else {
+            Err(format!("{listed:?}"))
+        }
+    });
     drop(agent);
     hub.wait_connected(0, "c1 gone");
     let not_after = cert_meta(&config)["notAfter"].as_i64().unwrap();

@@ -121,13 +121,33 @@ impl Gateway {
     ) -> Result<(Registration, &'static str), Status> {
         let (uid, cluster_key) = self.cluster(cluster).await?;
         let (verdict, method) = match peer_cert {
-            Some(der) => (
-                self.tokens
-                    .verify_cert(cluster, &uid, &super::pki::fingerprint(der), unix_now())
+            Some(der) => {
+                let fingerprint = super::pki::fingerprint(der);
+                let verdict = self
+                    .tokens
+                    .verify_cert(cluster, &uid, &fingerprint, unix_now())
                     .await
-                    .map_err(|e| Status::unavailable(e.message))?,
-                "certificate",
-            ),
+                    .map_err(|e| Status::unavailable(e.message))?;
+                if matches!(verdict, Verdict::Valid { .. }) {
+                    // The agent's newest certificate works: the ones before it go.
+                    let tokens = self.tokens.clone();
+                    let cluster = cluster.to_string();
+                    tokio::spawn(async move {
+                        match tokens.retire_older_certs(&cluster, &fingerprint).await {
+                            Ok(0) => {}
+                            Ok(n) => tracing::info!(
+                                cluster,
+                                certificates = n,
+                                "older client certificates of the cluster retired"
+                            ),
+                            Err(e) => {
+                                tracing::warn!(cluster, error = %e.message, "retiring older client certificates failed")
+                            }
+                        }
+                    });
+                }
+                (verdict, "certificate")
+            }
             None if token.is_empty() => {
                 return Err(Status::unauthenticated(format!(
                     "no credential for cluster {cluster:?}: connect with the client certificate from a join, or give a token"

@@ -418,6 +418,32 @@ impl TokenStore {
         Ok(Verdict::Valid { key })
     }
 
+    /// The certificate `fingerprint` of `cluster` works: certificates of the cluster
+    /// issued before it are revoked (their records deleted), so revoking the newest
+    /// certificate is final once it has been used. Returns how many.
+    pub async fn retire_older_certs(
+        &self,
+        cluster: &str,
+        fingerprint: &str,
+    ) -> Result<usize, ApiError> {
+        let certs = self.list_certs(cluster).await?;
+        let Some(used) = certs.iter().find(|c| c.fingerprint == fingerprint) else {
+            return Ok(0);
+        };
+        let mut retired = 0;
+        for old in certs.iter().filter(|c| c.created_at.0 < used.created_at.0) {
+            if self
+                .store
+                .delete(&cert_key(cluster, &old.fingerprint), Precondition::None)
+                .await
+                .is_ok()
+            {
+                retired += 1;
+            }
+        }
+        Ok(retired)
+    }
+
     pub async fn list_join(&self, cluster: &str) -> Result<Vec<JoinTokenRecord>, ApiError> {
         self.list_under(&join_prefix(cluster)).await
     }
@@ -800,6 +826,25 @@ mod tests {
             Verdict::Refused(_)
         ));
         assert_eq!(tokens.list_all("eu").await.unwrap()[0].kind, "certificate");
+        // A newer certificate used: the older one is retired.
+        let newer = CertRecord {
+            fingerprint: "cd".repeat(32),
+            created_at: Time(now.0 + chrono::Duration::seconds(1)),
+            ..record.clone()
+        };
+        tokens.record_cert(&newer, 0).await.unwrap();
+        assert_eq!(
+            tokens
+                .retire_older_certs("eu", &newer.fingerprint)
+                .await
+                .unwrap(),
+            1
+        );
+        assert!(matches!(
+            tokens.verify_cert("eu", "u1", &fp, 999).await.unwrap(),
+            Verdict::Refused(_)
+        ));
+        tokens.record_cert(&record, 0).await.unwrap();
         tokens.revoke("eu", &fp).await.unwrap();
         assert!(matches!(
             tokens.verify_cert("eu", "u1", &fp, 999).await.unwrap(),
