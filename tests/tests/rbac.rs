@@ -73,9 +73,15 @@ impl Server {
 
     /// GET with curl: (HTTP code, body as JSON or a string).
     fn curl(&self, path: &str, token: &str) -> (u16, Value) {
+        self.curl_with(path, token, &[])
+    }
+
+    /// curl with extra arguments (`-X POST`, `-d`, ...).
+    fn curl_with(&self, path: &str, token: &str, extra: &[&str]) -> (u16, Value) {
         let out = Command::new("curl")
             .args(["-s", "-w", "\n%{http_code}", "--cacert"])
             .arg(&self.ca)
+            .args(extra)
             .args(["-H", &format!("Authorization: Bearer {token}")])
             .arg(format!("{}{path}", self.url()))
             .output()
@@ -366,15 +372,46 @@ rules:
     });
 
     // The audit log: one line per write, refused ones too, no tokens.
+    // Refused writes are audited too: a bad token (401) and a duplicate (409).
+    let (code, _) = server.curl_with(
+        "/apis/rbac.authorization.k8s.io/v1/namespaces/shop/rolebindings",
+        "not-a-token",
+        &[
+            "-X",
+            "POST",
+            "-H",
+            "Content-Type: application/json",
+            "-d",
+            "{}",
+        ],
+    );
+    assert_eq!(code, 401);
+    let err = admin.fails(&[
+        "create",
+        "rolebinding",
+        "dave-edit",
+        "--clusterrole=edit",
+        "--user=dave",
+        "-n",
+        "shop",
+    ]);
+    assert!(
+        err.contains("AlreadyExists") || err.contains("already exists"),
+        "{err}"
+    );
     let text = eventually(PROPAGATE, "audit lines", || {
         let text = std::fs::read_to_string(&audit).map_err(|e| e.to_string())?;
-        if text.contains("dave-clusters") {
+        if text.contains("\"code\":409") {
             Ok(text)
         } else {
             Err(text)
         }
     });
-    assert!(!text.contains("admin-token") && !text.contains("dave-token"));
+    assert!(
+        !text.contains("admin-token")
+            && !text.contains("dave-token")
+            && !text.contains("not-a-token")
+    );
     let events: Vec<Value> = text
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
@@ -431,6 +468,19 @@ rules:
         events
             .iter()
             .all(|e| e["verb"] != "get" && e["verb"] != "list")
+    );
+    let unauthorized = events
+        .iter()
+        .find(|e| e["responseStatus"]["code"] == 401)
+        .unwrap_or_else(|| panic!("no 401 in {text}"));
+    assert_eq!(unauthorized["verb"], "create");
+    assert!(unauthorized["user"]["username"].is_null());
+    assert_eq!(unauthorized["objectRef"]["resource"], "rolebindings");
+    assert!(
+        events
+            .iter()
+            .any(|e| e["responseStatus"]["code"] == 409 && e["user"]["username"] == "alice"),
+        "no 409 in {text}"
     );
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(
@@ -594,4 +644,59 @@ fn oidc_tokens_authenticate_users() {
     assert!(value("fedingress_oidc_key_fetches_total{result=\"ok\"}") >= 2);
     assert!(value("fedingress_authorization_decisions_total{decision=\"deny\"}") >= 1);
     assert_eq!(value("fedingress_authorization_synced"), 1);
+}
+
+#[test]
+fn bad_oidc_and_audit_settings_exit_64() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &[
+                "--oidc-issuer-url",
+                "http://issuer.example",
+                "--oidc-client-id",
+                "c",
+            ],
+            "https",
+        ),
+        (
+            &["--oidc-issuer-url", "https://issuer.example"],
+            "--oidc-client-id",
+        ),
+        (
+            &[
+                "--oidc-issuer-url",
+                "https://issuer.example",
+                "--oidc-client-id",
+                "c",
+                "--oidc-ca-file",
+                "/nonexistent/ca.crt",
+            ],
+            "--oidc-ca-file",
+        ),
+        (
+            &["--audit-log-path", "/nonexistent/dir/audit.log"],
+            "--audit-log-path",
+        ),
+    ];
+    for (args, needle) in cases {
+        let out = Command::new(binary("federation-apiserver"))
+            .args([
+                "--dev",
+                "--listen",
+                "127.0.0.1:0",
+                "--agent-listen",
+                "127.0.0.1:0",
+            ])
+            .arg("--data-dir")
+            .arg(&data)
+            .args(*args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {stderr}");
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{args:?}: {stderr}");
+    }
 }
