@@ -227,10 +227,13 @@ impl LimitCounters {
     }
 }
 
+/// A request's labels: verb and resource, each from a fixed set.
+type Labels = (&'static str, std::borrow::Cow<'static, str>);
+
 #[derive(Default)]
 pub struct Metrics {
-    requests: Mutex<BTreeMap<(&'static str, std::borrow::Cow<'static, str>, u16), u64>>,
-    latency: Mutex<BTreeMap<(&'static str, std::borrow::Cow<'static, str>), Histogram>>,
+    requests: Mutex<BTreeMap<(Labels, u16), u64>>,
+    latency: Mutex<BTreeMap<Labels, Histogram>>,
     watches: AtomicI64,
     /// Open watches per user, for `limits.maxWatchesPerUser`.
     watches_by_user: Mutex<std::collections::HashMap<String, usize>>,
@@ -280,7 +283,7 @@ impl Metrics {
                 .observe(elapsed.as_secs_f64());
         }
         if let Ok(mut requests) = self.requests.lock() {
-            *requests.entry((verb, resource, code)).or_default() += 1;
+            *requests.entry(((verb, resource), code)).or_default() += 1;
         }
     }
 
@@ -333,7 +336,7 @@ impl Metrics {
         out.push_str("# HELP apiserver_request_total Requests by verb, resource and HTTP code.\n");
         out.push_str("# TYPE apiserver_request_total counter\n");
         if let Ok(requests) = self.requests.lock() {
-            for ((verb, resource, code), count) in requests.iter() {
+            for (((verb, resource), code), count) in requests.iter() {
                 let _ = writeln!(
                     out,
                     "apiserver_request_total{{verb=\"{verb}\",resource=\"{resource}\",code=\"{code}\"}} {count}"

@@ -269,7 +269,7 @@ fn body_bytes(rng: &mut Rng, body: &BodyChoice) -> Vec<u8> {
         BodyChoice::None => Vec::new(),
         BodyChoice::MutatedJson { cluster, mutations } => {
             let mut bytes = object(rng, *cluster).to_string().into_bytes();
-            if *mutations % 4 != 0 {
+            if !mutations.is_multiple_of(4) {
                 mutate_some(rng, &mut bytes, *mutations as usize % 8);
             }
             bytes
@@ -278,13 +278,13 @@ fn body_bytes(rng: &mut Rng, body: &BodyChoice) -> Vec<u8> {
             let mut bytes = yaml_serde::to_string(&object(rng, *cluster))
                 .unwrap()
                 .into_bytes();
-            if *mutations % 4 != 0 {
+            if !mutations.is_multiple_of(4) {
                 mutate_some(rng, &mut bytes, *mutations as usize % 8);
             }
             bytes
         }
         BodyChoice::WrongTypes(which) => {
-            let mut value = object(rng, which % 2 == 0);
+            let mut value = object(rng, which.is_multiple_of(2));
             let wrong = [
                 json!(null),
                 json!(42),
@@ -314,7 +314,7 @@ fn body_bytes(rng: &mut Rng, body: &BodyChoice) -> Vec<u8> {
         }
         BodyChoice::Deep { depth, yaml } => {
             let depth = *depth as usize % 100_000;
-            if *yaml && depth % 2 == 0 {
+            if *yaml && depth.is_multiple_of(2) {
                 "[".repeat(depth).into_bytes()
             } else if *yaml {
                 "- ".repeat(depth).into_bytes()
@@ -327,7 +327,7 @@ fn body_bytes(rng: &mut Rng, body: &BodyChoice) -> Vec<u8> {
         }
         BodyChoice::Huge { kib } => {
             // Mostly under the 3 MiB body cap, one in eight over it.
-            let kib = if kib % 8 == 0 {
+            let kib = if kib.is_multiple_of(8) {
                 3 * 1024 + (*kib as usize % 1024)
             } else {
                 *kib as usize % 512
