@@ -165,7 +165,7 @@ fn encode(rng: &mut Rng, message: &Message) -> Vec<u8> {
         Message::Heartbeat => heartbeat(),
         Message::Raw(bytes) => bytes.clone(),
         Message::Huge(kib) => {
-            let kib = if kib % 16 == 0 {
+            let kib = if kib.is_multiple_of(16) {
                 4 * 1024 + (*kib as usize % 1024)
             } else {
                 *kib as usize % 256
