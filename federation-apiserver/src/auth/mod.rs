@@ -174,14 +174,25 @@ pub enum TokenFileError {
     },
 }
 
-/// How requests are authenticated.
-#[derive(Clone, Debug, Default)]
+/// How requests are authenticated. Its `Debug` shows how many tokens it knows, never
+/// the tokens.
+#[derive(Clone, Default)]
 pub struct Authenticator {
     tokens: HashMap<String, User>,
     /// Dev mode: requests without a token from a loopback peer are an admin.
     dev: bool,
     /// OIDC ID tokens of one issuer, tried when the token file does not know a token.
     oidc: Option<Arc<oidc::OidcAuthenticator>>,
+}
+
+impl std::fmt::Debug for Authenticator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Authenticator")
+            .field("tokens", &self.tokens.len())
+            .field("dev", &self.dev)
+            .field("oidc", &self.oidc)
+            .finish()
+    }
 }
 
 impl Authenticator {
@@ -353,6 +364,18 @@ mod tests {
                 .is_none()
         );
         assert!(auth.authenticate(None, None).await.is_none());
+    }
+
+    #[test]
+    fn debug_output_has_no_tokens() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tokens.csv");
+        std::fs::write(&path, "s3cr3t-token,alice,1\n").unwrap();
+        let mut auth = Authenticator::new(false);
+        auth.load_token_file(&path).unwrap();
+        let shown = format!("{auth:?}");
+        assert!(!shown.contains("s3cr3t"), "{shown}");
+        assert!(shown.contains("tokens: 1"), "{shown}");
     }
 
     #[test]
