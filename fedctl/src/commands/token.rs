@@ -63,9 +63,9 @@ pub async fn run(ctx: &Ctx, command: TokenCommand) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// ID, CREATED, AGE of a `ClusterTokenList`.
+/// ID, TYPE (token, join, certificate), CREATED, AGE of a `ClusterTokenList`.
 pub fn token_table(list: &serde_json::Value, now: chrono::DateTime<Utc>) -> String {
-    let mut table = Table::new(&["ID", "CREATED", "AGE"]);
+    let mut table = Table::new(&["ID", "TYPE", "CREATED", "AGE"]);
     for item in list["items"].as_array().into_iter().flatten() {
         let created = item["metadata"]["creationTimestamp"]
             .as_str()
@@ -76,6 +76,7 @@ pub fn token_table(list: &serde_json::Value, now: chrono::DateTime<Utc>) -> Stri
                 .as_str()
                 .unwrap_or_default()
                 .to_string(),
+            item["type"].as_str().unwrap_or("token").to_string(),
             created.to_string(),
             age(at, now),
         ]);
