@@ -461,6 +461,49 @@ mod tests {
     }
 
     #[test]
+    fn the_config_file_and_the_flags_set_the_limits() {
+        use clap::Parser;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("apiserver.yaml");
+        std::fs::write(
+            &path,
+            "dev: true\nlimits:\n  maxConnections: 10\n  maxRequestsInflight: 7\n  gateway:\n    maxPendingHellos: 3\nstorage:\n  commitProbeIntervalSeconds: 2\n",
+        )
+        .unwrap();
+        let path = path.to_str().unwrap();
+        let load = |args: &[&str]| {
+            let mut all = vec!["federation-apiserver", "--config", path];
+            all.extend_from_slice(args);
+            crate::config::load(&crate::config::Cli::parse_from(all))
+        };
+        let settings = load(&[]).unwrap();
+        assert_eq!(settings.limits.max_connections, 10);
+        assert_eq!(settings.limits.max_requests_inflight, 7);
+        assert_eq!(settings.limits.gateway.max_pending_hellos, 3);
+        assert_eq!(settings.commit_probe_interval, Duration::from_secs(2));
+        let settings = load(&[
+            "--max-requests-inflight",
+            "9",
+            "--min-request-timeout",
+            "60",
+        ])
+        .unwrap();
+        assert_eq!(settings.limits.max_requests_inflight, 9);
+        assert_eq!(settings.limits.min_request_timeout, Duration::from_secs(60));
+        let error = load(&["--max-mutating-requests-inflight", "0"])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            error.contains("--max-mutating-requests-inflight"),
+            "{error}"
+        );
+        std::fs::write(path, "dev: true\nlimits:\n  maxConections: 10\n").unwrap();
+        let error = load(&[]).err().unwrap().to_string();
+        assert!(error.contains("maxConections"), "{error}");
+    }
+
+    #[test]
     fn requests_are_classified_like_kube_apiserver() {
         let kind =
             |method: Method, path: &str, query: Option<&str>| RequestKind::of(&method, path, query);
