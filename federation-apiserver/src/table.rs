@@ -33,6 +33,8 @@ pub trait Printable: Resource {
     const COLUMNS: &'static [(&'static str, &'static str, &'static str)];
     /// Whether NAME leads and AGE ends the columns (Events have their own).
     const NAME_AND_AGE: bool = true;
+    /// Columns `kubectl get` shows only with `-o wide` (priority 1).
+    const WIDE: &'static [&'static str] = &[];
     fn cells(&self, now: &Time) -> Vec<Value>;
 }
 
@@ -172,9 +174,12 @@ impl Printable for rbac::ClusterRole {
     }
 }
 
-/// Bindings: NAME, ROLE (`Kind/name`), AGE, then who (kube shows those with `-o wide`).
+/// Bindings: NAME, ROLE (`Kind/name`), AGE, then who (shown with `-o wide`), as kube
+/// prints them.
 const BINDING_COLUMNS: &[(&str, &str, &str)] = &[
+    ("Name", "string", "Name must be unique within a namespace."),
     ("Role", "string", "The role granted, as Kind/name."),
+    ("Age", "date", "Time since the object was created."),
     ("Users", "string", "Users granted the role."),
     ("Groups", "string", "Groups granted the role."),
     (
@@ -184,7 +189,14 @@ const BINDING_COLUMNS: &[(&str, &str, &str)] = &[
     ),
 ];
 
-fn binding_cells(role_ref: &rbac::RoleRef, subjects: &[rbac::Subject]) -> Vec<Value> {
+const BINDING_WIDE: &[&str] = &["Users", "Groups", "ServiceAccounts"];
+
+fn binding_cells(
+    meta: &ObjectMeta,
+    now: &Time,
+    role_ref: &rbac::RoleRef,
+    subjects: &[rbac::Subject],
+) -> Vec<Value> {
     let of = |kind: &str| {
         subjects
             .iter()
@@ -200,7 +212,9 @@ fn binding_cells(role_ref: &rbac::RoleRef, subjects: &[rbac::Subject]) -> Vec<Va
             .join(", ")
     };
     vec![
+        json!(meta.name.clone().unwrap_or_default()),
         json!(format!("{}/{}", role_ref.kind, role_ref.name)),
+        json!(age(meta, now)),
         json!(of("User")),
         json!(of("Group")),
         json!(of("ServiceAccount")),
@@ -209,15 +223,19 @@ fn binding_cells(role_ref: &rbac::RoleRef, subjects: &[rbac::Subject]) -> Vec<Va
 
 impl Printable for rbac::RoleBinding {
     const COLUMNS: &'static [(&'static str, &'static str, &'static str)] = BINDING_COLUMNS;
-    fn cells(&self, _now: &Time) -> Vec<Value> {
-        binding_cells(&self.role_ref, &self.subjects)
+    const NAME_AND_AGE: bool = false;
+    const WIDE: &'static [&'static str] = BINDING_WIDE;
+    fn cells(&self, now: &Time) -> Vec<Value> {
+        binding_cells(&self.metadata, now, &self.role_ref, &self.subjects)
     }
 }
 
 impl Printable for rbac::ClusterRoleBinding {
     const COLUMNS: &'static [(&'static str, &'static str, &'static str)] = BINDING_COLUMNS;
-    fn cells(&self, _now: &Time) -> Vec<Value> {
-        binding_cells(&self.role_ref, &self.subjects)
+    const NAME_AND_AGE: bool = false;
+    const WIDE: &'static [&'static str] = BINDING_WIDE;
+    fn cells(&self, now: &Time) -> Vec<Value> {
+        binding_cells(&self.metadata, now, &self.role_ref, &self.subjects)
     }
 }
 
@@ -234,7 +252,7 @@ fn column_definitions<R: Printable>() -> Value {
         return Value::Array(
             R::COLUMNS
                 .iter()
-                .map(|(name, kind, description)| json!({"name": name, "type": kind, "format": "", "priority": 0, "description": description}))
+                .map(|(name, kind, description)| json!({"name": name, "type": kind, "format": if *name == "Name" { "name" } else { "" }, "priority": u8::from(R::WIDE.contains(name)), "description": description}))
                 .collect(),
         );
     }

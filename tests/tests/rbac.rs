@@ -147,12 +147,20 @@ fn a_rolebinding_to_edit_scopes_a_user_to_one_namespace() {
     );
     let listed = admin.ok(&["get", "rolebindings", "-n", "shop"]);
     let header: Vec<&str> = listed.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["NAME", "ROLE", "AGE"], "{listed}");
+    assert!(listed.contains("ClusterRole/edit"), "{listed}");
+    let wide = admin.ok(&["get", "rolebindings", "-n", "shop", "-o", "wide"]);
+    let header: Vec<&str> = wide.lines().next().unwrap().split_whitespace().collect();
     assert_eq!(
         header,
-        ["NAME", "ROLE", "USERS", "GROUPS", "SERVICEACCOUNTS", "AGE"],
-        "{listed}"
+        ["NAME", "ROLE", "AGE", "USERS", "GROUPS", "SERVICEACCOUNTS"],
+        "{wide}"
     );
-    assert!(listed.contains("ClusterRole/edit"), "{listed}");
+    assert!(
+        wide.lines()
+            .any(|l| l.starts_with("dave-edit") && l.contains("dave")),
+        "{wide}"
+    );
 
     eventually(PROPAGATE, "dave may create in shop", || {
         let out = dave.run(&["apply", "-n", "shop", "-f", &echo]);
