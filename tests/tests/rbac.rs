@@ -708,3 +708,71 @@ fn bad_oidc_and_audit_settings_exit_64() {
         assert_eq!(stderr.trim().lines().count(), 1, "{args:?}: {stderr}");
     }
 }
+
+#[test]
+fn older_and_newer_kubectl_manage_rbac_too() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let server = Server::start(dir, &[]);
+    for version in ["1.27", "1.33"] {
+        let path = dir.join(format!("kubeconfig-{version}"));
+        write_kubeconfig(&path, &server.url(), Some(&server.ca), Some("admin-token"));
+        let k = Kubectl::new(Some(version), path);
+        let ns = format!("v{}", version.replace('.', "-"));
+        let out = k.ok(&[
+            "create",
+            "role",
+            "reader",
+            "--verb=get,list",
+            "--resource=federatedingresses.fedingress.io",
+            "-n",
+            &ns,
+        ]);
+        assert!(out.contains("created"), "{version}: {out}");
+        let out = k.ok(&[
+            "create",
+            "rolebinding",
+            "reader",
+            "--role=reader",
+            "--user=dave",
+            "-n",
+            &ns,
+        ]);
+        assert!(out.contains("created"), "{version}: {out}");
+        let role = format!(
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {{name: applied, namespace: {ns}}}\nrules:\n- {{apiGroups: [fedingress.io], resources: [clusters], verbs: [VERB]}}\n"
+        );
+        let file = write(
+            dir,
+            &format!("role-{version}.yaml"),
+            &role.replace("VERB", "get"),
+        );
+        assert!(
+            k.ok(&["apply", "-f", &file]).contains("created"),
+            "{version}"
+        );
+        let file = write(
+            dir,
+            &format!("role-{version}.yaml"),
+            &role.replace("VERB", "list"),
+        );
+        assert!(
+            k.ok(&["apply", "-f", &file]).contains("configured"),
+            "{version}"
+        );
+        let roles = k.ok(&["get", "roles", "-n", &ns]);
+        assert!(
+            roles.contains("reader") && roles.contains("applied"),
+            "{version}: {roles}"
+        );
+        assert!(
+            k.ok(&["describe", "rolebinding", "reader", "-n", &ns])
+                .contains("dave"),
+            "{version}"
+        );
+        assert!(
+            k.ok(&["delete", "rolebinding", "reader", "-n", &ns])
+                .contains("deleted")
+        );
+    }
+}
