@@ -326,6 +326,46 @@ mod tests {
     }
 
     #[test]
+    fn a_full_disk_loses_events_counts_them_and_never_blocks() {
+        if !Path::new("/dev/full").exists() {
+            return;
+        }
+        let log = AuditLog::open(Path::new("/dev/full"), 4).unwrap();
+        let now = chrono::Utc::now();
+        let record = Record {
+            request_uri: "/apis/fedingress.io/v1alpha1/clusters".into(),
+            verb: "create".into(),
+            user: None,
+            source_ip: None,
+            user_agent: None,
+            object_ref: None,
+            code: 201,
+            message: None,
+            received: now,
+            finished: now,
+        };
+        // Far more than the queue holds: record never waits, the excess is dropped.
+        for _ in 0..1000 {
+            log.record(&record);
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while log.counters.write_errors.load(Ordering::Relaxed) == 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no write error counted"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(log.counters.dropped.load(Ordering::Relaxed) > 0);
+        let mut text = String::new();
+        log.write_prometheus(&mut text);
+        assert!(
+            text.contains("fedingress_audit_write_errors_total"),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn lines_have_kube_shape_and_no_secrets() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("audit.log");
