@@ -81,6 +81,11 @@ pub struct Cli {
     /// PEM private key of --agent-ca-cert-file (config `agentCa.keyFile`).
     #[arg(long, value_name = "FILE")]
     pub agent_ca_key_file: Option<PathBuf>,
+    /// Serve the REST API and the agent gateway without TLS on a non-loopback address
+    /// (tokens then cross the network in the clear). Without it, such an address needs
+    /// --tls-cert-file and --tls-private-key-file.
+    #[arg(long)]
+    pub insecure_allow_plaintext: bool,
     /// Non-mutating requests in flight (watches excepted); more are answered 429
     /// (config `limits.maxRequestsInflight`, default 400).
     #[arg(long, value_name = "N")]
@@ -117,6 +122,9 @@ pub struct FileConfig {
     /// The agent gateway's own serving certificate; without it the gateway serves the
     /// API's (`tls`). Lets the gateway speak TLS (and so mTLS) while the API does not.
     pub agent_tls: Option<TlsFiles>,
+    /// The file form of `--insecure-allow-plaintext`.
+    #[serde(default)]
+    pub insecure_allow_plaintext: bool,
     pub token_file: Option<PathBuf>,
     #[serde(default)]
     pub storage: StorageConfig,
@@ -483,6 +491,13 @@ pub fn load(cli: &Cli) -> Result<Settings, ConfigError> {
             "--dev may only listen on loopback, not {agent_listen}"
         )));
     }
+    check_plaintext(
+        &[
+            ("--listen", listen, tls.is_some()),
+            ("--agent-listen", agent_listen, tls_pem.is_some()),
+        ],
+        cli.insecure_allow_plaintext || file.insecure_allow_plaintext,
+    )?;
     let agents = &file.agents;
     if agents.heartbeat_interval_ms == 0 || agents.lease_ms <= agents.heartbeat_interval_ms {
         return Err(ConfigError::Invalid(
@@ -537,8 +552,8 @@ pub fn load(cli: &Cli) -> Result<Settings, ConfigError> {
     if let Some(path) = &token_file {
         auth.load_token_file(path)?;
     }
-    let oidc = crate::auth::config::oidc_settings(&cli.auth, &file.oidc)
-        .map_err(ConfigError::Invalid)?;
+    let oidc =
+        crate::auth::config::oidc_settings(&cli.auth, &file.oidc).map_err(ConfigError::Invalid)?;
     if let Some(oidc) = oidc {
         let oidc = crate::auth::oidc::OidcAuthenticator::new(oidc)
             .map_err(|e| ConfigError::Invalid(e.to_string()))?;
@@ -598,6 +613,29 @@ pub fn load(cli: &Cli) -> Result<Settings, ConfigError> {
         join_token_ttl,
         audit,
     })
+}
+
+/// TLS by default: the REST API and the agent gateway carry bearer and agent tokens, so
+/// without a certificate they listen on loopback only, unless the operator opts out.
+fn check_plaintext(
+    listeners: &[(&str, SocketAddr, bool)],
+    allow_plaintext: bool,
+) -> Result<(), ConfigError> {
+    if allow_plaintext {
+        return Ok(());
+    }
+    match listeners
+        .iter()
+        .find(|(_, addr, tls)| !tls && !addr.ip().is_loopback())
+    {
+        None => Ok(()),
+        Some((flag, addr, _)) => Err(ConfigError::Invalid(format!(
+            "{flag} {addr} is not a loopback address and no TLS certificate is configured: \
+             give --tls-cert-file and --tls-private-key-file (config tls:; agentTls: for the \
+             agent gateway alone), or \
+             --insecure-allow-plaintext to send tokens in the clear"
+        ))),
+    }
 }
 
 /// Default time to live of a replica's lease.
@@ -918,6 +956,33 @@ mod tests {
         );
         let cli = Cli::parse_from(["federation-apiserver", "--tls-cert-file", "x.pem"]);
         assert!(load(&cli).is_err());
+    }
+
+    #[test]
+    fn plaintext_off_loopback_needs_tls_or_the_explicit_escape() {
+        for args in [
+            &["federation-apiserver", "--listen", "0.0.0.0:0"][..],
+            &["federation-apiserver", "--agent-listen", "[::]:0"][..],
+        ] {
+            let message = load(&Cli::parse_from(args)).err().unwrap().to_string();
+            assert!(
+                message.contains("not a loopback address")
+                    && message.contains("--tls-cert-file")
+                    && message.contains("--insecure-allow-plaintext"),
+                "{message}"
+            );
+        }
+        // With the escape the check passes (and the next one, authentication, fails).
+        let cli = Cli::parse_from([
+            "federation-apiserver",
+            "--listen",
+            "0.0.0.0:0",
+            "--insecure-allow-plaintext",
+        ]);
+        let message = load(&cli).err().unwrap().to_string();
+        assert!(message.contains("authenticate"), "{message}");
+        let file = parse_file("insecureAllowPlaintext: true\n", "c.yaml").unwrap();
+        assert!(file.insecure_allow_plaintext);
     }
 
     fn dev_with(args: &[&str]) -> Result<Settings, ConfigError> {

@@ -130,6 +130,10 @@ pub struct HubConfig {
     /// is on; the system roots when absent.
     #[serde(default)]
     pub ca_file: Option<PathBuf>,
+    /// Allow `http://` to a hub that is not on loopback (the agent's credentials then
+    /// cross the network in the clear). Without it such an address is refused.
+    #[serde(default)]
+    pub insecure_allow_plaintext: bool,
 }
 
 impl HubConfig {
@@ -175,6 +179,13 @@ impl HubConfig {
             if let Err(message) = check_hub_address(address) {
                 problems.push(format!("{field}: {message}"));
                 continue;
+            }
+            if !self.insecure_allow_plaintext && !secure_hub_address(address) {
+                problems.push(format!(
+                    "{field}: {address} is plain http:// to a host that is not loopback, so \
+                     the agent's credentials would cross the network in the clear: use \
+                     https:// (with hub.caFile), or set hub.insecureAllowPlaintext: true"
+                ));
             }
             let key = address.trim_end_matches('/').to_ascii_lowercase();
             match seen.get(&key) {
@@ -955,6 +966,25 @@ impl Config {
 }
 
 /// `http://host[:port]` or `https://host[:port]`, optionally with a trailing `/`.
+/// Whether a (well-formed) hub address keeps credentials off the network in the clear:
+/// `https://`, or `http://` to `localhost` or a loopback IP.
+fn secure_hub_address(address: &str) -> bool {
+    let Some(rest) = address.strip_prefix("http://") else {
+        return true;
+    };
+    let authority = rest.trim_end_matches('/');
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split_once(']').map_or(v6, |(ip, _)| ip),
+        None => authority
+            .split_once(':')
+            .map_or(authority, |(host, _)| host),
+    };
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 fn check_hub_address(address: &str) -> Result<(), &'static str> {
     let rest = address
         .strip_prefix("https://")
@@ -1362,7 +1392,7 @@ stateDir: state
         assert_eq!(settings.first_address, None, "a random one first");
         assert_eq!(settings.ca_file.as_deref(), Some(Path::new("ca.pem")));
         assert_eq!(
-            hub_problems("hub: {addresses: [http://a:6444]}"),
+            hub_problems("hub: {addresses: [http://localhost:6444]}"),
             Vec::<String>::new()
         );
     }
@@ -1371,7 +1401,7 @@ stateDir: state
     fn hub_address_problems_name_their_fields() {
         let cases: &[(&str, &[&str])] = &[
             (
-                "hub: {address: http://a:6444, addresses: [http://b:6444]}",
+                "hub: {address: http://localhost:6444, addresses: [http://127.0.0.2:6444]}",
                 &["hub: give address or addresses, not both"],
             ),
             ("hub: {caFile: ca.pem}", &["hub.addresses: required"]),
@@ -1380,7 +1410,7 @@ stateDir: state
                 &["hub.addresses: at least one address is required"],
             ),
             (
-                "hub: {addresses: [http://a:6444, 'a:6444', http://b:0, HTTP://A:6444/]}",
+                "hub: {addresses: [http://localhost:6444, 'a:6444', http://127.0.0.2:0, HTTP://A:6444/]}",
                 &[
                     "hub.addresses[1]: must start with https:// or http://",
                     "hub.addresses[2]: has an invalid port",
@@ -1388,18 +1418,29 @@ stateDir: state
                 ],
             ),
             (
-                "hub: {addresses: [http://a:6444, http://b:6444, http://A:6444/]}",
-                &["hub.addresses[2]: http://A:6444/ is listed twice (as hub.addresses[0])"],
+                "hub: {addresses: [http://localhost:6444, http://127.0.0.2:6444, http://LOCALHOST:6444/]}",
+                &["hub.addresses[2]: http://LOCALHOST:6444/ is listed twice (as hub.addresses[0])"],
             ),
             (
-                "hub: {addresses: [https://a:6444, http://b:6444], caFile: ca.pem}",
+                "hub: {addresses: [https://a:6444, http://127.0.0.2:6444], caFile: ca.pem}",
                 &[
                     "hub.addresses[1]: every hub address must use the scheme of the first (https://)",
                 ],
             ),
             (
-                "hub: {addresses: [http://a:6444, http://b:6444], caFile: ca.pem}",
+                "hub: {addresses: [http://localhost:6444, http://127.0.0.2:6444], caFile: ca.pem}",
                 &["hub.caFile: only used with an https:// hub address"],
+            ),
+            (
+                "hub: {addresses: [http://127.0.0.1:6444, 'http://[::1]:6444', http://hub.example:6444, 'http://[2001:db8::1]:6444']}",
+                &[
+                    "hub.addresses[2]: http://hub.example:6444 is plain http:// to a host that is not loopback",
+                    "hub.addresses[3]: http://[2001:db8::1]:6444 is plain http:// to a host that is not loopback",
+                ],
+            ),
+            (
+                "hub: {addresses: [http://hub.example:6444], insecureAllowPlaintext: true}",
+                &[],
             ),
             (
                 "hub: {address: 'https://a b'}",
