@@ -119,10 +119,7 @@ async fn handle(State(state): State<Arc<AppState>>, request: Request) -> Respons
     let started = Instant::now();
     let method = request.method().clone();
     let path = request.uri().path().to_string();
-    let audit = state
-        .audit
-        .as_ref()
-        .and_then(|_| AuditStart::of(&request));
+    let audit = state.audit.as_ref().and_then(|_| AuditStart::of(&request));
     let mut who = None;
     let mut failure = None;
     let (verb, resource, response) = match dispatch(&state, request, &mut who).await {
@@ -137,7 +134,9 @@ async fn handle(State(state): State<Arc<AppState>>, request: Request) -> Respons
         let mut record = start.finish(verb, who.as_ref(), code, failure);
         if let (Some(object), Some(created)) = (
             record.object_ref.as_mut(),
-            response.extensions().get::<crate::auth::audit::CreatedName>(),
+            response
+                .extensions()
+                .get::<crate::auth::audit::CreatedName>(),
         ) && object.name.is_empty()
         {
             object.name = created.0.clone();
@@ -177,10 +176,10 @@ impl AuditStart {
         Some(Self {
             method: request.method().clone(),
             // Origin form, as kube logs it (HTTP/2 requests carry an absolute URI).
-            uri: request
-                .uri()
-                .path_and_query()
-                .map_or_else(|| request.uri().path().to_string(), |p| p.as_str().to_string()),
+            uri: request.uri().path_and_query().map_or_else(
+                || request.uri().path().to_string(),
+                |p| p.as_str().to_string(),
+            ),
             source_ip: request.extensions().get::<Peer>().map(|p| p.0.ip()),
             user_agent: request
                 .headers()

@@ -216,7 +216,9 @@ impl Server {
         // answered 503 until it is loaded; waiting here keeps that window out of sight.
         let bootstrap = tokio::spawn(crate::auth::rbac::bootstrap_until_done(registry.clone()));
         tokio::spawn(state.authorizer.clone().run(store.clone()));
-        if tokio::time::timeout(Duration::from_secs(10), bootstrap).await.is_err()
+        if tokio::time::timeout(Duration::from_secs(10), bootstrap)
+            .await
+            .is_err()
             || !state.authorizer.wait_synced(Duration::from_secs(10)).await
         {
             tracing::warn!("RBAC not loaded yet: requests are answered 503 until it is");
