@@ -290,6 +290,8 @@ fn a_rolebinding_to_edit_scopes_a_user_to_one_namespace() {
         out.trim(),
         "role.rbac.authorization.k8s.io/fi-reader created"
     );
+    let explained = admin.ok(&["explain", "role.rules.verbs"]);
+    assert!(explained.contains("Verbs this rule allows"), "{explained}");
     let described = admin.ok(&["describe", "role", "fi-reader", "-n", "shop"]);
     assert!(
         described.contains("federatedingresses.fedingress.io")
