@@ -935,9 +935,12 @@ async fn connection_watch_and_in_flight_caps_refuse_and_count() {
     // Watches: two per user; the third is a 429 saying which limit.
     let watch = format!("GET {INGRESSES}?watch=true HTTP/1.1\r\nHost: s\r\n\r\n");
     let mut watches = Vec::new();
+    // `Connection: close`: the connection ends with the watch.
+    let closing_watch =
+        format!("GET {INGRESSES}?watch=true HTTP/1.1\r\nHost: s\r\nConnection: close\r\n\r\n");
     for _ in 0..2 {
         let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-        stream.write_all(watch.as_bytes()).await.unwrap();
+        stream.write_all(closing_watch.as_bytes()).await.unwrap();
         let mut head = [0u8; 12];
         stream.read_exact(&mut head).await.unwrap();
         assert_eq!(&head, b"HTTP/1.1 200");
