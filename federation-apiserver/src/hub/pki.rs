@@ -348,6 +348,39 @@ mod tests {
         assert!(contains(&der, b"eu"));
     }
 
+    /// CA rotation (docs/security.md): the new CA first, the old one appended. The hub
+    /// signs with the first and trusts both, so agents holding certificates from the old
+    /// CA still connect and renew.
+    #[test]
+    fn a_cert_file_may_append_the_previous_ca_for_rotation() {
+        let (old, _) = AgentCa::generate("old").unwrap();
+        let (new, new_key) = AgentCa::generate("new").unwrap();
+        let bundle = format!("{}{}", new.cert_pem(), old.cert_pem());
+        let rotated = AgentCa::from_pem(&bundle, &new_key).unwrap();
+        assert_eq!(rotated.cert_pem(), bundle, "both are trusted");
+        let signed = rotated
+            .sign(
+                &csr(named("eu")),
+                "eu",
+                "u",
+                Duration::from_secs(60),
+                SystemTime::now(),
+            )
+            .unwrap();
+        let issuer_name = |pem: &str| {
+            let der = pem_der(pem).unwrap();
+            (contains(&der, b"new"), contains(&der, b"old"))
+        };
+        assert_eq!(
+            issuer_name(&signed.pem),
+            (true, false),
+            "signed by the new CA"
+        );
+        // The old CA's key does not fit a bundle that starts with the new CA.
+        let (_, old_key) = AgentCa::generate("other").unwrap();
+        assert!(AgentCa::from_pem(&bundle, &old_key).is_err());
+    }
+
     #[test]
     fn csr_checks_refuse_what_an_agent_may_not_ask_for() {
         let (ca, _) = AgentCa::generate("test").unwrap();
