@@ -34,7 +34,9 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("FEDINGRESS_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                // rustls warns about every malformed ClientHello: log volume on demand
+                // for anyone who can reach a TLS listener.
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rustls=error")),
         )
         .with_writer(std::io::stderr)
         .init();

@@ -30,7 +30,8 @@ pub struct IdentityCounters {
     pub renewals: AtomicU64,
     /// Sessions ended because their credential or Cluster was deleted.
     pub revoked_sessions: AtomicU64,
-    /// Refusals by what was refused: `token`, `certificate`, `join`, `renew`, `csr`.
+    /// Refusals by what was refused: `token`, `certificate`, `join`, `renew`, `csr`,
+    /// `name` (not a valid Cluster name).
     refused: Mutex<BTreeMap<&'static str, u64>>,
 }
 
@@ -43,7 +44,7 @@ pub static IDENTITY: IdentityCounters = IdentityCounters {
 };
 
 impl IdentityCounters {
-    /// Counts a refusal of `what` (`token`, `certificate`, `join`, `renew`, `csr`).
+    /// Counts a refusal of `what` (`token`, `certificate`, `join`, `renew`, `csr`, `name`).
     pub fn refused(&self, what: &'static str) {
         *self
             .refused
@@ -76,7 +77,7 @@ impl IdentityCounters {
         );
         out.push_str("# HELP fedingress_agent_auth_refused_total Refused agent credentials and requests, by kind.\n# TYPE fedingress_agent_auth_refused_total counter\n");
         let refused = self.refused.lock().unwrap_or_else(|p| p.into_inner());
-        for what in ["token", "certificate", "join", "renew", "csr"] {
+        for what in ["token", "certificate", "join", "renew", "csr", "name"] {
             let _ = writeln!(
                 out,
                 "fedingress_agent_auth_refused_total{{kind=\"{what}\"}} {}",

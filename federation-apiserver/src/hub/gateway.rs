@@ -75,6 +75,22 @@ pub struct Gateway {
     identity: Identity,
 }
 
+/// Refuses a cluster name that no Cluster can have before it is logged or looked up:
+/// an unauthenticated client chooses it (a 4 MiB name would be a 4 MiB log line).
+fn valid_cluster_name(name: &str) -> Result<(), Status> {
+    if fedingress_api::names::dns1123_subdomain(name).is_empty() {
+        return Ok(());
+    }
+    IDENTITY.refused("name");
+    tracing::debug!(
+        length = name.len(),
+        "agent refused: not a valid cluster name"
+    );
+    Err(Status::invalid_argument(format!(
+        "the cluster name ({} bytes) is not a valid Cluster name (a DNS-1123 subdomain)",
+        name.len()
+    )))
+}
 impl Gateway {
     pub fn server(
         hub: Arc<Hub>,
@@ -243,6 +259,7 @@ impl AgentGateway for Gateway {
             ));
         }
         let cluster = join.cluster.clone();
+        valid_cluster_name(&cluster)?;
         let (uid, _) = self.cluster(&cluster).await?;
         if self.identity.ca.is_none() {
             return Err(Status::failed_precondition(
@@ -294,6 +311,7 @@ impl AgentGateway for Gateway {
         };
         let renew = fedingress_proto::convert::renew_from_pb(request.into_inner())?;
         let cluster = renew.cluster.clone();
+        valid_cluster_name(&cluster)?;
         let (uid, _) = self.cluster(&cluster).await?;
         match self
             .tokens
@@ -342,6 +360,7 @@ impl AgentGateway for Gateway {
             ));
         };
         let cluster = hello.cluster.clone();
+        valid_cluster_name(&cluster)?;
         let (registration, method) = match self
             .authenticate(&cluster, &hello.token, peer_cert.as_deref())
             .await
@@ -532,6 +551,22 @@ async fn session_loop(
                     Err(_) => "replaced by a newer session".into(),
                 };
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_impossible_cluster_name_is_refused_without_echoing_it() {
+        assert!(valid_cluster_name("eu-west-1").is_ok());
+        let huge = "x".repeat(4 << 20);
+        for name in [huge.as_str(), "Bad_Name", "", "a\nb"] {
+            let status = valid_cluster_name(name).unwrap_err();
+            assert_eq!(status.code(), tonic::Code::InvalidArgument);
+            assert!(status.message().len() < 200, "the name is not echoed");
         }
     }
 }
