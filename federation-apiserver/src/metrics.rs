@@ -94,6 +94,7 @@ const RESOURCES: &[&str] = &[
     "rolebindings",
     "clusterroles",
     "clusterrolebindings",
+    "selfsubjectaccessreviews",
 ];
 
 /// The subresources a request label may name.
