@@ -296,7 +296,10 @@ mod tests {
         files.store("KEY2", &renewed, 1500, "abc").unwrap();
         assert_eq!(files.load().unwrap().unwrap().meta.fingerprint, "cd");
         let kept = files.load_previous().unwrap();
-        assert_eq!((kept.meta.fingerprint.as_str(), kept.key_pem.as_str()), ("ab", key.as_str()));
+        assert_eq!(
+            (kept.meta.fingerprint.as_str(), kept.key_pem.as_str()),
+            ("ab", key.as_str())
+        );
         files.drop_previous();
         assert!(files.load_previous().is_none());
         assert_eq!(token_id("nodot"), "");

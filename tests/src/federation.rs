@@ -204,6 +204,32 @@ pub fn agent_config(dir: &Path, hub_agent: &str, spec: &ClusterSpec, token: &str
     path
 }
 
+/// [`agent_config`] for a hub whose agent gateway is `https://` (verified with `ca`):
+/// with `join`, `secret` is a join token (`joinTokenFile`) instead of a token.
+pub fn https_agent_config(
+    dir: &Path,
+    gateway: &str,
+    ca: &Path,
+    spec: &ClusterSpec,
+    secret: &str,
+    join: bool,
+) -> PathBuf {
+    let config = agent_config(dir, gateway, spec, secret);
+    let agent_dir = config.parent().expect("agent dir").to_path_buf();
+    let mut text = std::fs::read_to_string(&config)
+        .expect("agent config")
+        .replace(
+            &format!("  address: {gateway}\n"),
+            &format!("  address: {gateway}\n  caFile: {}\n", ca.display()),
+        );
+    if join {
+        std::fs::write(agent_dir.join("join-token"), secret).expect("join token file");
+        text = text.replace("tokenFile: token\n", "joinTokenFile: join-token\n");
+    }
+    std::fs::write(&config, text).expect("agent config");
+    config
+}
+
 pub fn start_agent(config: &Path, name: &str) -> Process {
     let mut command = Command::new(binary("cluster-agent"));
     command.arg("--config").arg(config);

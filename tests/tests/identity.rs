@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use fedingress_tests::echo::Echo;
 use fedingress_tests::fedctl::Fedctl;
-use fedingress_tests::federation::{ClusterSpec, agent_config, create_cluster, start_agent};
+use fedingress_tests::federation::{ClusterSpec, create_cluster, https_agent_config, start_agent};
 use fedingress_tests::{Kubectl, Process, TestPki, binary, eventually, write_kubeconfig};
 use serde_json::Value;
 
@@ -162,30 +162,7 @@ impl Hub {
 /// An agent config of `spec` for the hub over https; with `join`, a join token file
 /// instead of a token file.
 fn https_agent(dir: &Path, hub: &Hub, spec: &ClusterSpec, secret: &str, join: bool) -> PathBuf {
-    https_agent_of(dir, &hub.agent, &hub.ca, spec, secret, join)
-}
-
-/// [`https_agent`] for the gateway at `agent`, verified with `ca`.
-fn https_agent_of(
-    dir: &Path,
-    agent: &str,
-    ca: &Path,
-    spec: &ClusterSpec,
-    secret: &str,
-    join: bool,
-) -> PathBuf {
-    let config = agent_config(dir, agent, spec, secret);
-    let agent_dir = config.parent().unwrap().to_path_buf();
-    let mut text = std::fs::read_to_string(&config).unwrap().replace(
-        &format!("  address: {agent}\n"),
-        &format!("  address: {agent}\n  caFile: {}\n", ca.display()),
-    );
-    if join {
-        std::fs::write(agent_dir.join("join-token"), secret).unwrap();
-        text = text.replace("tokenFile: token\n", "joinTokenFile: join-token\n");
-    }
-    std::fs::write(&config, text).unwrap();
-    config
+    https_agent_config(dir, &hub.agent, &hub.ca, spec, secret, join)
 }
 
 fn cert_meta(config: &Path) -> Value {
@@ -593,7 +570,7 @@ fn revocation_through_one_replica_ends_the_session_on_another() {
         .as_str()
         .unwrap()
         .to_string();
-    let agent_config = https_agent_of(
+    let agent_config = https_agent_config(
         dir,
         &format!("https://{}", r1.0.addr("agent")),
         &ca,

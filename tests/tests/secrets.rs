@@ -6,12 +6,12 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
 use fedingress_tests::echo::Echo;
-use fedingress_tests::federation::{ClusterSpec, agent_config, create_cluster};
+use fedingress_tests::federation::{ClusterSpec, create_cluster, https_agent_config};
 use fedingress_tests::{Kubectl, Process, TestPki, binary, eventually, write_kubeconfig};
 use serde_json::Value;
 
@@ -34,29 +34,6 @@ fn curl(ca: &Path, token: &str, method: &str, url: &str) -> Value {
         .output()
         .unwrap();
     serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
-}
-
-/// An agent config of `spec` for an https hub: with `join`, the secret is a join token.
-fn https_agent(
-    dir: &Path,
-    gateway: &str,
-    ca: &Path,
-    spec: &ClusterSpec,
-    secret: &str,
-    join: bool,
-) -> PathBuf {
-    let config = agent_config(dir, gateway, spec, secret);
-    let agent_dir = config.parent().unwrap().to_path_buf();
-    let mut text = std::fs::read_to_string(&config).unwrap().replace(
-        &format!("  address: {gateway}\n"),
-        &format!("  address: {gateway}\n  caFile: {}\n", ca.display()),
-    );
-    if join {
-        std::fs::write(agent_dir.join("join-token"), secret).unwrap();
-        text = text.replace("tokenFile: token\n", "joinTokenFile: join-token\n");
-    }
-    std::fs::write(&config, text).unwrap();
-    config
 }
 
 fn start_logged(binary_name: &str, args: &[&std::ffi::OsStr], log: &Path) -> Process {
@@ -156,8 +133,8 @@ fn no_credential_reaches_a_log_or_the_audit_log() {
         .as_str()
         .unwrap()
         .to_string();
-    let join_config = https_agent(dir, &gateway, &ca, &joining, &join, true);
-    let bearer_config = https_agent(dir, &gateway, &ca, &bearer, &agent_token, false);
+    let join_config = https_agent_config(dir, &gateway, &ca, &joining, &join, true);
+    let bearer_config = https_agent_config(dir, &gateway, &ca, &bearer, &agent_token, false);
     let joined = start_logged(
         "cluster-agent",
         &["--config".as_ref(), join_config.as_os_str()],
