@@ -622,8 +622,11 @@ async fn serve_tokens(
             let now = Time(chrono::Utc::now());
             let (summary, token) = match query {
                 crate::hub::tokens::IssueQuery::Token => {
-                    let (record, token) =
-                        state.tokens.issue(&cluster, &uid, now).await.map_err(fail)?;
+                    let (record, token) = state
+                        .tokens
+                        .issue(&cluster, &uid, now)
+                        .await
+                        .map_err(fail)?;
                     tracing::info!(cluster, token_id = %record.id, user = %user.name, "agent token issued");
                     (crate::hub::tokens::CredentialSummary::token(&record), token)
                 }
@@ -659,7 +662,9 @@ async fn serve_tokens(
                 verb,
                 json_response(
                     StatusCode::OK,
-                    &crate::status::success(&format!("credential {id} of cluster {cluster} revoked")),
+                    &crate::status::success(&format!(
+                        "credential {id} of cluster {cluster} revoked"
+                    )),
                 ),
             ))
         }

@@ -142,7 +142,9 @@ impl Server {
                     .0,
             )),
             (None, Storage::Shared(_)) => {
-                tracing::warn!("no --agent-ca-cert-file/--agent-ca-key-file: agents cannot join with certificates, only tokens");
+                tracing::warn!(
+                    "no --agent-ca-cert-file/--agent-ca-key-file: agents cannot join with certificates, only tokens"
+                );
                 None
             }
         };
