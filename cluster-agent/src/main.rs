@@ -78,6 +78,7 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
+    raise_open_files_limit();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -281,4 +282,29 @@ fn chain(error: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text
+}
+
+/// The most open files asked for when raising the soft limit.
+const MAX_OPEN_FILES: u64 = 1 << 20;
+
+/// Raises the soft limit on open files to the hard limit, as Go's runtime and nginx's
+/// `worker_rlimit_nofile` do: the connection and session caps assume descriptors, and
+/// the common default soft limit (1024) would cap them far below their defaults.
+fn raise_open_files_limit() {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    let target = limit
+        .maximum
+        .map_or(MAX_OPEN_FILES, |hard| hard.min(MAX_OPEN_FILES));
+    let Some(soft) = limit.current.filter(|soft| *soft < target) else {
+        return;
+    };
+    let raised = Rlimit {
+        current: Some(target),
+        maximum: limit.maximum,
+    };
+    match setrlimit(Resource::Nofile, raised) {
+        Ok(()) => tracing::info!(from = soft, to = target, "raised the open files limit"),
+        Err(e) => tracing::warn!(soft, target, error = %e, "raising the open files limit failed"),
+    }
 }

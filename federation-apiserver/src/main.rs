@@ -40,6 +40,7 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
+    raise_open_files_limit(&settings.limits);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -79,5 +80,46 @@ fn main() -> ExitCode {
             eprintln!("federation-apiserver: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// The most open files asked for when raising the soft limit.
+const MAX_OPEN_FILES: u64 = 1 << 20;
+
+/// Raises the soft limit on open files to the hard limit, as Go's runtime and nginx's
+/// `worker_rlimit_nofile` do: the connection caps assume descriptors, and the common
+/// default soft limit (1024) would cap them far below their defaults. Warns when even
+/// the raised limit is below what the caps allow (plus a reserve for the store, DNS and
+/// agents' streams), so that the caps, not `EMFILE`, refuse connections.
+fn raise_open_files_limit(limits: &fedingress_apiserver::limits::Limits) {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    const RESERVE: u64 = 512;
+    let limit = getrlimit(Resource::Nofile);
+    let target = limit
+        .maximum
+        .map_or(MAX_OPEN_FILES, |hard| hard.min(MAX_OPEN_FILES));
+    let mut now = limit.current;
+    if let Some(soft) = limit.current.filter(|soft| *soft < target) {
+        let raised = Rlimit {
+            current: Some(target),
+            maximum: limit.maximum,
+        };
+        match setrlimit(Resource::Nofile, raised) {
+            Ok(()) => {
+                tracing::info!(from = soft, to = target, "raised the open files limit");
+                now = Some(target);
+            }
+            Err(e) => {
+                tracing::warn!(soft, target, error = %e, "raising the open files limit failed")
+            }
+        }
+    }
+    let needed = (limits.max_connections + limits.gateway.max_connections) as u64 + RESERVE;
+    if let Some(now) = now.filter(|now| *now < needed) {
+        tracing::warn!(
+            open_files = now,
+            needed,
+            "the open files limit is below limits.maxConnections + limits.gateway.maxConnections + {RESERVE}: raise it (LimitNOFILE, ulimit -n) or lower the caps"
+        );
     }
 }
