@@ -35,8 +35,8 @@
 //! set, the question and OPT only, so that the client retries over TCP. TCP messages
 //! use 2-byte length framing and are limited to 65535 octets; a connection may carry
 //! many queries and is closed after `dns.tcp.idleTimeoutSeconds` (10) idle or when one
-//! message takes that long to arrive; at most `dns.tcp.maxConnections` (1024) are open
-//! at once, further ones are closed at once.
+//! message takes that long to arrive (or to be written); at most
+//! `dns.tcp.maxConnections` (1024) are open at once, further ones are closed at once.
 //!
 //! # Hostile networks
 //!
@@ -658,9 +658,18 @@ impl DnsServer {
                 let mut framed = Vec::with_capacity(message.len() + 2);
                 framed.extend_from_slice(&len.to_be_bytes());
                 framed.extend_from_slice(&message);
-                if let Err(error) = stream.write_all(&framed).await {
-                    debug!(%peer, %error, "DNS TCP write failed");
-                    return;
+                // A client that stops reading must not hold its slot of
+                // `dns.tcp.maxConnections` forever.
+                match tokio::time::timeout(idle, stream.write_all(&framed)).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(error)) => {
+                        debug!(%peer, %error, "DNS TCP write failed");
+                        return;
+                    }
+                    Err(_) => {
+                        debug!(%peer, "DNS TCP write timed out");
+                        return;
+                    }
                 }
             }
         }
@@ -774,7 +783,7 @@ impl DnsServer {
             ResponseClass::Error => &[],
         };
         let now_ms = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
-        let verdict = rrl.check(peer, class, name, now_ms);
+        let verdict = rrl.charge(peer, class, name, now_ms);
         let action = match verdict {
             Verdict::Send => return Outcome::Reply,
             Verdict::Drop => 0,
