@@ -268,6 +268,17 @@ impl Rrl {
         if self.exempt(source) {
             return Verdict::Send;
         }
+        self.charge(source, class, name, now_ms)
+    }
+
+    /// [`Rrl::check`] for a `source` already known not to be [exempt](Rrl::exempt).
+    pub fn charge(
+        &self,
+        source: IpAddr,
+        class: ResponseClass,
+        name: &[u8],
+        now_ms: u64,
+    ) -> Verdict {
         let hash = self.key_hash(source, class, name);
         let tag = hash | 1;
         let Some(set) = self.sets.get((hash >> 1) as usize % self.sets.len()) else {
