@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use fedingress_api::plan::IngressKey;
@@ -113,26 +113,39 @@ pub fn verb_label(verb: &str) -> &'static str {
         .unwrap_or("other")
 }
 
+/// Every `plural/subresource` label, at `plural * SUBRESOURCES.len() + subresource`
+/// (built once, so that a request's labels are never allocated).
+static SUBRESOURCE_LABELS: LazyLock<Vec<String>> = LazyLock::new(|| {
+    RESOURCES
+        .iter()
+        .flat_map(|plural| {
+            SUBRESOURCES
+                .iter()
+                .map(move |sub| format!("{plural}/{sub}"))
+        })
+        .collect()
+});
+
 /// The `resource` label: `plural` or `plural/subresource` from a fixed set, `""` for
 /// non-resource paths, else `other`.
-pub fn resource_label(resource: &str) -> std::borrow::Cow<'static, str> {
-    use std::borrow::Cow;
+pub fn resource_label(resource: &str) -> &'static str {
     if resource.is_empty() {
-        return Cow::Borrowed("");
+        return "";
     }
     let (plural, sub) = match resource.split_once('/') {
         Some((plural, sub)) => (plural, Some(sub)),
         None => (resource, None),
     };
-    let Some(plural) = RESOURCES.iter().find(|known| **known == plural) else {
-        return Cow::Borrowed("other");
+    let Some(p) = RESOURCES.iter().position(|known| *known == plural) else {
+        return "other";
     };
     match sub {
-        None => Cow::Borrowed(plural),
-        Some(sub) => match SUBRESOURCES.iter().find(|known| **known == sub) {
-            Some(sub) => Cow::Owned(format!("{plural}/{sub}")),
-            None => Cow::Borrowed("other"),
-        },
+        None => RESOURCES.get(p).copied().unwrap_or("other"),
+        Some(sub) => SUBRESOURCES
+            .iter()
+            .position(|known| *known == sub)
+            .and_then(|s| SUBRESOURCE_LABELS.get(p * SUBRESOURCES.len() + s))
+            .map_or("other", String::as_str),
     }
 }
 
@@ -229,7 +242,7 @@ impl LimitCounters {
 }
 
 /// A request's labels: verb and resource, each from a fixed set.
-type Labels = (&'static str, std::borrow::Cow<'static, str>);
+type Labels = (&'static str, &'static str);
 
 #[derive(Default)]
 pub struct Metrics {
@@ -279,7 +292,7 @@ impl Metrics {
             && let Ok(mut latency) = self.latency.lock()
         {
             latency
-                .entry((verb, resource.clone()))
+                .entry((verb, resource))
                 .or_default()
                 .observe(elapsed.as_secs_f64());
         }
