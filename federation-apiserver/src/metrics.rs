@@ -272,9 +272,14 @@ pub struct WatchGuard {
 impl Drop for WatchGuard {
     fn drop(&mut self) {
         self.metrics.watches.fetch_sub(1, Ordering::Relaxed);
-        if let Ok(mut by_user) = self.metrics.watches_by_user.lock()
-            && let Some(open) = by_user.get_mut(&self.user)
-        {
+        // Poisoned or not, as `try_start_watch` counts: a skipped decrement would refuse
+        // the user's watches for good.
+        let mut by_user = self
+            .metrics
+            .watches_by_user
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(open) = by_user.get_mut(&self.user) {
             *open = open.saturating_sub(1);
             if *open == 0 {
                 by_user.remove(&self.user);
