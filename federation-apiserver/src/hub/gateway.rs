@@ -106,20 +106,14 @@ impl Gateway {
         })
     }
 
-    /// The Cluster's uid and store key, or `Unauthenticated` naming it missing.
-    async fn cluster(&self, cluster: &str) -> Result<(String, String), Status> {
+    /// The Cluster's uid, or `Unauthenticated` naming it missing.
+    async fn cluster(&self, cluster: &str) -> Result<String, Status> {
         match self
             .registry
             .get::<fedingress_api::Cluster>(None, cluster)
             .await
         {
-            Ok(object) => Ok((
-                object.metadata.uid.unwrap_or_default(),
-                format!(
-                    "{}{cluster}",
-                    crate::registry::prefix::<fedingress_api::Cluster>(None)
-                ),
-            )),
+            Ok(object) => Ok(object.metadata.uid.unwrap_or_default()),
             Err(e) if e.code == http::StatusCode::NOT_FOUND => Err(Status::unauthenticated(
                 format!("no cluster {cluster:?} (deleted, or never created)"),
             )),
@@ -129,16 +123,32 @@ impl Gateway {
 
     /// Authenticates a Hello: the client certificate when there is one, else the token.
     /// Returns the registration that ends the session on revocation.
+    ///
+    /// The session is registered under the keys of its credential and Cluster before
+    /// either is read: a deletion the reads below miss is then one the revocation watch
+    /// sees, so no session outlives its credential.
     async fn authenticate(
         &self,
         cluster: &str,
         token: &str,
         peer_cert: Option<&[u8]>,
     ) -> Result<(Registration, &'static str), Status> {
-        let (uid, cluster_key) = self.cluster(cluster).await?;
-        let (verdict, method) = match peer_cert {
-            Some(der) => {
-                let fingerprint = super::pki::fingerprint(der);
+        let fingerprint = peer_cert.map(super::pki::fingerprint);
+        let credential = match &fingerprint {
+            Some(fingerprint) => super::tokens::cert_key(cluster, fingerprint),
+            None => super::tokens::token_key(cluster, super::tokens::token_id(token)),
+        };
+        let cluster_key = format!(
+            "{}{cluster}",
+            crate::registry::prefix::<fedingress_api::Cluster>(None)
+        );
+        let registration = self
+            .identity
+            .revocations
+            .register(credential.clone(), cluster_key);
+        let uid = self.cluster(cluster).await?;
+        let (verdict, method) = match fingerprint {
+            Some(fingerprint) => {
                 let verdict = self
                     .tokens
                     .verify_cert(cluster, &uid, &fingerprint, unix_now())
@@ -179,7 +189,8 @@ impl Gateway {
         };
         match verdict {
             Verdict::Valid { key } => {
-                Ok((self.identity.revocations.register(key, cluster_key), method))
+                debug_assert_eq!(key, credential, "registered under another key");
+                Ok((registration, method))
             }
             Verdict::Refused(why) => {
                 IDENTITY.refused(method);
@@ -260,7 +271,7 @@ impl AgentGateway for Gateway {
         }
         let cluster = join.cluster.clone();
         valid_cluster_name(&cluster)?;
-        let (uid, _) = self.cluster(&cluster).await?;
+        let uid = self.cluster(&cluster).await?;
         if self.identity.ca.is_none() {
             return Err(Status::failed_precondition(
                 "this hub has no agent CA (give --agent-ca-cert-file and --agent-ca-key-file)",
@@ -312,7 +323,7 @@ impl AgentGateway for Gateway {
         let renew = fedingress_proto::convert::renew_from_pb(request.into_inner())?;
         let cluster = renew.cluster.clone();
         valid_cluster_name(&cluster)?;
-        let (uid, _) = self.cluster(&cluster).await?;
+        let uid = self.cluster(&cluster).await?;
         match self
             .tokens
             .verify_cert(&cluster, &uid, &super::pki::fingerprint(&der), unix_now())

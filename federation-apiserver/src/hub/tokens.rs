@@ -184,6 +184,12 @@ fn cert_prefix(cluster: &str) -> String {
     )
 }
 
+/// The id of a token (the part before the dot; `""` when there is none): it names the
+/// token's store key and is not secret.
+pub fn token_id(token: &str) -> &str {
+    token.split_once('.').map_or("", |(id, _)| id)
+}
+
 fn valid_id(id: &str) -> bool {
     !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_alphanumeric())
 }
@@ -331,9 +337,7 @@ impl TokenStore {
         now: Time,
     ) -> Result<Verdict, ApiError> {
         let refused = |why: &str| Ok(Verdict::Refused(why.to_string()));
-        let Some((id, _)) = token.split_once('.') else {
-            return refused("malformed join token");
-        };
+        let id = token_id(token);
         if !valid_id(id) {
             return refused("malformed join token");
         }
@@ -605,9 +609,7 @@ impl TokenStore {
                 "invalid or revoked token for cluster {cluster:?}"
             )))
         };
-        let Some((id, _)) = token.split_once('.') else {
-            return invalid();
-        };
+        let id = token_id(token);
         if !valid_id(id) {
             return invalid();
         }
