@@ -530,11 +530,18 @@ fn verb_matches(rule: &PolicyRule, verb: &str) -> bool {
     has(&rule.verbs, ALL) || has(&rule.verbs, verb)
 }
 
-fn resource_matches(rule: &PolicyRule, combined: &str, subresource: &str) -> bool {
+/// Whether `rule` names `resource` (with `subresource`, as `resource/subresource`).
+/// Compared in place: this runs for every rule of every request.
+fn resource_matches(rule: &PolicyRule, resource: &str, subresource: &str) -> bool {
     rule.resources.iter().any(|r| {
-        r == ALL
-            || r == combined
-            || (!subresource.is_empty() && r.strip_prefix("*/") == Some(subresource))
+        if r == ALL {
+            return true;
+        }
+        if subresource.is_empty() {
+            return r == resource;
+        }
+        r.strip_prefix("*/") == Some(subresource)
+            || r.strip_prefix(resource).and_then(|s| s.strip_prefix('/')) == Some(subresource)
     })
 }
 
@@ -552,9 +559,8 @@ pub fn rule_allows(rule: &PolicyRule, attrs: &Attributes) -> bool {
         return false;
     }
     if attrs.resource_request {
-        let combined = attrs.combined_resource();
         (has(&rule.api_groups, ALL) || has(&rule.api_groups, &attrs.api_group))
-            && resource_matches(rule, &combined, &attrs.subresource)
+            && resource_matches(rule, &attrs.resource, &attrs.subresource)
             && (rule.resource_names.is_empty() || has(&rule.resource_names, &attrs.name))
     } else {
         rule.non_resource_urls
@@ -573,7 +579,11 @@ fn subject_matches(subject: &Subject, user: &str, groups: &[String], namespace: 
             } else {
                 &subject.namespace
             };
-            user == format!("system:serviceaccount:{ns}:{}", subject.name)
+            // `system:serviceaccount:{ns}:{name}`, compared without building it.
+            user.strip_prefix("system:serviceaccount:")
+                .and_then(|rest| rest.strip_prefix(ns))
+                .and_then(|rest| rest.strip_prefix(':'))
+                == Some(subject.name.as_str())
         }
         _ => false,
     }
@@ -1168,7 +1178,22 @@ mod tests {
             !rule_allows(&rule, &a),
             "clusters does not cover clusters/token"
         );
+        let token = PolicyRule {
+            resources: vec!["clusters/token".into()],
+            ..rule.clone()
+        };
+        assert!(rule_allows(&token, &a), "clusters/token");
+        a.resource = "cluster".into();
+        assert!(
+            !rule_allows(&token, &a),
+            "cluster/token is another resource"
+        );
+        a.resource = "clusters".into();
         a.subresource.clear();
+        assert!(
+            !rule_allows(&token, &a),
+            "clusters/token does not cover clusters"
+        );
         a.verb = "list".into();
         assert!(!rule_allows(&rule, &a));
         a.verb = "get".into();
@@ -1208,6 +1233,16 @@ mod tests {
             "shop",
         );
         assert!(policy.authorize(&a).is_some());
+        for other in [
+            "system:serviceaccount:shop:robot2",
+            "system:serviceaccount:shop:",
+            "system:serviceaccount:shop",
+            "robot",
+        ] {
+            let mut b = a.clone();
+            b.user = other.into();
+            assert!(policy.authorize(&b).is_none(), "{other}");
+        }
     }
 
     #[test]
