@@ -277,30 +277,12 @@ impl TokenStore {
             created_at: now,
             uid: Some(uid.to_string()),
         };
-        let value = serde_json::to_vec(&record)
-            .map_err(|e| ApiError::internal(format!("encoding token record: {e}")))?;
-        self.store
-            .put(
-                &format!("{}{id}", prefix(cluster)),
-                Bytes::from(value),
-                Precondition::Absent,
-            )
-            .await
-            .map_err(storage_error)?;
+        self.create(&token_key(cluster, &id), &record).await?;
         Ok((record, token))
     }
 
     pub async fn list(&self, cluster: &str) -> Result<Vec<TokenRecord>, ApiError> {
-        let range = self
-            .store
-            .range(&prefix(cluster), None, 0)
-            .await
-            .map_err(storage_error)?;
-        Ok(range
-            .kvs
-            .iter()
-            .filter_map(|kv| serde_json::from_slice(&kv.value).ok())
-            .collect())
+        self.list_under(&prefix(cluster)).await
     }
 
     /// Issues a join token for `cluster` of `uid`, live for `ttl`: the record and the
@@ -461,24 +443,14 @@ impl TokenStore {
         let mut all: Vec<CredentialSummary> = self
             .list(cluster)
             .await?
-            .into_iter()
-            .map(|r| CredentialSummary {
-                id: r.id,
-                kind: "token",
-                created_at: r.created_at,
-                expires_at: None,
-            })
+            .iter()
+            .map(CredentialSummary::token)
             .collect();
         all.extend(
             self.list_join(cluster)
                 .await?
-                .into_iter()
-                .map(|r| CredentialSummary {
-                    id: r.id,
-                    kind: "join",
-                    created_at: r.created_at,
-                    expires_at: Some(r.expires_at),
-                }),
+                .iter()
+                .map(CredentialSummary::join),
         );
         all.extend(
             self.list_certs(cluster)
@@ -550,49 +522,19 @@ impl TokenStore {
         Err(not_found())
     }
 
-    /// Revokes one bearer token (the old single-kind path, kept for its error shape).
-    async fn revoke_token(&self, cluster: &str, id: &str) -> Result<(), ApiError> {
-        match self
-            .store
-            .delete(&token_key(cluster, id), Precondition::None)
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(fedingress_store::StoreError::NotFound { .. }) => Err(ApiError::not_found(
-                "clusters.fedingress.io/token",
-                crate::status::Target {
-                    group: fedingress_api::GROUP,
-                    kind: "clusters/token".into(),
-                    name: id.to_string(),
-                },
-            )),
-            Err(e) => Err(storage_error(e)),
-        }
-    }
-
     /// Revokes every credential of a cluster — tokens, join tokens, certificates — (when
-    /// the Cluster is deleted).
+    /// the Cluster is deleted). Returns how many were deleted.
     pub async fn revoke_all(&self, cluster: &str) -> Result<usize, ApiError> {
-        let records = self.list(cluster).await?;
-        for record in &records {
-            let _ = self.revoke_token(cluster, &record.id).await;
-        }
-        let mut n = records.len();
-        for record in self.list_join(cluster).await? {
-            n += usize::from(
-                self.store
-                    .delete(&join_key(cluster, &record.id), Precondition::None)
-                    .await
-                    .is_ok(),
-            );
-        }
-        for record in self.list_certs(cluster).await? {
-            n += usize::from(
-                self.store
-                    .delete(&cert_key(cluster, &record.fingerprint), Precondition::None)
-                    .await
-                    .is_ok(),
-            );
+        let mut keys: Vec<String> = (self.list(cluster).await?.iter())
+            .map(|r| token_key(cluster, &r.id))
+            .collect();
+        keys.extend((self.list_join(cluster).await?.iter()).map(|r| join_key(cluster, &r.id)));
+        keys.extend(
+            (self.list_certs(cluster).await?.iter()).map(|r| cert_key(cluster, &r.fingerprint)),
+        );
+        let mut n = 0;
+        for key in &keys {
+            n += usize::from(self.store.delete(key, Precondition::None).await.is_ok());
         }
         Ok(n)
     }
