@@ -316,8 +316,9 @@ pub enum SetupError {
     Client(String),
 }
 
+/// What the key fetches remember (the keys themselves are in
+/// [`OidcAuthenticator::keys`]).
 struct Cache {
-    keys: KeySet,
     jwks_uri: Option<String>,
     last_fetch: Option<Instant>,
 }
@@ -326,8 +327,9 @@ struct Cache {
 pub struct OidcAuthenticator {
     settings: OidcSettings,
     http: reqwest::Client,
+    /// Held across a fetch, so that concurrent unknown `kid`s cause one fetch.
     cache: tokio::sync::Mutex<Cache>,
-    /// Lock-free copy of the keys for the common path.
+    /// The keys last fetched, read without a lock.
     keys: arc_swap::ArcSwap<KeySet>,
     counters: Counters,
 }
@@ -382,7 +384,6 @@ impl OidcAuthenticator {
             settings,
             http,
             cache: tokio::sync::Mutex::new(Cache {
-                keys: Vec::new(),
                 jwks_uri: None,
                 last_fetch: None,
             }),
@@ -437,22 +438,21 @@ impl OidcAuthenticator {
             self.counters
                 .refresh_skipped
                 .fetch_add(1, Ordering::Relaxed);
-            return Arc::new(cache.keys.clone());
+            return self.keys.load_full();
         }
         cache.last_fetch = Some(Instant::now());
         self.counters.fetches.fetch_add(1, Ordering::Relaxed);
         match self.fetch_keys(&mut cache.jwks_uri).await {
             Ok(keys) => {
                 tracing::info!(issuer = %self.settings.issuer_url, keys = keys.len(), "OIDC keys fetched");
-                cache.keys = keys;
-                self.keys.store(Arc::new(cache.keys.clone()));
+                self.keys.store(Arc::new(keys));
             }
             Err(error) => {
                 self.counters.fetch_errors.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(issuer = %self.settings.issuer_url, %error, "fetching OIDC keys failed");
             }
         }
-        Arc::new(cache.keys.clone())
+        self.keys.load_full()
     }
 
     async fn fetch_keys(&self, jwks_uri: &mut Option<String>) -> Result<KeySet, String> {
@@ -476,27 +476,22 @@ impl OidcAuthenticator {
             *jwks_uri = Some(uri.to_string());
         }
         let uri = jwks_uri.clone().unwrap_or_default();
-        let body = self
-            .http
-            .get(&uri)
-            .send()
-            .await
-            .and_then(reqwest::Response::error_for_status)
-            .map_err(|e| format!("GET {uri}: {e}"))?
-            .bytes()
-            .await
-            .map_err(|e| format!("GET {uri}: {e}"))?;
-        parse_jwks(&body)
+        parse_jwks(&self.get(&uri).await?)
     }
 
     async fn get_json(&self, url: &str) -> Result<Value, String> {
+        serde_json::from_slice(&self.get(url).await?).map_err(|e| format!("GET {url}: {e}"))
+    }
+
+    /// The body of a successful GET.
+    async fn get(&self, url: &str) -> Result<bytes::Bytes, String> {
         self.http
             .get(url)
             .send()
             .await
             .and_then(reqwest::Response::error_for_status)
             .map_err(|e| format!("GET {url}: {e}"))?
-            .json()
+            .bytes()
             .await
             .map_err(|e| format!("GET {url}: {e}"))
     }
