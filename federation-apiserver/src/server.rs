@@ -30,7 +30,7 @@ use crate::metrics::{HubMetrics, LimitCounters, Metrics};
 use crate::registry::Registry;
 use fedingress_dns::server::DnsServer;
 
-/// How long a client has to finish its TLS handshake.
+/// How long a client has to finish its TLS handshake (REST API and agent gateway).
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The addresses a [`Server`] is bound to (port 0 resolved).
@@ -255,7 +255,11 @@ impl Server {
             ));
         if let Some((cert, key)) = &settings.tls_pem {
             let identity = tonic::transport::Identity::from_pem(cert, key);
-            let mut tls = tonic::transport::ServerTlsConfig::new().identity(identity);
+            // Without a handshake timeout, a peer that sends a few bytes (ending the
+            // first-bytes deadline) and stalls would hold a gateway connection slot.
+            let mut tls = tonic::transport::ServerTlsConfig::new()
+                .identity(identity)
+                .timeout(HANDSHAKE_TIMEOUT);
             // Client certificates of the agent CA; optional, so token agents still connect.
             if let Some(ca) = &agent_ca {
                 tls = tls
