@@ -965,7 +965,6 @@ impl Config {
     }
 }
 
-/// `http://host[:port]` or `https://host[:port]`, optionally with a trailing `/`.
 /// Whether a (well-formed) hub address keeps credentials off the network in the clear:
 /// `https://`, or `http://` to `localhost` or a loopback IP.
 fn secure_hub_address(address: &str) -> bool {
@@ -985,6 +984,7 @@ fn secure_hub_address(address: &str) -> bool {
             .is_ok_and(|ip| ip.is_loopback())
 }
 
+/// `http://host[:port]` or `https://host[:port]`, optionally with a trailing `/`.
 fn check_hub_address(address: &str) -> Result<(), &'static str> {
     let rest = address
         .strip_prefix("https://")
