@@ -101,7 +101,7 @@ struct Entry {
 #[derive(Clone, Default)]
 pub struct Revocations {
     sessions: Arc<Mutex<HashMap<u64, Entry>>>,
-    next: Arc<Mutex<u64>>,
+    next: Arc<AtomicU64>,
 }
 
 /// A registered session: `ended` changes when its credential or Cluster is deleted;
@@ -126,11 +126,7 @@ impl Revocations {
     /// Registers a session authenticated by the credential at `credential` for the
     /// Cluster stored at `cluster_key`.
     pub fn register(&self, credential: String, cluster_key: String) -> Registration {
-        let id = {
-            let mut next = self.next.lock().unwrap_or_else(|p| p.into_inner());
-            *next += 1;
-            *next
-        };
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
         let (end, ended) = watch::channel("");
         self.lock().insert(
             id,
