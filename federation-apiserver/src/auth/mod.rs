@@ -238,11 +238,13 @@ impl Authenticator {
                         .collect()
                 })
                 .unwrap_or_default();
+            // `system:authenticated` added once here, not on every request.
             let user = User {
                 name: fields[1].clone(),
                 uid: fields[2].clone(),
                 groups,
-            };
+            }
+            .authenticated();
             if self.tokens.insert(fields[0].clone(), user).is_some() {
                 return Err(problem("duplicate token"));
             }
@@ -276,7 +278,7 @@ impl Authenticator {
             Some(header) => {
                 let token = header.strip_prefix("Bearer ")?.trim();
                 if let Some(user) = self.tokens.get(token) {
-                    return Some(user.clone().authenticated());
+                    return Some(user.clone());
                 }
                 let oidc = self.oidc.as_ref()?;
                 match oidc.authenticate(token).await {
