@@ -178,7 +178,9 @@ pub enum TokenFileError {
 /// the tokens.
 #[derive(Clone, Default)]
 pub struct Authenticator {
-    tokens: HashMap<String, User>,
+    /// Token-file users by the SHA-256 of their token: a lookup compares digests, never
+    /// the secret, so its timing tells nothing about a stored token.
+    tokens: HashMap<[u8; 32], User>,
     /// Dev mode: requests without a token from a loopback peer are an admin.
     dev: bool,
     /// OIDC ID tokens of one issuer, tried when the token file does not know a token.
@@ -245,7 +247,7 @@ impl Authenticator {
                 groups,
             }
             .authenticated();
-            if self.tokens.insert(fields[0].clone(), user).is_some() {
+            if self.tokens.insert(token_digest(&fields[0]), user).is_some() {
                 return Err(problem("duplicate token"));
             }
         }
@@ -277,7 +279,7 @@ impl Authenticator {
         match authorization {
             Some(header) => {
                 let token = header.strip_prefix("Bearer ")?.trim();
-                if let Some(user) = self.tokens.get(token) {
+                if let Some(user) = self.tokens.get(&token_digest(token)) {
                     return Some(user.clone());
                 }
                 let oidc = self.oidc.as_ref()?;
@@ -295,6 +297,11 @@ impl Authenticator {
             None => None,
         }
     }
+}
+
+fn token_digest(token: &str) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(token.as_bytes()).into()
 }
 
 /// Splits one CSV line, honouring double quotes (`""` inside quotes is a quote).
