@@ -53,6 +53,9 @@ pub async fn sniff(stream: &TcpStream, timeout: Duration) -> Option<crate::serve
     const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
     let decide = async {
         let mut buffer = [0u8; PREFACE.len()];
+        // Real clients send the preface in one segment; a client trickling it gets
+        // ever rarer looks (10 ms doubling to 500 ms), not a wake-up every 10 ms.
+        let mut pause = Duration::from_millis(10);
         loop {
             let n = stream.peek(&mut buffer).await.ok()?;
             if n == 0 {
@@ -65,7 +68,8 @@ pub async fn sniff(stream: &TcpStream, timeout: Duration) -> Option<crate::serve
                 return Some(Protocol::Http2);
             }
             // A partial preface: peek returns at once, so wait for more.
-            tokio::time::sleep(Duration::from_millis(10)).await;
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(500));
         }
     };
     tokio::time::timeout(timeout, decide).await.ok().flatten()
