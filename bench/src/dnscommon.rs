@@ -1,10 +1,11 @@
-//! Shared by the DNS benches `dns-bench`, `dns-geo-bench`, `failover-bench` and the
-//! load generator `ecs-load` (each includes it with `mod dnscommon;`): the release
-//! apiserver started with a `dns:` section ([`DnsHub`]), hand-built DNS packets (a query
-//! with an optional EDNS Client Subnet option, and just enough of a response parser to
-//! read the rcode and the A records of the answer section), the federation of 1,000 Geo
-//! ingresses on 3 clusters with simulated agents ([`GeoFleet`]) and the checks of its
-//! answers, and Knot DNS with the same names ([`start_knot`]).
+//! Shared by the DNS benches `dns-bench`, `dns-geo-bench`, `dns-rrl-bench`,
+//! `failover-bench` and the load generator `ecs-load` (each includes it with
+//! `mod dnscommon;`): the release apiserver started with a `dns:` section ([`DnsHub`]),
+//! hand-built DNS packets (a query with an optional EDNS Client Subnet option, and just
+//! enough of a response parser to read the rcode and the A records of the answer
+//! section), the federation of 1,000 Geo ingresses on 3 clusters with simulated agents
+//! ([`GeoFleet`]) and the checks of its answers, and Knot DNS with the same names
+//! ([`start_knot`]; with `mod-rrl`: [`start_knot_with`]).
 
 #![allow(dead_code)]
 
@@ -95,12 +96,25 @@ impl DnsHub {
         log: &str,
         mmdb: Option<&Path>,
     ) -> anyhow::Result<Self> {
+        Self::start_with(binary, ip, timing, log, mmdb, "").await
+    }
+
+    /// As [`DnsHub::start`], with `extra` appended to the `dns:` section (keys indented
+    /// by two spaces, e.g. `  rrl:\n    enabled: false\n`).
+    pub async fn start_with(
+        binary: &Path,
+        ip: &str,
+        timing: HubTiming,
+        log: &str,
+        mmdb: Option<&Path>,
+        extra: &str,
+    ) -> anyhow::Result<Self> {
         let dir = tempfile::tempdir()?;
         let config = dir.path().join("apiserver.yaml");
         std::fs::write(
             &config,
             format!(
-                "listen: {ip}:0\nagentListen: {ip}:0\ndev: true\nagents:\n  heartbeatIntervalMs: {}\n  leaseMs: {}\n{}",
+                "listen: {ip}:0\nagentListen: {ip}:0\ndev: true\nagents:\n  heartbeatIntervalMs: {}\n  leaseMs: {}\n{}{extra}",
                 timing.heartbeat_ms,
                 timing.lease_ms,
                 dns_section(ip, mmdb)
@@ -565,6 +579,29 @@ pub struct KnotGeo<'a> {
 /// (c1's address, the answer our server gives clients without ECS). With `geo`, also
 /// `edns-client-subnet: on` in `server:` and the zone runs `mod-geoip`.
 pub fn start_knot(dir: &Path, n: usize, port: u16, geo: Option<&KnotGeo>) -> anyhow::Result<Proc> {
+    start_knot_with(dir, n, port, geo, None)
+}
+
+/// Knot's response-rate limiting (`mod-rrl`, built into knotd) for [`start_knot_with`],
+/// as the global module of every zone; no `whitelist` (loopback is limited too).
+pub struct KnotRrl {
+    /// `rate-limit`: responses per second per (/24, class, name); Knot 3.2's buckets
+    /// hold 4 s of it.
+    pub rate_limit: u32,
+    /// `slip`: every n-th limited response (at random, 1 in n) is sent truncated.
+    pub slip: u32,
+    /// `table-size`: buckets.
+    pub table_size: usize,
+}
+
+/// [`start_knot`], with `rrl` when given.
+pub fn start_knot_with(
+    dir: &Path,
+    n: usize,
+    port: u16,
+    geo: Option<&KnotGeo>,
+    rrl: Option<&KnotRrl>,
+) -> anyhow::Result<Proc> {
     let knotd = which("knotd").context("knotd not found (apt-get install -y knot)")?;
     std::fs::create_dir_all(dir.join("db"))?;
     std::fs::write(
@@ -593,11 +630,21 @@ pub fn start_knot(dir: &Path, n: usize, port: u16, geo: Option<&KnotGeo>) -> any
             )
         }
     };
+    let (rrl_module, global_module) = match rrl {
+        None => (String::new(), String::new()),
+        Some(rrl) => (
+            format!(
+                "mod-rrl:\n  - id: bench\n    rate-limit: {}\n    slip: {}\n    table-size: {}\n",
+                rrl.rate_limit, rrl.slip, rrl.table_size
+            ),
+            "    global-module: mod-rrl/bench\n".to_string(),
+        ),
+    };
     let config = dir.join("knot.conf");
     std::fs::write(
         &config,
         format!(
-            "server:\n    listen: 127.0.0.1@{port}\n    rundir: \"{d}\"\n    pidfile: \"{d}/knot.pid\"\n{ecs}control:\n    listen: \"{d}/knot.sock\"\ndatabase:\n    storage: \"{d}/db\"\nlog:\n  - target: stderr\n    any: warning\n{module}template:\n  - id: default\n    storage: \"{d}\"\n    file: \"%s.zone\"\n    zonefile-sync: -1\n    journal-content: none\nzone:\n  - domain: {ZONE}\n{zone_module}",
+            "server:\n    listen: 127.0.0.1@{port}\n    rundir: \"{d}\"\n    pidfile: \"{d}/knot.pid\"\n{ecs}control:\n    listen: \"{d}/knot.sock\"\ndatabase:\n    storage: \"{d}/db\"\nlog:\n  - target: stderr\n    any: warning\n{module}{rrl_module}template:\n  - id: default\n    storage: \"{d}\"\n    file: \"%s.zone\"\n    zonefile-sync: -1\n    journal-content: none\n{global_module}zone:\n  - domain: {ZONE}\n{zone_module}",
         ),
     )?;
     let mut command = Command::new(knotd);
