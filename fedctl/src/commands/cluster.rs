@@ -368,7 +368,7 @@ impl KubernetesPlan {
 struct EmitPlan {
     token_file: PathBuf,
     /// `--token-file` given, or `NAME.join-token`, for a join token.
-    join_token_file: Option<PathBuf>,
+    join_token_file: PathBuf,
     hub_addresses: Vec<String>,
     hub_address_note: Option<&'static str>,
     /// The CA file the config names, and PEM to write there first (when the
@@ -405,10 +405,10 @@ impl EmitPlan {
                 )
             })
         };
-        let join_token_file = Some(match &args.token_file {
+        let join_token_file = match &args.token_file {
             Some(_) => token_file.clone(),
             None => absolute(&PathBuf::from(format!("{}.join-token", args.name)))?,
-        });
+        };
         Ok(Self {
             token_file,
             join_token_file,
@@ -423,9 +423,10 @@ impl EmitPlan {
     /// Where the token goes: `--token-file`, else `NAME.token` or, for a join token,
     /// `NAME.join-token`.
     fn token_file(&self, join: bool) -> PathBuf {
-        match (&self.join_token_file, join) {
-            (Some(path), true) => path.clone(),
-            _ => self.token_file.clone(),
+        if join {
+            self.join_token_file.clone()
+        } else {
+            self.token_file.clone()
         }
     }
 
