@@ -3,7 +3,9 @@
 //! `federation-apiserver` process over loopback, on its embedded redb store or on real
 //! etcd (`--store etcd|etcd3` starts one member or a three-member cluster on loopback;
 //! `--compare` runs redb, etcd and etcd3 in one invocation and prints the ratios against
-//! redb).
+//! redb). `--authz` measures issue 12's authorization instead: the admin token against
+//! 200 users under 10,000 RoleBindings, and OIDC ID tokens with `--oidc`
+//! ([`fedingress_bench::authz`]).
 //!
 //! Run: `cargo build --release --bins && target/release/apiserver-bench`
 //! (see docs/benchmarks.md). It prints numbers; it asserts nothing.
@@ -53,6 +55,13 @@ struct Args {
     /// etcd binary for --store etcd|etcd3 (default: `FEDINGRESS_ETCD`, else `etcd`).
     #[arg(long)]
     etcd: Option<PathBuf>,
+    /// Measure authorization at scale instead (issue 12): the admin token, then users
+    /// under a multi-tenant RBAC policy (and OIDC tokens with --oidc), interleaved, as
+    /// ratios against the admin; uses --clients.
+    #[arg(long)]
+    authz: bool,
+    #[command(flatten)]
+    authz_options: fedingress_bench::authz::Options,
 }
 
 /// What one run measured.
@@ -102,6 +111,10 @@ fn ratio(value: f64, base: f64) -> String {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    if args.authz {
+        let binary = fedingress_bench::sibling(args.apiserver.clone(), "federation-apiserver")?;
+        return fedingress_bench::authz::run(&binary, &args.authz_options, args.clients).await;
+    }
     let stores = if args.compare {
         vec![Store::Redb, Store::Etcd, Store::Etcd3]
     } else {

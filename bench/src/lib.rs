@@ -6,8 +6,10 @@
 //!
 //! Modules: [`sim_agent`], a simulated cluster agent on the real protocol; [`etcd`], real
 //! etcd members and what they wrote; [`replicas`], several apiserver replicas on one
-//! etcd (or one on redb), to kill and restart.
+//! etcd (or one on redb), to kill and restart; [`authz`], authorization at scale
+//! (`apiserver-bench --authz`).
 
+pub mod authz;
 pub mod etcd;
 pub mod replicas;
 pub mod sim_agent;
