@@ -253,10 +253,10 @@ pub fn verify(
     let number = |name: &str| claims.get(name).and_then(Value::as_f64).map(|v| v as i64);
     match number("exp") {
         None => return Err(TokenError::NoExpiry),
-        Some(exp) if now > exp + skew => return Err(TokenError::Expired),
+        Some(exp) if now > exp.saturating_add(skew) => return Err(TokenError::Expired),
         Some(_) => {}
     }
-    if number("nbf").is_some_and(|nbf| now + skew < nbf) {
+    if number("nbf").is_some_and(|nbf| now.saturating_add(skew) < nbf) {
         return Err(TokenError::NotYetValid);
     }
     let audience_ok = match claims.get("aud") {
