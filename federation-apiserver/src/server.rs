@@ -221,7 +221,10 @@ impl Server {
         if tokio::time::timeout(Duration::from_secs(10), bootstrap)
             .await
             .is_err()
-            || !state.authorizer.wait_synced(Duration::from_secs(10)).await
+            || !state
+                .authorizer
+                .wait_bootstrapped(Duration::from_secs(10))
+                .await
         {
             tracing::warn!("RBAC not loaded yet: requests are answered 503 until it is");
         }

@@ -184,6 +184,37 @@ impl Authorizer {
         );
     }
 
+    /// Waits (at most `limit`) until the cache is synced and holds every bootstrap
+    /// ClusterRole and ClusterRoleBinding: [`bootstrap`] writes them after the first
+    /// list, and until their watch events arrive the groups they grant to (the
+    /// `fedingress:admins` of `--dev`, say) would be refused.
+    pub async fn wait_bootstrapped(&self, limit: Duration) -> bool {
+        let (roles, bindings) = rbac::bootstrap();
+        let role_names: Vec<String> = roles.into_iter().filter_map(|r| r.metadata.name).collect();
+        let binding_names: Vec<String> = bindings
+            .into_iter()
+            .filter_map(|b| b.metadata.name)
+            .collect();
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let policy = self.policy.load();
+            if self.is_synced()
+                && role_names
+                    .iter()
+                    .all(|n| policy.cluster_roles.contains_key(n))
+                && binding_names
+                    .iter()
+                    .all(|n| policy.cluster_role_bindings.contains_key(n))
+            {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// Waits (at most `limit`) until the cache is synced.
     pub async fn wait_synced(&self, limit: Duration) -> bool {
         let deadline = tokio::time::Instant::now() + limit;
@@ -515,6 +546,36 @@ mod tests {
         let policy = authorizer.policy.load();
         assert!(policy.role_bindings["shop"].contains_key("before"));
         assert!(!policy.role_bindings["shop"].contains_key("after"));
+    }
+
+    #[tokio::test]
+    async fn serving_waits_for_the_bootstrap_objects_not_only_the_first_list() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> =
+            Arc::new(RedbStore::open(&dir.path().join("db"), Default::default()).unwrap());
+        let registry = Registry::new(store.clone());
+        // As at start: the cache lists an empty store (synced), then the bootstrap writes.
+        let authorizer = Arc::new(Authorizer::default());
+        tokio::spawn(authorizer.clone().run(store.clone()));
+        assert!(authorizer.wait_synced(Duration::from_secs(30)).await);
+        assert!(
+            !authorizer
+                .wait_bootstrapped(Duration::from_millis(50))
+                .await,
+            "synced, but the bootstrap objects are not there yet"
+        );
+        bootstrap(&registry).await.unwrap();
+        assert!(authorizer.wait_bootstrapped(Duration::from_secs(30)).await);
+        let admin = Attributes {
+            user: "system:anonymous".into(),
+            groups: vec![crate::auth::ADMINS.into()],
+            verb: "get".into(),
+            resource_request: true,
+            api_group: fedingress_api::GROUP.into(),
+            resource: "clusters".into(),
+            ..Attributes::default()
+        };
+        assert!(matches!(authorizer.authorize(&admin), Decision::Allow(_)));
     }
 
     #[tokio::test]
