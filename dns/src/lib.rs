@@ -14,6 +14,7 @@
 //! them into [`ClusterView`]s and [`RoutedIngress`]es), clocks (callers pass `now`).
 
 pub mod location;
+pub mod provider;
 pub mod routing;
 pub mod server;
 pub mod zone;
