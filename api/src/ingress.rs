@@ -577,6 +577,8 @@ string_enum! {
         Srv => "SRV",
         /// Text (ownership markers for providers).
         Txt => "TXT",
+        /// Name server (a delegation a provider holds in a parent zone).
+        Ns => "NS",
     }
 }
 
@@ -701,22 +703,64 @@ pub struct DnsRecordStatus {
     pub scope: String,
 }
 
-/// Sync state of one DNS provider.
+/// Sync state of one DNS provider: the embedded server (always first), then each
+/// configured provider (`dns.providers` of the apiserver's config) that manages the
+/// ingress's DNS name.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DnsProviderStatus {
-    /// Provider name, e.g. `embedded` or `route53`.
+    /// Provider name: `embedded`, or a configured provider's name (e.g. `aws-prod`).
     #[serde(default)]
     pub name: String,
-    /// Whether the provider holds the current records.
+    /// `route53` or `clouddns`; empty for the embedded server.
+    #[serde(default, rename = "type", skip_serializing_if = "String::is_empty")]
+    pub type_: String,
+    /// Whether the provider holds the records of the current DNS serial for this name.
     #[serde(default)]
     pub synced: bool,
-    /// Last sync error, for people.
+    /// Why not synced (the provider's own words), or what a dry run would change.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
-    /// When the provider last synced successfully.
+    /// When the provider last finished a sync (successful or not).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_sync_time: Option<Time>,
+    /// The DNS serial (the embedded server's SOA serial) the provider's last sync was
+    /// derived from; `synced` means it is the current one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_serial: Option<i64>,
+    /// The provider plans changes without making them (`dryRun` in its config).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
+    /// The record sets the provider holds for this name after its last sync (what it
+    /// would hold, on a dry run), with their native routing policy.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub records: Vec<DnsProviderRecord>,
+}
+
+/// One record set as a DNS provider holds it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DnsProviderRecord {
+    /// Owner name, e.g. `shop.example.com`.
+    #[serde(default)]
+    pub name: String,
+    /// `A`, `AAAA`, `CNAME`, `SRV`, `TXT` or `NS`.
+    #[serde(default, rename = "type")]
+    pub type_: String,
+    /// The provider's set identifier (Route53: the cluster), empty when none.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub set_identifier: String,
+    /// The native routing policy in words, e.g. `weighted 3`, `failover PRIMARY`,
+    /// `latency us-east-1`, `geo europe-west1`, `wrr 0.75`, `multivalue`, `simple`,
+    /// `alias`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub policy: String,
+    /// Record data in presentation format.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub values: Vec<String>,
+    /// The provider's health check guarding this record, if any.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub health_check: String,
 }
 
 // ---------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 //! `fedctl explain INGRESS --client IP`: the routing decision the embedded DNS server
 //! makes for that client, from the snapshot it serves (the FederatedIngress `explain`
 //! subresource): where the client is, the strategy, the answer, and why each cluster is
-//! in it or not.
+//! in it or not, and per configured DNS provider which of its records that client gets.
 
 use std::fmt::Write as _;
 
@@ -137,6 +137,25 @@ pub fn explain_text(value: &Value) -> String {
         "Why",
         value["summary"].as_str().unwrap_or("").to_string(),
     );
+    // The configured DNS providers (Route53, Cloud DNS) that hold this name: which of
+    // their records the client would get, as that provider chooses.
+    for provider in value["providers"].as_array().into_iter().flatten() {
+        let mut text = format!(
+            "{} ({}): {}",
+            provider["name"].as_str().unwrap_or("?"),
+            provider["type"].as_str().unwrap_or("?"),
+            provider["answer"].as_str().unwrap_or("?")
+        );
+        if !provider["synced"].as_bool().unwrap_or(false) {
+            match provider["message"].as_str().filter(|m| !m.is_empty()) {
+                Some(message) => {
+                    let _ = write!(text, " [not synced: {message}]");
+                }
+                None => text.push_str(" [not synced]"),
+            }
+        }
+        line(&mut out, "Provider", text);
+    }
     let reasons: Vec<&Value> = value["reasons"].as_array().into_iter().flatten().collect();
     let has = |key: &str| reasons.iter().any(|r| !r[key].is_null());
     let mut headers = vec!["CLUSTER", "ANSWERED"];
@@ -179,4 +198,43 @@ pub fn explain_text(value: &Value) -> String {
         out.push_str(&table.render());
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_provider_gets_a_line() {
+        let value = serde_json::json!({
+            "ingress": "default/shop",
+            "dnsName": "shop.example.com",
+            "client": "10.1.0.1",
+            "location": {"location": {"region": "eu", "latitude": 50.0, "longitude": 8.0},
+                         "source": {"type": "Table", "cidr": "10.1.0.0/16"}},
+            "strategy": "Latency",
+            "answer": {"clusters": ["eu-west"], "records": ["192.0.2.1"]},
+            "summary": "lowest latency",
+            "reasons": [],
+            "providers": [
+                {"name": "aws", "type": "route53", "synced": true,
+                 "answer": "latency record eu-west (eu-west-1) → 192.0.2.1"},
+                {"name": "gcp", "type": "clouddns", "synced": false,
+                 "message": "zone not found", "answer": "holds no record for this name yet"},
+            ],
+        });
+        let text = explain_text(&value);
+        let providers: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("Provider:"))
+            .collect();
+        assert_eq!(
+            providers,
+            [
+                "Provider: aws (route53): latency record eu-west (eu-west-1) → 192.0.2.1",
+                "Provider: gcp (clouddns): holds no record for this name yet [not synced: zone not found]",
+            ],
+            "{text}"
+        );
+    }
 }

@@ -641,6 +641,7 @@ pub fn describe_ingress(
         &answers,
         "<not served: see the DNSReady condition>",
     );
+    dns_providers(&mut out, &status, now);
     section(
         &mut out,
         "Conditions",
@@ -671,6 +672,83 @@ pub fn describe_ingress(
     }
     section(&mut out, "Events", &event_table, "<none>");
     out
+}
+
+/// The configured DNS providers' sync state and the records each holds for the
+/// ingress (`status.dns.providers`); nothing when only the embedded server serves it.
+fn dns_providers(
+    out: &mut String,
+    status: &fedingress_api::FederatedIngressStatus,
+    now: DateTime<Utc>,
+) {
+    let providers = status
+        .dns
+        .as_ref()
+        .map(|d| d.providers.as_slice())
+        .unwrap_or_default();
+    if providers.iter().all(|p| p.name == "embedded") {
+        return;
+    }
+    let mut table = Table::new(&[
+        "PROVIDER",
+        "TYPE",
+        "SYNCED",
+        "SERIAL",
+        "LAST SYNC",
+        "MESSAGE",
+    ]);
+    for provider in providers {
+        let mut kind = if provider.type_.is_empty() {
+            "-".to_string()
+        } else {
+            provider.type_.clone()
+        };
+        if provider.dry_run {
+            kind.push_str(" (dry run)");
+        }
+        table.row(vec![
+            provider.name.clone(),
+            kind,
+            yes_no(provider.synced),
+            provider
+                .observed_serial
+                .map(|s| s.to_string())
+                .unwrap_or_else(|| "-".into()),
+            provider
+                .last_sync_time
+                .map(|t| format!("{} ago", age(Some(t.0), now)))
+                .unwrap_or_else(|| "-".into()),
+            provider.message.clone(),
+        ]);
+    }
+    section(out, "DNS providers", &table, "");
+    for provider in providers.iter().filter(|p| p.name != "embedded") {
+        let mut records =
+            Table::new(&["NAME", "TYPE", "SET ID", "POLICY", "VALUES", "HEALTH CHECK"]);
+        for record in &provider.records {
+            let dash = |s: &str| {
+                if s.is_empty() {
+                    "-".to_string()
+                } else {
+                    s.to_string()
+                }
+            };
+            records.row(vec![
+                record.name.clone(),
+                record.type_.clone(),
+                dash(&record.set_identifier),
+                dash(&record.policy),
+                dash(&record.values.join(", ")),
+                dash(&record.health_check),
+            ]);
+        }
+        section(
+            out,
+            &format!("Records in {} ({})", provider.name, provider.type_),
+            &records,
+            "<none>",
+        );
+    }
 }
 
 pub async fn status(ctx: &Ctx) -> anyhow::Result<()> {
@@ -913,5 +991,78 @@ status:
         let mut plain = ingress.clone();
         plain.status.as_mut().unwrap().clusters[0].rules.clear();
         assert!(!describe_ingress(&plain, &[], &[], Utc::now()).contains("own addresses"));
+    }
+
+    #[test]
+    fn describe_ingress_shows_each_dns_provider_and_its_records() {
+        let yaml = r#"
+apiVersion: fedingress.io/v1alpha1
+kind: FederatedIngress
+metadata: {name: shop, namespace: default}
+spec:
+  rules: [{protocol: TCP, port: 443, backend: {service: shop, port: 443}}]
+  traffic: {dnsName: shop.example.com}
+status:
+  dns:
+    providers:
+    - {name: embedded, synced: true}
+    - name: aws
+      type: route53
+      synced: true
+      observedSerial: 42
+      lastSyncTime: "2026-01-01T00:00:00Z"
+      records:
+      - {name: shop.example.com, type: A, setIdentifier: eu-west, policy: latency eu-west-1, values: [192.0.2.1], healthCheck: hc-1}
+      - {name: shop.example.com, type: A, setIdentifier: us-east, policy: latency us-east-1, values: [192.0.2.2]}
+    - {name: gcp, type: clouddns, synced: false, message: "rejected: zone not found"}
+"#;
+        let ingress: FederatedIngress = yaml_serde::from_str(yaml).unwrap();
+        let now = "2026-01-01T00:00:05Z".parse().unwrap();
+        let text = describe_ingress(&ingress, &[], &[], now);
+        let section = text
+            .split("DNS providers:\n")
+            .nth(1)
+            .unwrap_or_else(|| panic!("no providers section in\n{text}"));
+        let lines: Vec<&str> = section.lines().take(4).collect();
+        assert!(
+            lines[0].contains("PROVIDER") && lines[0].contains("SERIAL"),
+            "{section}"
+        );
+        assert!(lines[1].trim_start().starts_with("embedded"), "{section}");
+        let aws = lines[2].split_whitespace().collect::<Vec<_>>();
+        assert_eq!(
+            &aws[..5],
+            ["aws", "route53", "yes", "42", "5s"],
+            "{section}"
+        );
+        assert!(lines[3].contains("rejected: zone not found"), "{section}");
+        let records = text
+            .split("Records in aws (route53):\n")
+            .nth(1)
+            .unwrap_or_else(|| panic!("no records of aws in\n{text}"));
+        let row = records.lines().nth(1).unwrap();
+        assert!(
+            row.contains("eu-west")
+                && row.contains("latency eu-west-1")
+                && row.contains("192.0.2.1")
+                && row.contains("hc-1"),
+            "{records}"
+        );
+        assert!(
+            text.contains("Records in gcp (clouddns):\n  <none>"),
+            "{text}"
+        );
+        // Only the embedded server: no section.
+        let mut plain = ingress.clone();
+        plain
+            .status
+            .as_mut()
+            .unwrap()
+            .dns
+            .as_mut()
+            .unwrap()
+            .providers
+            .truncate(1);
+        assert!(!describe_ingress(&plain, &[], &[], now).contains("DNS providers"));
     }
 }
