@@ -934,8 +934,7 @@ pub fn dns_status(
         providers: vec![DnsProviderStatus {
             name: "embedded".into(),
             synced: true,
-            message: String::new(),
-            last_sync_time: None,
+            ..DnsProviderStatus::default()
         }],
     });
     let ready = if served {
