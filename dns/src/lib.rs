@@ -57,6 +57,11 @@ pub struct ClusterView {
     pub load: f64,
     /// `spec.capacity.rps`, used by Overflow.
     pub capacity: Option<f64>,
+    /// The infrastructure the cluster runs on (`spec.provider`): DNS providers read
+    /// `location.region` as a region of that cloud (Route53 latency records need an AWS
+    /// region). Not used by routing.
+    #[serde(default)]
+    pub cloud: fedingress_api::cluster::Provider,
 }
 
 /// An L4 rule that carries a `name`: served as SRV `_<name>._tcp|_udp.<dnsName>`.
@@ -117,4 +122,9 @@ pub struct RoutedIngress {
     pub srv: Vec<SrvService>,
     /// Failover memory (see [`routing::FailoverState`]).
     pub failover: routing::FailoverState,
+    /// The port a cloud health check probes (TCP) on each cluster: the effective port of
+    /// the first HTTP, HTTPS, TLS or TCP rule; `None` when the ingress has only UDP
+    /// rules (nothing a TCP probe could reach). Not used by the embedded server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_port: Option<u16>,
 }

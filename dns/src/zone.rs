@@ -2903,6 +2903,7 @@ mod tests {
             hostnames: Vec::new(),
             load: 0.0,
             capacity: None,
+            cloud: Default::default(),
         }
     }
 
@@ -2920,6 +2921,7 @@ mod tests {
             clusters,
             srv: Vec::new(),
             failover: FailoverState::default(),
+            health_port: None,
         }
     }
 

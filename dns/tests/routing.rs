@@ -32,6 +32,7 @@ fn cluster(name: &str, location: Location, ip: &str) -> ClusterView {
         hostnames: vec![],
         load: 0.0,
         capacity: None,
+        cloud: Default::default(),
     }
 }
 

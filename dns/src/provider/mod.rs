@@ -60,6 +60,8 @@ pub enum Policy {
 #[serde(rename_all = "camelCase")]
 pub struct Target {
     /// Cluster name (a Route53 set identifier; a Cloud DNS item's label in status).
+    /// Empty for the one target of a record set that belongs to no cluster (anycast
+    /// addresses, a delegation's NS and glue); such record sets are `Simple`.
     pub cluster: String,
     /// Record data in presentation format (IPs for A/AAAA, SRV data, TXT text).
     pub values: Vec<String>,

@@ -40,6 +40,7 @@ fn clusters() -> Vec<ClusterView> {
         hostnames: Vec::new(),
         load: 0.0,
         capacity: None,
+        cloud: Default::default(),
     })
     .collect()
 }
@@ -63,6 +64,7 @@ fn ingresses(count: usize) -> Vec<RoutedIngress> {
                 clusters: clusters(),
                 srv: Vec::new(),
                 failover: FailoverState::default(),
+                health_port: None,
             }
         })
         .collect()

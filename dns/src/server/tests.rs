@@ -33,6 +33,7 @@ fn cluster(name: &str, at: Location, ips: &[String]) -> ClusterView {
         hostnames: Vec::new(),
         load: 0.0,
         capacity: None,
+        cloud: Default::default(),
     }
 }
 
@@ -56,6 +57,7 @@ fn routed(
         clusters,
         srv,
         failover: FailoverState::default(),
+        health_port: None,
     }
 }
 

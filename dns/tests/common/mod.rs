@@ -79,6 +79,7 @@ pub fn cluster(name: &str, at: Location, ips: &[&str], hostnames: &[&str]) -> Cl
         hostnames: hostnames.iter().map(|h| (*h).to_owned()).collect(),
         load: 0.0,
         capacity: None,
+        cloud: Default::default(),
     }
 }
 
@@ -108,6 +109,7 @@ pub fn ingress(
         clusters,
         srv,
         failover: FailoverState::default(),
+        health_port: None,
     }
 }
 

@@ -214,6 +214,7 @@ mod tests {
             clusters: Vec::new(),
             srv: Vec::new(),
             failover: Default::default(),
+            health_port: None,
         }
     }
 

@@ -867,6 +867,7 @@ fn routed_ingress(
                     .and_then(|c| c.rps)
                     .filter(|_| overflow)
                     .map(|r| r as f64),
+                cloud: cluster.spec.provider,
             })
         })
         .collect();
@@ -915,6 +916,13 @@ fn routed_ingress(
         clusters: views,
         srv,
         failover: Default::default(),
+        health_port: ingress
+            .spec
+            .rules
+            .iter()
+            .find(|r| r.protocol.transport() == "tcp")
+            .and_then(|r| r.effective_port())
+            .and_then(|p| u16::try_from(p).ok()),
     })
 }
 
