@@ -21,9 +21,11 @@ pub mod fedctl;
 pub mod federation;
 pub mod flood;
 pub mod kubeapi;
+pub mod moto;
 pub mod netns;
 pub mod oidc;
 pub mod soak;
+pub mod throttle;
 pub mod web;
 
 use std::io::{BufRead, BufReader};
