@@ -189,31 +189,57 @@ type Seen = (String, String, i64);
 /// every event.
 fn watch(runtime: &tokio::runtime::Runtime, api: &str, revision: i64) -> Arc<Mutex<Vec<Seen>>> {
     let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
-    let url = format!(
-        "{api}/apis/fedingress.io/v1alpha1/namespaces/load/federatedingresses?watch=true&resourceVersion={revision}&allowWatchBookmarks=false"
-    );
+    let api = api.to_owned();
     let out = seen.clone();
     runtime.spawn(async move {
-        let response = reqwest::get(&url).await.unwrap();
-        let mut body = response.bytes_stream();
-        let mut buffer = Vec::new();
-        while let Some(Ok(chunk)) = body.next().await {
-            buffer.extend_from_slice(&chunk);
-            while let Some(end) = buffer.iter().position(|&b| b == b'\n') {
-                let line: Vec<u8> = buffer.drain(..=end).collect();
-                let Ok(event) = serde_json::from_slice::<serde_json::Value>(&line) else {
-                    continue;
-                };
-                let meta = &event["object"]["metadata"];
-                out.lock().unwrap().push((
-                    event["type"].as_str().unwrap_or_default().to_string(),
-                    meta["name"].as_str().unwrap_or_default().to_string(),
-                    meta["resourceVersion"]
-                        .as_str()
-                        .and_then(|v| v.parse().ok())
-                        .unwrap_or_default(),
-                ));
+        // A watch the server or the network ends is resumed from the last revision seen,
+        // as a reflector does, so that a stream broken under load is not mistaken for
+        // lost writes.
+        let mut from = revision;
+        let mut failing = false;
+        loop {
+            let url = format!(
+                "{api}/apis/fedingress.io/v1alpha1/namespaces/load/federatedingresses?watch=true&resourceVersion={from}&allowWatchBookmarks=false"
+            );
+            match reqwest::get(&url).await {
+                Ok(response) => {
+                    failing = false;
+                    let mut body = response.bytes_stream();
+                    let mut buffer = Vec::new();
+                    while let Some(Ok(chunk)) = body.next().await {
+                        buffer.extend_from_slice(&chunk);
+                        while let Some(end) = buffer.iter().position(|&b| b == b'\n') {
+                            let line: Vec<u8> = buffer.drain(..=end).collect();
+                            let Ok(event) = serde_json::from_slice::<serde_json::Value>(&line)
+                            else {
+                                continue;
+                            };
+                            if event["type"] == "ERROR" {
+                                eprintln!("watch on {api}: {event}");
+                                continue;
+                            }
+                            let meta = &event["object"]["metadata"];
+                            let rv: i64 = meta["resourceVersion"]
+                                .as_str()
+                                .and_then(|v| v.parse().ok())
+                                .unwrap_or_default();
+                            from = from.max(rv);
+                            out.lock().unwrap().push((
+                                event["type"].as_str().unwrap_or_default().to_string(),
+                                meta["name"].as_str().unwrap_or_default().to_string(),
+                                rv,
+                            ));
+                        }
+                    }
+                    eprintln!("watch on {api} ended at revision {from}; resuming");
+                }
+                Err(e) if !failing => {
+                    failing = true;
+                    eprintln!("watch on {api} failed ({e}); retrying until it answers");
+                }
+                Err(_) => {}
             }
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
     });
     seen
