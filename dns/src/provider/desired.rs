@@ -503,7 +503,10 @@ mod tests {
         }
     }
 
-    fn summary(sets: &[PolicyRecordSet]) -> Vec<(RecordType, Policy, Vec<(String, Vec<String>)>)> {
+    /// (type, policy, [(cluster, values)]) per record set.
+    type Summary = Vec<(RecordType, Policy, Vec<(String, Vec<String>)>)>;
+
+    fn summary(sets: &[PolicyRecordSet]) -> Summary {
         sets.iter()
             .map(|s| {
                 (
