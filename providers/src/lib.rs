@@ -8,5 +8,6 @@
 //! What does not belong here: deriving what to publish, diffing and retrying
 //! ([`fedingress_dns::provider`]), scheduling syncs and writing status (the apiserver).
 
+pub mod clouddns;
 pub mod config;
 pub mod route53;
