@@ -15,6 +15,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+pub mod clouddns_fake;
 pub mod dnsprobe;
 pub mod echo;
 pub mod fedctl;
