@@ -221,10 +221,9 @@ pub async fn delete_health_check(client: &Client, id: &str) -> Result<(), Provid
     Ok(())
 }
 
-/// A record change: create, replace (UPSERT) or delete one record set.
+/// A record change: create or replace (UPSERT), or delete one record set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {
-    Create,
     Upsert,
     Delete,
 }
@@ -232,7 +231,6 @@ pub enum Action {
 impl Action {
     fn sdk(self) -> ChangeAction {
         match self {
-            Action::Create => ChangeAction::Create,
             Action::Upsert => ChangeAction::Upsert,
             Action::Delete => ChangeAction::Delete,
         }

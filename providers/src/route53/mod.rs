@@ -359,12 +359,15 @@ impl Route53Provider {
     }
 }
 
-/// Route53 actions for a planned change: an update is an `UPSERT`, except when the
-/// routing policy changes kind (weighted → failover, say), which Route53 does not allow
-/// in place: then a `DELETE` of the old and a `CREATE` of the new, in the same batch.
+/// Route53 actions for a planned change. Creates and updates are `UPSERT`s, so that a
+/// change batch the call policy retries after a lost answer (a timeout after Route53
+/// applied it) does not fail on what it already did; ownership was checked against the
+/// listing just before. A routing policy that changes kind (weighted → failover, say)
+/// cannot be changed in place: the old record set is deleted and the new one written,
+/// in the same batch.
 fn to_actions(change: &Change<Rrset>) -> Vec<(Action, Rrset)> {
     match change {
-        Change::Create(r) => vec![(Action::Create, r.clone())],
+        Change::Create(r) => vec![(Action::Upsert, r.clone())],
         Change::Delete(r) => vec![(Action::Delete, r.clone())],
         Change::Update { old, new } => {
             if std::mem::discriminant(&old.routing) == std::mem::discriminant(&new.routing)
@@ -372,7 +375,7 @@ fn to_actions(change: &Change<Rrset>) -> Vec<(Action, Rrset)> {
             {
                 vec![(Action::Upsert, new.clone())]
             } else {
-                vec![(Action::Delete, old.clone()), (Action::Create, new.clone())]
+                vec![(Action::Delete, old.clone()), (Action::Upsert, new.clone())]
             }
         }
     }
