@@ -690,12 +690,11 @@ pub fn explain(records: &[PublishedRecord], client: &Location) -> String {
     };
     let top: Vec<&PublishedRecord> = records.iter().filter(|r| r.name == top_name).collect();
     let label = |r: &PublishedRecord| {
-        let what = if r.set_identifier.is_empty() {
+        if r.set_identifier.is_empty() {
             r.values.join(" ")
         } else {
             format!("{} ({})", r.set_identifier, r.values.join(" "))
-        };
-        what
+        }
     };
     let kind = top[0].policy.split(' ').next().unwrap_or_default();
     match kind {

@@ -24,7 +24,7 @@ pub const REGIONS: &[(&str, f64, f64)] = &[
     ("ap-southeast-2", -33.87, 151.21), // Sydney
     ("ap-southeast-3", -6.21, 106.85),  // Jakarta
     ("ap-southeast-4", -37.81, 144.96), // Melbourne
-    ("ap-southeast-5", 3.14, 101.69),   // Kuala Lumpur
+    ("ap-southeast-5", 3.139, 101.687), // Kuala Lumpur
     ("ap-southeast-6", -36.85, 174.76), // Auckland
     ("ap-southeast-7", 13.76, 100.50),  // Bangkok
     ("ca-central-1", 45.50, -73.57),    // Montreal
