@@ -111,6 +111,7 @@ pub enum HealthProtocol {
 pub struct PolicyRecordSet {
     /// Fully qualified, lower case, without the trailing dot.
     pub name: String,
+    /// `A`, `AAAA` or `CNAME` for ingresses; `NS`, `A`, `AAAA` for a delegation.
     #[serde(rename = "type")]
     pub type_: RecordType,
     pub ttl: u32,
@@ -150,7 +151,8 @@ impl Desired {
 /// The federation's identity in a provider's zone: one TXT record per owned record set,
 /// `"heritage=fedingress,fedingress/owner=<id>,fedingress/resource=<owner_ref>"`, at
 /// [`Owner::marker_name`] (a name of its own, because a CNAME cannot share its name with a
-/// TXT record, as ExternalDNS's TXT registry learnt).
+/// TXT record, as ExternalDNS's TXT registry learnt). The marker functions
+/// ([`Owner::marker_name`], [`Owner::marker_value`], [`Owner::claims`]) are in [`plan`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Owner {
     pub id: String,
