@@ -723,6 +723,35 @@ async fn health_check_life_cycle() {
 }
 
 #[tokio::test]
+async fn private_addresses_go_without_a_health_check_and_the_report_says_so() {
+    let z = zone().await;
+    let p = z.provider(json!({})).await;
+    let sets = [set(
+        "shop.example.com",
+        Policy::Multivalue,
+        vec![
+            target("eu", "192.0.2.1", eu()),
+            target("lab", "10.0.0.7", us()),
+        ],
+    )];
+    let report = sync(&p, &sets).await;
+    assert_eq!(
+        z.routed().await,
+        [
+            "shop.example.com A [eu] multivalue 192.0.2.1 hc",
+            "shop.example.com A [lab] multivalue 10.0.0.7",
+        ]
+    );
+    let message = &report.names["shop.example.com"].message;
+    assert!(
+        message.contains("no health check for tcp 10.0.0.7:443"),
+        "{message}"
+    );
+    assert_eq!(z.health_checks().await.len(), 1);
+    assert_idempotent(&p, &sets).await;
+}
+
+#[tokio::test]
 async fn foreign_record_sets_are_never_touched_and_the_conflict_is_reported() {
     let z = zone().await;
     let foreign = |name: &str, ip: &str| {

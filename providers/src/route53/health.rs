@@ -18,12 +18,18 @@
 //!   from `healthChecks`. The failure threshold is updated in place; the request
 //!   interval (and the type) cannot be changed in Route53, so a changed interval creates a
 //!   new health check, moves the records to it and deletes the old one.
+//! - **Addresses Route53 cannot probe** (private, loopback, link-local, CGNAT): no
+//!   health check; the record goes out without one and the report says so. A health
+//!   check Route53 refuses likewise (the report carries its message). One that failed
+//!   for a passing reason (throttled, unreachable, after the retries) keeps the DNS name
+//!   as the zone holds it until the next sync, rather than publishing it unguarded.
 //! - **Disabled** (`healthChecks.enabled: false`): no record refers to a health check,
 //!   and the owned ones are deleted. Route53 then treats every record as healthy, so
 //!   failover and the skipping of unhealthy clusters only happen through the hub's own
 //!   syncs (it leaves unhealthy clusters out of the desired record sets).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
 
 use aws_sdk_route53::types::{HealthCheck, HealthCheckConfig, HealthCheckType, Tag};
 use fedingress_dns::provider::{HealthEndpoint, HealthProtocol, Owner};
@@ -116,6 +122,33 @@ pub fn config_key(c: &HealthCheckConfig) -> String {
         port,
         c.resource_path(),
     )
+}
+
+/// Whether Route53 can probe `e`: not an address that is private, loopback, link-local,
+/// unspecified, multicast or shared (CGNAT), which Route53 refuses (and could not reach).
+/// A host name is left to Route53.
+pub fn probeable(e: &HealthEndpoint) -> bool {
+    match e.ip {
+        None => true,
+        Some(IpAddr::V4(ip)) => {
+            let shared = ip.octets()[0] == 100 && (ip.octets()[1] & 0xc0) == 64;
+            !(ip.is_private()
+                || ip.is_loopback()
+                || ip.is_link_local()
+                || ip.is_unspecified()
+                || ip.is_multicast()
+                || ip.is_broadcast()
+                || shared)
+        }
+        Some(IpAddr::V6(ip)) => {
+            let first = ip.segments()[0];
+            !(ip.is_loopback()
+                || ip.is_unspecified()
+                || ip.is_multicast()
+                || (first & 0xfe00) == 0xfc00
+                || (first & 0xffc0) == 0xfe80)
+        }
+    }
 }
 
 /// The Route53 configuration of `w`.
@@ -283,6 +316,23 @@ mod tests {
             assert_eq!(endpoint_key(&e), config_key(&config(&w).unwrap()), "{e:?}");
         }
         assert_eq!(endpoint_key(&tcp("192.0.2.1", 443)), "tcp 192.0.2.1:443");
+    }
+
+    #[test]
+    fn private_and_loopback_addresses_are_not_probed() {
+        assert!(probeable(&tcp("192.0.2.1", 443)));
+        assert!(probeable(&tcp("2001:db8::1", 443)));
+        for ip in [
+            "10.1.2.3",
+            "127.0.0.11",
+            "192.168.1.1",
+            "100.64.0.1",
+            "169.254.1.1",
+            "fd00::1",
+            "::1",
+        ] {
+            assert!(!probeable(&tcp(ip, 443)), "{ip}");
+        }
     }
 
     #[test]

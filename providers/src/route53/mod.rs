@@ -284,7 +284,7 @@ impl Route53Provider {
         dry_run: bool,
     ) -> (
         BTreeMap<HealthEndpoint, String>,
-        BTreeMap<HealthEndpoint, String>,
+        BTreeMap<HealthEndpoint, ProviderError>,
         usize,
     ) {
         let mut ids = hplan.existing.clone();
@@ -326,7 +326,7 @@ impl Route53Provider {
                 }
                 Err(e) => {
                     warn!(provider = %self.name, endpoint = %health::endpoint_key(&w.endpoint), error = %e, "route53 health check not created");
-                    failed.insert(w.endpoint.clone(), e.to_string());
+                    failed.insert(w.endpoint.clone(), e);
                 }
             }
         }
@@ -450,45 +450,87 @@ impl Route53Provider {
             .map(|s| (*s, records::native(s, &self.zone_id)))
             .collect();
 
-        // 3. Health checks before the records that refer to them.
-        let wanted: BTreeSet<health::Wanted> = if checks_enabled {
-            natives
-                .iter()
-                .flat_map(|(_, n)| n.health.iter().flatten())
-                .map(|e| self.wanted_health(e))
-                .collect()
-        } else {
-            BTreeSet::new()
-        };
+        // 3. Health checks before the records that refer to them. Route53 cannot probe
+        // a private or loopback address: such targets go without.
+        let mut notes: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let mut wanted: BTreeSet<health::Wanted> = BTreeSet::new();
+        if checks_enabled {
+            for (set, native) in &natives {
+                for e in native.health.iter().flatten() {
+                    if health::probeable(e) {
+                        wanted.insert(self.wanted_health(e));
+                    } else {
+                        let note = format!(
+                            "no health check for {}: Route53 cannot probe a private or loopback address",
+                            health::endpoint_key(e)
+                        );
+                        let n = notes.entry(set.dns_name.clone()).or_default();
+                        if !n.contains(&note) {
+                            n.push(note);
+                        }
+                    }
+                }
+            }
+        }
         let hplan = health::plan(&wanted, &owned_checks);
         let (ids, failed_checks, hc_changes) =
             self.ensure_health_checks(&hplan, owner, dry_run).await;
         report.health_checks_changed += hc_changes;
 
-        // A DNS name whose health check could not be created keeps what it has: its
-        // records would otherwise go out unguarded.
+        // A health check Route53 refused (an address it will not probe): the records go
+        // out without it, and the report says so. One that failed for a passing reason
+        // (throttled, unreachable, after the retries): the DNS name keeps what the zone
+        // holds until the next sync, rather than going out unguarded.
         let mut skipped: BTreeMap<String, String> = BTreeMap::new();
         for (set, native) in &mut natives {
             native.resolve_health_checks(|e| ids.get(e).cloned());
             for e in native.health.iter().flatten() {
-                if let Some(why) = failed_checks.get(e) {
-                    skipped
-                        .entry(set.dns_name.clone())
-                        .or_insert_with(|| format!("health check not created: {why}"));
+                match failed_checks.get(e) {
+                    Some(err) if err.is_retryable() => {
+                        skipped
+                            .entry(set.dns_name.clone())
+                            .or_insert_with(|| format!("health check not created: {err}"));
+                    }
+                    Some(err) => {
+                        let note = format!("published without a health check: {err}");
+                        let n = notes.entry(set.dns_name.clone()).or_default();
+                        if !n.contains(&note) {
+                            n.push(note);
+                        }
+                    }
+                    None => {}
                 }
             }
         }
-        let wanted_records: Vec<WantedRecord<Rrset>> = natives
-            .iter()
-            .filter(|(set, _)| !skipped.contains_key(&set.dns_name))
-            .flat_map(|(set, native)| {
-                native
-                    .rrsets
-                    .iter()
-                    .map(|r| WantedRecord::new(r.clone(), set))
-                    .collect::<Vec<_>>()
-            })
-            .collect();
+        let mut wanted_records: Vec<WantedRecord<Rrset>> = Vec::new();
+        for (set, native) in &natives {
+            if skipped.contains_key(&set.dns_name) {
+                // Keep exactly what the zone holds at this name and its helper names
+                // (`_t0.<name>`, …), in the record types it would publish.
+                let types: BTreeSet<&str> =
+                    native.rrsets.iter().map(|r| r.type_.as_str()).collect();
+                let helper_suffix = format!(".{}", set.name);
+                wanted_records.extend(
+                    current
+                        .iter()
+                        .filter(|c| {
+                            (c.name == set.name
+                                || (c.name.starts_with('_')
+                                    && !c.name.starts_with(plan::MARKER_PREFIX)
+                                    && c.name.ends_with(&helper_suffix)))
+                                && types.contains(c.type_.as_str())
+                        })
+                        .map(|c| WantedRecord::new(c.clone(), set)),
+                );
+            } else {
+                wanted_records.extend(
+                    native
+                        .rrsets
+                        .iter()
+                        .map(|r| WantedRecord::new(r.clone(), set)),
+                );
+            }
+        }
 
         // 4. The diff, limited to what we own, applied in batches.
         let the_plan = plan::diff(&wanted_records, &current, owner);
@@ -499,6 +541,9 @@ impl Route53Provider {
             r.synced = true;
             if !native.left_out.is_empty() {
                 r.message = format!("left out: {}", native.left_out.join("; "));
+            }
+            if let Some(n) = notes.get(&set.dns_name) {
+                r.message = join_message(&r.message, &n.join("; "));
             }
         }
         for (name, why) in &skipped {
