@@ -4,7 +4,7 @@
 //! [`Rrset`] is this provider's own model of a Cloud DNS `ResourceRecordSet`: the
 //! shapes it writes and nothing else. The generated `google-cloud-dns-v1` types stay in
 //! [`super::wire`]; a record set listed from Cloud DNS in a shape this model does not
-//! hold (internal load balancer targets, geo fencing, DNSSEC signatures) becomes
+//! hold (internal load balancer targets, geo fencing, both rrdatas and a policy) becomes
 //! [`Data::Other`], which never equals a desired one, so it is replaced when owned.
 //!
 //! The mapping decisions are documented on [`super`] (the module docs), in one table.
@@ -23,7 +23,7 @@ use super::regions;
 /// A Cloud DNS resource record set as this provider writes it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Rrset {
-    /// Fully qualified, lower case, without the trailing dot (as [`plan`] wants names;
+    /// Fully qualified, lower case, without the trailing dot (as `plan` wants names;
     /// [`super::wire`] adds the dot Cloud DNS stores).
     pub name: String,
     /// `A`, `AAAA`, `CNAME`, `NS`, `TXT`, …
@@ -58,6 +58,41 @@ pub enum Data {
     },
     /// Listed from Cloud DNS in a shape this provider does not write.
     Other(String),
+}
+
+impl Rrset {
+    /// Record data sorted within each list and geo items by location: Cloud DNS keeps
+    /// sets of record data, so a record set read back in another order is the same one
+    /// (deletions still send the listed form, untouched).
+    pub fn normalised(mut self) -> Self {
+        let sort = |v: &mut Vec<String>| v.sort();
+        match &mut self.data {
+            Data::Plain(rrdatas) => sort(rrdatas),
+            Data::Geo { items, .. } => sort_geo(items),
+            Data::Wrr { items, .. } => {
+                for item in items {
+                    sort(&mut item.rrdatas);
+                    sort(&mut item.health_checked);
+                }
+            }
+            Data::PrimaryBackup {
+                primary, backup, ..
+            } => {
+                sort(primary);
+                sort_geo(backup);
+            }
+            Data::Other(_) => {}
+        }
+        self
+    }
+}
+
+fn sort_geo(items: &mut [GeoItem]) {
+    for item in items.iter_mut() {
+        item.rrdatas.sort();
+        item.health_checked.sort();
+    }
+    items.sort_by(|a, b| a.location.cmp(&b.location));
 }
 
 impl NativeRecordSet for Rrset {
@@ -284,7 +319,7 @@ pub fn map(set: &PolicyRecordSet, health_check: Option<&str>) -> Mapped {
         }
     };
     Mapped {
-        rrset: Some(rrset(data)),
+        rrset: Some(rrset(data).normalised()),
         item_clusters,
         notes,
     }

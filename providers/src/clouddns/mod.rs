@@ -11,7 +11,7 @@
 //!
 //! # Strategy → Cloud DNS
 //!
-//! | strategy ([`Policy`])       | Cloud DNS record set                                         |
+//! | strategy (`Policy`)         | Cloud DNS record set                                         |
 //! |-----------------------------|--------------------------------------------------------------|
 //! | Weighted (`Weighted`)       | `routingPolicy.wrr`: an item per cluster, `weight` = the cluster's weight |
 //! | Failover (`Failover`)       | with `healthCheck`: `routingPolicy.primaryBackup`, the first tier present = `primaryTargets`, later tiers = `backupGeoTargets` (each cluster at its region), `trickleTraffic` 0; without: plain record set of the active tier |
@@ -39,7 +39,10 @@
 //!   lowest tier with a healthy cluster), which the hub moves on failover and failback;
 //!   the sync report says so. With one and a single tier, the backup geo targets are the
 //!   same clusters unchecked: when every primary fails its check, clients still get them
-//!   (fail open, as the embedded server's `whenAllUnhealthy: ServeAll`).
+//!   (fail open, as the embedded server's `whenAllUnhealthy: ServeAll`). Cloud DNS's
+//!   backup is one geo policy, so tiers after the second are not ordered among
+//!   themselves: when the primary tier fails, the backup region nearest the client
+//!   answers, whichever tier its cluster was in.
 //! - **Host names.** A CNAME record set (clusters with only load-balancer host names)
 //!   is a plain record set of one name (a CNAME holds one), or a wrr/geo policy with the
 //!   host name as each item's one `rrdatas` entry; host names cannot be health-checked
@@ -56,6 +59,18 @@
 //! - **Credentials.** Application Default Credentials, except for a plain `http://`
 //!   `endpointUrl` (a local fake or emulator), which gets anonymous credentials: no token
 //!   is ever sent in clear text.
+//!
+//! - **Health checks** are not created by this provider: `healthCheck` names one the
+//!   user made (Compute Engine health checks probe every external endpoint with the same
+//!   port and protocol), so [`SyncReport::health_checks_changed`] stays 0.
+//!
+//! # Permissions
+//!
+//! `dns.managedZones.get`, `dns.resourceRecordSets.list` and `dns.changes.create`, plus
+//! the record set permissions `changes.create` checks per addition and deletion
+//! (`dns.resourceRecordSets.create`, `dns.resourceRecordSets.delete`); all are in
+//! `roles/dns.admin`. Referencing a health check in a routing policy may need read
+//! access to it in Compute Engine (not verified against real Cloud DNS here).
 //!
 //! # What Cloud DNS cannot express
 //!

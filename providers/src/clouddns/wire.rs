@@ -112,12 +112,10 @@ pub fn from_model(rrset: &ResourceRecordSet) -> Rrset {
         ttl,
         data,
     }
+    .normalised()
 }
 
 fn data(rrset: &ResourceRecordSet) -> Data {
-    if !rrset.signature_rrdatas.is_empty() {
-        return Data::Other("DNSSEC signatures".into());
-    }
     let Some(policy) = &rrset.routing_policy else {
         return Data::Plain(rrset.rrdatas.clone());
     };
@@ -136,9 +134,6 @@ fn data(rrset: &ResourceRecordSet) -> Data {
         (None, Some(wrr), None) => {
             let mut items = Vec::new();
             for item in &wrr.items {
-                if !item.signature_rrdatas.is_empty() {
-                    return Data::Other("DNSSEC signatures".into());
-                }
                 let Ok(health_checked) = endpoints(item.health_checked_targets.as_ref()) else {
                     return Data::Other("internal load balancer targets".into());
                 };
@@ -180,9 +175,6 @@ fn geo_items(geo: &RRSetRoutingPolicyGeoPolicy) -> Result<Vec<GeoItem>, String> 
     geo.items
         .iter()
         .map(|item| {
-            if !item.signature_rrdatas.is_empty() {
-                return Err("DNSSEC signatures".to_string());
-            }
             Ok(GeoItem {
                 location: item.location.clone().unwrap_or_default(),
                 rrdatas: item.rrdatas.clone(),
@@ -320,5 +312,21 @@ mod tests {
             };
             assert_eq!(from_model(&to_model(&rrset)), rrset);
         }
+    }
+
+    #[test]
+    fn order_and_signatures_do_not_make_a_difference() {
+        let mut listed = to_model(&Rrset {
+            name: "rr.example.com".into(),
+            type_: "A".into(),
+            ttl: 30,
+            data: Data::Plain(vec!["192.0.2.1".into(), "192.0.2.2".into()]),
+        });
+        let want = from_model(&listed);
+        listed.rrdatas.reverse();
+        listed.signature_rrdatas = vec!["A 8 3 30 ...".into()];
+        assert_eq!(from_model(&listed), want);
+        listed.routing_policy = Some(RRSetRoutingPolicy::new());
+        assert!(matches!(from_model(&listed).data, Data::Other(_)));
     }
 }
