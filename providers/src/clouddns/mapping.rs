@@ -813,4 +813,47 @@ mod tests {
         assert_eq!(quote_txt("a \"b\""), "\"a \\\"b\\\"\"");
         assert_eq!(quote_txt("\"x\""), "\"x\"");
     }
+
+    #[test]
+    fn a_cname_holds_one_name_per_record_set_and_per_geo_region() {
+        let cnames: Vec<Target> = eu_us()
+            .into_iter()
+            .chain([target("eu2", &[], Cloud::Aws, "eu-central-1", 50.1, 8.7)])
+            .map(|mut t| {
+                t.hostname = Some(format!("lb.{}.example.net", t.cluster));
+                t.values.clear();
+                t
+            })
+            .collect();
+        let mut plain = set(Policy::Multivalue, cnames.clone());
+        plain.type_ = RecordType::Cname;
+        let m = map(&plain, Some("projects/p/global/healthChecks/hc"));
+        assert_eq!(
+            m.rrset.map(|r| r.data),
+            Some(Data::Plain(vec!["lb.eu.example.net.".into()]))
+        );
+        assert!(
+            m.notes[0].starts_with("a CNAME holds one name"),
+            "{:?}",
+            m.notes
+        );
+
+        let mut geo = set(Policy::Geo, cnames);
+        geo.type_ = RecordType::Cname;
+        let m = map(&geo, Some("projects/p/global/healthChecks/hc"));
+        let Some(Rrset {
+            data:
+                Data::Geo {
+                    items,
+                    health_check: None,
+                },
+            ..
+        }) = m.rrset
+        else {
+            panic!("{m:?}")
+        };
+        assert_eq!(items[0].rrdatas, ["lb.eu.example.net."]);
+        assert!(items[0].health_checked.is_empty());
+        assert!(m.notes[0].contains("cluster eu2"), "{:?}", m.notes);
+    }
 }

@@ -34,6 +34,8 @@
 //!   API allows for public zones) with `routingPolicy.healthCheck` set, and Cloud DNS
 //!   also steers around a cluster that fails while the hub is down. Without it, the IPs
 //!   are `rrdatas`, returned whatever their health: the hub is the only health check.
+//! - **RoundRobin** stays a plain record set even with a `healthCheck`: a wrr policy
+//!   answers one item per query, and RoundRobin's answer is every healthy cluster.
 //! - **Failover.** `primaryBackup` requires health-checked primary targets, so without a
 //!   `healthCheck` a Failover ingress is a plain record set of its active tier (the
 //!   lowest tier with a healthy cluster), which the hub moves on failover and failback;
