@@ -979,8 +979,11 @@ async fn real_route53() {
         dry_run: false,
         batch_size: 100,
     };
+    // Two addresses in one weighted record: the API reference says "one ResourceRecord per
+    // weighted resource record set", which moto does not enforce; this run settles it.
     let mut a = target("eu", "192.0.2.1", eu());
     a.weight = 3;
+    a.values.push("192.0.2.3".into());
     let sets = [set(
         &name,
         Policy::Weighted,

@@ -416,7 +416,8 @@ impl DnsProvider for Route53Provider {
         desired: &[&PolicyRecordSet],
         options: &SyncOptions,
     ) -> Result<SyncReport, ProviderError> {
-        let span = info_span!("route53_sync", provider = %self.name, zone = %self.zone_id, dry_run = options.dry_run);
+        let dry_run = options.dry_run || self.config.dry_run;
+        let span = info_span!("route53_sync", provider = %self.name, zone = %self.zone_id, dry_run);
         self.sync_inner(desired, options).instrument(span).await
     }
 
@@ -569,35 +570,11 @@ impl Route53Provider {
         }
         report.changes = the_plan.len();
 
-        let mut failed_names: BTreeMap<String, String> = BTreeMap::new();
-        if !dry_run {
-            for batch in plan::batches(&the_plan, options.batch_size) {
-                match self.apply(&batch.changes).await {
-                    Ok(()) => {
-                        debug!(provider = %self.name, names = ?batch.names, changes = batch.changes.len(), "route53 batch applied")
-                    }
-                    Err(e) if batch.names.len() > 1 && !e.is_retryable() => {
-                        // One bad name must not block the others: each name on its own.
-                        warn!(provider = %self.name, names = ?batch.names, error = %e, "route53 batch rejected: applying its names one by one");
-                        for name in &batch.names {
-                            let Some(name_plan) = the_plan.names.get(name) else {
-                                continue;
-                            };
-                            if let Err(e) = self.apply(&name_plan.changes()).await {
-                                warn!(provider = %self.name, name = %name, error = %e, "route53 changes rejected");
-                                failed_names.insert(name.clone(), e.to_string());
-                            }
-                        }
-                    }
-                    Err(e) => {
-                        warn!(provider = %self.name, names = ?batch.names, error = %e, "route53 changes failed");
-                        for name in &batch.names {
-                            failed_names.insert(name.clone(), e.to_string());
-                        }
-                    }
-                }
-            }
-        }
+        let failed_names = if dry_run {
+            BTreeMap::new()
+        } else {
+            self.apply_batches(&the_plan, options.batch_size).await
+        };
         for (name, why) in &failed_names {
             let r = results.entry(report_name(name, &known)).or_default();
             r.synced = false;
@@ -636,49 +613,10 @@ impl Route53Provider {
         }
 
         // 5. Health checks no record set refers to any more.
-        let unused: Vec<&String> = hplan.unused.iter().collect();
-        if !unused.is_empty() {
-            let referenced: BTreeSet<String> = if dry_run {
-                the_plan
-                    .apply(&current)
-                    .iter()
-                    .filter_map(|r| r.health_check_id.clone())
-                    .collect()
-            } else {
-                match self.list_rrsets().await {
-                    Ok(now) => now
-                        .iter()
-                        .filter_map(|r| r.health_check_id.clone())
-                        .collect(),
-                    Err(e) => {
-                        warn!(provider = %self.name, error = %e, "route53 zone not listed: unused health checks kept until the next sync");
-                        unused.iter().map(|s| (*s).clone()).collect()
-                    }
-                }
-            };
-            for id in unused {
-                if referenced.contains(id) {
-                    debug!(provider = %self.name, health_check = %id, "route53 health check still referred to: kept");
-                    continue;
-                }
-                report.health_checks_changed += 1;
-                if dry_run {
-                    continue;
-                }
-                match self
-                    .call("DeleteHealthCheck", || {
-                        api::delete_health_check(&self.client, id)
-                    })
-                    .await
-                {
-                    Ok(()) => {
-                        info!(provider = %self.name, health_check = %id, "route53 health check deleted")
-                    }
-                    Err(e) => {
-                        warn!(provider = %self.name, health_check = %id, error = %e, "route53 health check not deleted")
-                    }
-                }
-            }
+        if !hplan.unused.is_empty() {
+            report.health_checks_changed += self
+                .delete_unused_checks(&hplan.unused, || the_plan.apply(&current), dry_run)
+                .await;
         }
 
         for r in results.values_mut() {
@@ -696,6 +634,97 @@ impl Route53Provider {
         );
         Ok(report)
     }
+
+    /// Applies `plan`'s batches, one change request each; a rejected batch of several DNS
+    /// names is retried one name at a time. Returns the names that failed, with why.
+    async fn apply_batches(
+        &self,
+        plan: &plan::Plan<Rrset>,
+        batch_size: usize,
+    ) -> BTreeMap<String, String> {
+        let mut failed = BTreeMap::new();
+        for batch in plan::batches(plan, batch_size) {
+            match self.apply(&batch.changes).await {
+                Ok(()) => {
+                    debug!(provider = %self.name, names = ?batch.names, changes = batch.changes.len(), "route53 batch applied");
+                }
+                Err(e) if batch.names.len() > 1 && !e.is_retryable() => {
+                    // One bad name must not block the others: each name on its own.
+                    warn!(provider = %self.name, names = ?batch.names, error = %e, "route53 batch rejected: applying its names one by one");
+                    for name in &batch.names {
+                        let Some(name_plan) = plan.names.get(name) else {
+                            continue;
+                        };
+                        if let Err(e) = self.apply(&name_plan.changes()).await {
+                            warn!(provider = %self.name, name = %name, error = %e, "route53 changes rejected");
+                            failed.insert(name.clone(), e.to_string());
+                        }
+                    }
+                }
+                Err(e) => {
+                    warn!(provider = %self.name, names = ?batch.names, error = %e, "route53 changes failed");
+                    for name in &batch.names {
+                        failed.insert(name.clone(), e.to_string());
+                    }
+                }
+            }
+        }
+        failed
+    }
+
+    /// Deletes the health checks of `unused` that no record set of the zone refers to
+    /// (listed again after the record changes; on a dry run, the zone as it would be).
+    /// Returns how many were (or would be) deleted.
+    async fn delete_unused_checks(
+        &self,
+        unused: &BTreeSet<String>,
+        would_be: impl FnOnce() -> Vec<Rrset>,
+        dry_run: bool,
+    ) -> usize {
+        let referenced: BTreeSet<String> = if dry_run {
+            would_be()
+                .iter()
+                .filter_map(|r| r.health_check_id.clone())
+                .collect()
+        } else {
+            match self.list_rrsets().await {
+                Ok(now) => now
+                    .iter()
+                    .filter_map(|r| r.health_check_id.clone())
+                    .collect(),
+                Err(e) => {
+                    warn!(provider = %self.name, error = %e, "route53 zone not listed: unused health checks kept until the next sync");
+                    return 0;
+                }
+            }
+        };
+        let mut deleted = 0;
+        for id in unused {
+            if referenced.contains(id) {
+                debug!(provider = %self.name, health_check = %id, "route53 health check still referred to: kept");
+                continue;
+            }
+            if dry_run {
+                deleted += 1;
+                continue;
+            }
+            match self
+                .call("DeleteHealthCheck", || {
+                    api::delete_health_check(&self.client, id)
+                })
+                .await
+            {
+                Ok(()) => {
+                    deleted += 1;
+                    info!(provider = %self.name, health_check = %id, "route53 health check deleted");
+                }
+                Err(e) => {
+                    warn!(provider = %self.name, health_check = %id, error = %e, "route53 health check not deleted");
+                }
+            }
+        }
+        deleted
+    }
 }
 
 fn join_message(a: &str, b: &str) -> String {
@@ -703,5 +732,68 @@ fn join_message(a: &str, b: &str) -> String {
         (true, _) => b.to_string(),
         (_, true) => a.to_string(),
         _ => format!("{a}; {b}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rrset(routing: Routing) -> Rrset {
+        Rrset {
+            name: "shop.example.com".into(),
+            type_: "A".into(),
+            set_identifier: Some("eu".into()),
+            routing,
+            ttl: Some(30),
+            values: vec!["192.0.2.1".into()],
+            alias: None,
+            health_check_id: None,
+        }
+    }
+
+    #[test]
+    fn updates_are_upserts_unless_the_policy_changes_kind() {
+        let weighted = rrset(Routing::Weighted(1));
+        let heavier = rrset(Routing::Weighted(3));
+        let failover = rrset(Routing::Failover(records::Role::Primary));
+        let actions = |c: Change<Rrset>| {
+            to_actions(&c)
+                .into_iter()
+                .map(|(a, _)| a)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(actions(Change::Create(weighted.clone())), [Action::Upsert]);
+        assert_eq!(
+            actions(Change::Update {
+                old: weighted.clone(),
+                new: heavier
+            }),
+            [Action::Upsert]
+        );
+        assert_eq!(
+            actions(Change::Update {
+                old: weighted.clone(),
+                new: failover
+            }),
+            [Action::Delete, Action::Upsert]
+        );
+        assert_eq!(actions(Change::Delete(weighted)), [Action::Delete]);
+    }
+
+    #[test]
+    fn helper_names_report_to_their_dns_name() {
+        let known: BTreeSet<String> = ["shop.example.com".to_string()].into();
+        assert_eq!(
+            report_name("_t0.shop.example.com", &known),
+            "shop.example.com"
+        );
+        assert_eq!(
+            report_name("_f1.shop.example.com", &known),
+            "shop.example.com"
+        );
+        assert_eq!(report_name("web.example.com", &known), "web.example.com");
+        assert_eq!(normalize_zone_id("/hostedzone/Z123"), "Z123");
+        assert_eq!(normalize_zone_id("Z123"), "Z123");
     }
 }
