@@ -65,6 +65,8 @@ pub struct AppState {
     pub tokens: TokenStore,
     /// The embedded DNS server, when it runs (explain reads its snapshot).
     pub dns: Option<Arc<fedingress_dns::server::DnsServer>>,
+    /// The configured DNS providers (explain asks which of their records a client gets).
+    pub dns_providers: Vec<Arc<dyn fedingress_dns::provider::DnsProvider>>,
     pub hub: Option<HubHandle>,
     pub metrics: Arc<Metrics>,
     pub settings: ApiSettings,
@@ -96,6 +98,7 @@ impl AppState {
             auth,
             tokens,
             dns,
+            dns_providers: Vec::new(),
             hub,
             metrics: Arc::new(Metrics::default()),
             settings,
@@ -537,6 +540,7 @@ async fn serve_explain(
             json!({"name": name, "records": records})
         })
         .collect();
+    let providers = provider_explanations(state, &ingress, &dns_name, &located.location);
     let body = json!({
         "kind": "RoutingExplanation",
         "apiVersion": fedingress_api::API_VERSION,
@@ -553,8 +557,62 @@ async fn serve_explain(
         },
         "reasons": decision.reasons,
         "summary": decision.summary,
+        "providers": providers,
     });
     Ok(json_response(StatusCode::OK, &body))
+}
+
+/// Per configured DNS provider that manages `dns_name`: which of the record sets it
+/// holds (as the ingress's `status.dns.providers` lists them) a client at `client`
+/// would get, in the provider's own words. Every replica can answer: the records come
+/// from the stored status, the choice from the provider's policy, no sync needed.
+fn provider_explanations(
+    state: &AppState,
+    ingress: &FederatedIngress,
+    dns_name: &str,
+    client: &fedingress_dns::Location,
+) -> Vec<serde_json::Value> {
+    let statuses = ingress
+        .status
+        .as_ref()
+        .and_then(|s| s.dns.as_ref())
+        .map(|d| d.providers.as_slice())
+        .unwrap_or_default();
+    state
+        .dns_providers
+        .iter()
+        .filter(|p| p.manages(dns_name))
+        .map(|provider| {
+            let status = statuses.iter().find(|s| s.name == provider.name());
+            let records: Vec<fedingress_dns::provider::PublishedRecord> = status
+                .map(|s| s.records.as_slice())
+                .unwrap_or_default()
+                .iter()
+                .filter(|r| r.name.trim_end_matches('.').eq_ignore_ascii_case(dns_name))
+                .map(|r| fedingress_dns::provider::PublishedRecord {
+                    name: r.name.clone(),
+                    type_: r.type_.clone(),
+                    set_identifier: r.set_identifier.clone(),
+                    policy: r.policy.clone(),
+                    values: r.values.clone(),
+                    health_check: r.health_check.clone(),
+                })
+                .collect();
+            let answer = if records.is_empty() {
+                "holds no record for this name yet".to_string()
+            } else {
+                provider.explain(&records, client)
+            };
+            json!({
+                "name": provider.name(),
+                "type": provider.kind(),
+                "synced": status.is_some_and(|s| s.synced),
+                "message": status.map(|s| s.message.as_str()).unwrap_or_default(),
+                "records": records,
+                "answer": answer,
+            })
+        })
+        .collect()
 }
 
 /// The Cluster `token` subresource: POST issues a token (returned once; with

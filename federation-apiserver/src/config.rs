@@ -229,6 +229,13 @@ pub struct DnsConfig {
     /// Limits of the TCP listener.
     #[serde(default)]
     pub tcp: fedingress_dns::server::config::TcpConfig,
+    /// This federation's id in the ownership records it leaves in providers' zones
+    /// (required with `providers`; two federations sharing a zone need different ids).
+    pub owner_id: Option<String>,
+    /// Cloud DNS services the leader publishes the routing decisions to (Route53, Cloud
+    /// DNS), checked as a whole at start (docs/providers.md).
+    #[serde(default)]
+    pub providers: Vec<fedingress_providers::config::ProviderConfig>,
 }
 
 impl DnsConfig {
@@ -543,6 +550,13 @@ pub fn load(cli: &Cli) -> Result<Settings, ConfigError> {
         dns_listen.map(|addr| addr.ip()),
     );
     check_dns(&file.dns)?;
+    if !file.dns.providers.is_empty() && dns_listen.is_none() {
+        return Err(ConfigError::Invalid(
+            "dns.providers: needs the embedded DNS server (dns.listen or --dns-listen): \
+             providers publish its routing decisions and delegate its zones"
+                .into(),
+        ));
+    }
     let hub = crate::hub::HubSettings {
         heartbeat_interval: Duration::from_millis(agents.heartbeat_interval_ms),
         lease: Duration::from_millis(agents.lease_ms),
@@ -836,6 +850,9 @@ fn check_dns(dns: &DnsConfig) -> Result<(), ConfigError> {
     })?;
     dns.server_config()
         .validate()
+        .map_err(ConfigError::Invalid)?;
+    let apexes: Vec<String> = dns.zones.iter().map(|z| z.name.clone()).collect();
+    fedingress_providers::config::validate(dns.owner_id.as_deref(), &dns.providers, &apexes)
         .map_err(ConfigError::Invalid)?;
     if let Some(path) = &dns.mmdb {
         if !path.is_file() {
@@ -1184,6 +1201,62 @@ mod tests {
             nameservers[1].addresses,
             ["127.0.0.2".parse::<std::net::IpAddr>().unwrap()]
         );
+    }
+
+    #[test]
+    fn dns_providers_are_checked_with_the_field_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("apiserver.yaml");
+        let path_str = path.to_str().unwrap().to_owned();
+        let zones = "  zones: [{name: gslb.example.com, nameservers: [ns.elsewhere.example]}]\n";
+        let load_dns = |dns: &str, dns_listen: bool| {
+            std::fs::write(&path, format!("dev: true\ndns:\n{zones}{dns}")).unwrap();
+            let mut args = vec!["federation-apiserver", "--config", &path_str];
+            if dns_listen {
+                args.extend(["--dns-listen", "127.0.0.1:0"]);
+            }
+            load(&Cli::parse_from(args))
+                .map(|settings| settings.dns)
+                .map_err(|e| e.to_string())
+        };
+        let good = "  ownerId: prod\n  providers:\n  - {name: aws, type: route53, zone: Z1, endpointUrl: 'http://127.0.0.1:5000', delegate: [gslb.example.com]}\n";
+        let dns = load_dns(good, true).unwrap();
+        assert_eq!(dns.owner_id.as_deref(), Some("prod"));
+        assert_eq!(dns.providers[0].name, "aws");
+        assert_eq!(dns.providers[0].delegate, ["gslb.example.com"]);
+        assert!(
+            load_dns(good, false)
+                .unwrap_err()
+                .starts_with("dns.providers: needs the embedded DNS server")
+        );
+        for (dns, expected) in [
+            (
+                "  providers: [{name: aws, type: route53, zone: Z1}]\n",
+                "dns.ownerId: required",
+            ),
+            (
+                "  ownerId: p\n  providers: [{name: aws, type: route53, zone: ''}]\n",
+                "dns.providers[0].zone: required",
+            ),
+            (
+                "  ownerId: p\n  providers: [{name: aws, type: route53, zone: Z, delegate: [other.example.com]}]\n",
+                "dns.providers[0].delegate[0]: \"other.example.com\" is not one of dns.zones",
+            ),
+            (
+                "  ownerId: p\n  providers: [{name: g, type: clouddns, zone: z}]\n",
+                "dns.providers[0].project: required",
+            ),
+        ] {
+            let error = load_dns(dns, true).unwrap_err();
+            assert!(error.starts_with(expected), "{dns}: {error}");
+            assert_eq!(error.lines().count(), 1, "{error}");
+        }
+        let error = load_dns(
+            "  ownerId: p\n  providers: [{name: aws, type: route53, zone: Z, hostedZone: Z}]\n",
+            true,
+        )
+        .unwrap_err();
+        assert!(error.contains("unknown field `hostedZone`"), "{error}");
     }
 
     #[test]

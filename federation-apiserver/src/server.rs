@@ -183,12 +183,27 @@ impl Server {
                 (mirror, role, Some((replication, shared.clone())), None)
             }
         };
+        // Every replica builds the providers (explain asks them); only the leader's
+        // controller syncs them.
+        let providers = match (&settings.dns.owner_id, settings.dns.providers.is_empty()) {
+            (Some(owner_id), false) => Some(crate::hub::providers::ProviderSet::build(
+                &settings.dns.providers,
+                owner_id,
+                &settings.dns.zones,
+            )),
+            _ => None,
+        };
+        let dns_providers = providers
+            .as_ref()
+            .map(|p| p.providers())
+            .unwrap_or_default();
         let controller = Controller::start(Parts {
             registry: registry.clone(),
             sessions: hub.clone(),
             agents,
             role,
             gslb,
+            providers,
             metrics: hub_metrics.clone(),
         })
         .await
@@ -207,6 +222,7 @@ impl Server {
                 limits: settings.limits.clone(),
             },
         );
+        state.dns_providers = dns_providers;
         let metrics = state.metrics.clone();
         let health = crate::health::StoreHealth::new(if settings.etcd.is_some() {
             "etcd"

@@ -57,3 +57,52 @@ fn a_maxmind_database_without_coordinates_exits_64_before_binding() {
     assert!(output.stdout.is_empty(), "no READY line");
     assert!(!dir.path().join("data").exists(), "nothing opened");
 }
+
+#[test]
+fn a_bad_dns_provider_exits_64_with_the_field_path_before_binding() {
+    let dir = tempfile::tempdir().unwrap();
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = probe.local_addr().unwrap().port();
+    drop(probe);
+    let config = dir.path().join("apiserver.yaml");
+    for (providers, expected) in [
+        (
+            "  ownerId: prod\n  providers:\n  - {name: aws, type: route53, zone: Z1}\n  - {name: gcp, type: clouddns, zone: example-com}\n",
+            "federation-apiserver: dns.providers[1].project: required for type clouddns",
+        ),
+        (
+            "  providers:\n  - {name: aws, type: route53, zone: Z1}\n",
+            "federation-apiserver: dns.ownerId: required with dns.providers",
+        ),
+        (
+            "  ownerId: prod\n  providers:\n  - {name: aws, type: route53, zone: Z1, delegate: [other.test]}\n",
+            "federation-apiserver: dns.providers[0].delegate[0]: \"other.test\" is not one of dns.zones",
+        ),
+    ] {
+        std::fs::write(
+            &config,
+            format!(
+                "dev: true\ndns:\n  zones: [{{name: fedingress.test, nameservers: [ns1.fedingress.test]}}]\n{providers}"
+            ),
+        )
+        .unwrap();
+        let output = Command::new(env!("CARGO_BIN_EXE_federation-apiserver"))
+            .args(["--config", config.to_str().unwrap()])
+            .args(["--data-dir", dir.path().join("data").to_str().unwrap()])
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args([
+                "--agent-listen",
+                "127.0.0.1:0",
+                "--dns-listen",
+                "127.0.0.1:0",
+            ])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(64), "{stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+        assert!(stderr.starts_with(expected), "{stderr}");
+        assert!(output.stdout.is_empty(), "no READY line");
+        assert!(!dir.path().join("data").exists(), "nothing opened");
+    }
+}

@@ -7,6 +7,8 @@
 //!   that DNS answers right from the first packet after a restart;
 //! - [`gateway`] is the agents' gRPC endpoint: one stream per connected cluster, plans
 //!   pushed as snapshots and deltas, acks, reports and heartbeats received;
+//! - [`providers`] publishes the routing decisions to the configured cloud DNS
+//!   providers (`dns.providers`) while leading, and turns their syncs into status;
 //! - [`tokens`] issues, lists and revokes agent tokens;
 //! - with several replicas on one etcd: [`replication`] keeps the replica's lease and
 //!   elects the leader that runs the controller's writes, [`directory`] shares what
@@ -24,6 +26,7 @@ pub mod events;
 pub mod gateway;
 pub mod gslb;
 pub mod pki;
+pub mod providers;
 pub mod replication;
 pub mod routing_state;
 pub mod tokens;

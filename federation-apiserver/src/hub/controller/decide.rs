@@ -33,6 +33,7 @@ use fedingress_dns::zone::Snapshot;
 use fedingress_dns::{ClusterView, Location, RoutedIngress, ServiceAddresses, SrvService};
 
 use super::super::AgentState;
+use super::super::providers::{ProviderNameStatus, ProviderReadiness};
 use super::super::routing_state::{IngressRouting, Serving};
 use super::serving::{AgentKnowledge, serving};
 
@@ -926,26 +927,81 @@ fn routed_ingress(
     })
 }
 
-/// `status.dns` and the DNSReady condition; Ready then also needs DNSReady.
+/// `status.dns` and the DNS-dependent conditions (`DNSReady`, then `Ready`) of one
+/// ingress, from the snapshot the embedded server serves and what each configured DNS
+/// provider that manages `dns_name` reported ([`ProviderNameStatus`], computed by
+/// [`crate::hub::providers`]).
+///
+/// # Guarantees
+/// - `providers` lists the embedded server first (`synced` true: it answers from the
+///   snapshot), then the configured providers in config order.
+/// - `DNSReady` is True only when the embedded server serves the name and every
+///   provider (dry-run ones excepted: they publish nothing by design) is synced;
+///   otherwise its reason is `NotServed` (the embedded server), `ProviderNotSynced` (a
+///   provider failed: its name and words) or `Syncing` (a provider has not caught up
+///   with this name's latest change yet), in that order.
 pub fn dns_status(
     status: &mut FederatedIngressStatus,
     dns_name: &str,
     problems: Option<&Vec<String>>,
     snapshot: &Snapshot,
+    providers: &[ProviderNameStatus],
     generation: i64,
     now: Time,
 ) {
     let records = snapshot.records_for_status(dns_name);
     let served = problems.is_none_or(Vec::is_empty) && !records.is_empty();
+    let mut statuses = vec![DnsProviderStatus {
+        name: "embedded".into(),
+        synced: true,
+        ..DnsProviderStatus::default()
+    }];
+    statuses.extend(providers.iter().map(|p| p.status.clone()));
     status.dns = Some(DnsStatus {
         records,
-        providers: vec![DnsProviderStatus {
-            name: "embedded".into(),
-            synced: true,
-            ..DnsProviderStatus::default()
-        }],
+        providers: statuses,
     });
-    let ready = if served {
+    let failed: Vec<String> = providers
+        .iter()
+        .filter_map(|p| match &p.readiness {
+            ProviderReadiness::Failed(why) => Some(format!("provider {}: {why}", p.status.name)),
+            _ => None,
+        })
+        .collect();
+    let syncing: Vec<String> = providers
+        .iter()
+        .filter_map(|p| match &p.readiness {
+            ProviderReadiness::Syncing(why) => Some(format!("provider {}: {why}", p.status.name)),
+            _ => None,
+        })
+        .collect();
+    let ready = if !served {
+        let why = problems
+            .map(|p| p.join("; "))
+            .filter(|p| !p.is_empty())
+            .unwrap_or_else(|| format!("{dns_name} has no records (no cluster answers)"));
+        condition(CONDITION_DNS_READY, false, "NotServed", why)
+    } else if !failed.is_empty() {
+        condition(
+            CONDITION_DNS_READY,
+            false,
+            "ProviderNotSynced",
+            format!(
+                "{dns_name} is served by the embedded DNS server, but {}",
+                failed.join("; ")
+            ),
+        )
+    } else if !syncing.is_empty() {
+        condition(
+            CONDITION_DNS_READY,
+            false,
+            "Syncing",
+            format!(
+                "{dns_name} is served by the embedded DNS server; {}",
+                syncing.join("; ")
+            ),
+        )
+    } else if providers.is_empty() {
         condition(
             CONDITION_DNS_READY,
             true,
@@ -953,11 +1009,16 @@ pub fn dns_status(
             format!("{dns_name} is served by the embedded DNS server"),
         )
     } else {
-        let why = problems
-            .map(|p| p.join("; "))
-            .filter(|p| !p.is_empty())
-            .unwrap_or_else(|| format!("{dns_name} has no records (no cluster answers)"));
-        condition(CONDITION_DNS_READY, false, "NotServed", why)
+        let names: Vec<&str> = providers.iter().map(|p| p.status.name.as_str()).collect();
+        condition(
+            CONDITION_DNS_READY,
+            true,
+            "Served",
+            format!(
+                "{dns_name} is served by the embedded DNS server and synced to {}",
+                names.join(", ")
+            ),
+        )
     };
     set_condition(
         &mut status.conditions,

@@ -56,6 +56,7 @@ use super::Hub;
 use super::dns_state::{DnsChange, DnsStore, serial_of};
 use super::events::Recorder;
 use super::gslb::{AnswerChange, Gslb};
+use super::providers::ProviderSet;
 use super::replication::Role;
 use super::routing_state::{IngressRouting, RoutingStore};
 use super::tokens::TokenStore;
@@ -107,6 +108,8 @@ pub struct Parts {
     pub role: watch::Receiver<Role>,
     /// DNS steering, when the embedded DNS server runs.
     pub gslb: Option<Gslb>,
+    /// The configured DNS providers (`dns.providers`), synced while leading.
+    pub providers: Option<ProviderSet>,
     pub metrics: Arc<HubMetrics>,
 }
 
@@ -127,6 +130,8 @@ pub struct Controller {
     publish_serial: bool,
     /// DNS steering, when the embedded DNS server runs.
     gslb: Option<Gslb>,
+    /// The configured DNS providers: fed each completed serial, synced while leading.
+    providers: Option<ProviderSet>,
     metrics: Arc<HubMetrics>,
     tick: Duration,
 
@@ -162,6 +167,7 @@ impl Controller {
             agents,
             role,
             gslb,
+            providers,
             metrics,
         } = parts;
         let routing = RoutingStore::new(registry.store().clone()).load().await?;
@@ -190,6 +196,7 @@ impl Controller {
             built_serial: dns.serial_revision.unwrap_or_default(),
             publish_serial: false,
             gslb,
+            providers,
             metrics,
             tick,
             cache,
@@ -252,6 +259,7 @@ impl Controller {
                     }
                     _ = changes.changed() => {}
                     _ = self.role.changed() => self.take_role().await,
+                    () = providers_changed(&mut self.providers) => self.observe_providers().await,
                     () = tokio::time::sleep(wait) => {}
                 }
                 // Debounce: let a burst land, then take everything that arrived. The
@@ -405,6 +413,9 @@ impl Controller {
                     }
                 }
                 self.writers = Some(writers);
+                if let Some(providers) = &mut self.providers {
+                    providers.lead();
+                }
                 self.routed = self.stored_dns.clone();
                 self.publish_serial = true;
                 self.pending.all = true;
@@ -413,6 +424,9 @@ impl Controller {
             Role::Follower if self.writers.is_some() => {
                 tracing::info!("following: another replica's controller writes");
                 self.writers = None;
+                if let Some(providers) = &mut self.providers {
+                    providers.follow();
+                }
                 let serial = self.stored_serial;
                 self.follow_dns(serial);
             }
@@ -657,12 +671,18 @@ impl Controller {
                     .spec
                     .effective_dns_name()
                     .unwrap_or_default()
+                    .trim_end_matches('.')
                     .to_ascii_lowercase();
+                let providers = match &mut self.providers {
+                    Some(providers) => providers.name_statuses(key, &dns_name),
+                    None => Vec::new(),
+                };
                 dns_status(
                     status,
                     &dns_name,
                     self.dns_problems.get(&key.to_string()),
                     &snapshot,
+                    &providers,
                     ingress.metadata().generation.unwrap_or(0),
                     now,
                 );
@@ -726,12 +746,20 @@ impl Controller {
                     };
                 }
                 let changed: BTreeSet<String> = keys.iter().map(ToString::to_string).collect();
-                self.rebuild_dns(&changed, serial, first)
+                let answer_changes = self.rebuild_dns(&changed, serial, first);
+                if let Some(providers) = &mut self.providers {
+                    let keys: BTreeSet<IngressKey> = keys.into_iter().collect();
+                    providers.publish(serial_of(serial.max(1)), &self.routed, &keys);
+                }
+                answer_changes
             }
             Err(e) => {
                 if e.is_fenced() {
                     tracing::warn!(error = %e, "no longer the leader: DNS state not published");
                     self.writers = None;
+                    if let Some(providers) = &mut self.providers {
+                        providers.follow();
+                    }
                 } else {
                     tracing::warn!(error = %e, "publishing the DNS state failed; answers unchanged, retrying");
                     self.pending.ingresses.extend(keys);
@@ -806,6 +834,31 @@ impl Controller {
             .await;
     }
 
+    /// A provider's syncer reported: the ingresses whose provider entries changed are
+    /// recomputed (status rewritten) on the next pass; rejections and recoveries are
+    /// recorded as Events.
+    async fn observe_providers(&mut self) {
+        let Some(providers) = &mut self.providers else {
+            return;
+        };
+        let changes = providers.take_changes(&self.routed);
+        self.pending.ingresses.extend(changes.dirty);
+        let Some(writers) = &mut self.writers else {
+            return;
+        };
+        let now = Time(chrono::Utc::now());
+        for event in changes.events {
+            let Some(ingress) = self.cache.ingresses.get(&event.ingress) else {
+                continue;
+            };
+            tracing::info!(ingress = %event.ingress, reason = event.reason, message = %event.message, "DNS provider event");
+            writers
+                .recorder
+                .record(ingress, event.type_, event.reason, &event.message, now)
+                .await;
+        }
+    }
+
     async fn record_change(&mut self, change: &AnswerChange, now: Time) {
         let Some(ingress) = change
             .ingress
@@ -878,6 +931,14 @@ impl HasStatus for FederatedIngress {
     type Status = FederatedIngressStatus;
     fn set_status(&mut self, status: FederatedIngressStatus) {
         self.status = Some(status);
+    }
+}
+
+/// Resolves when a DNS provider's syncer reports (pending forever without providers).
+async fn providers_changed(providers: &mut Option<ProviderSet>) {
+    match providers {
+        Some(providers) => providers.changed().await,
+        None => std::future::pending().await,
     }
 }
 

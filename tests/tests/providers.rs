@@ -1,0 +1,468 @@
+//! DNS providers end to end: the real apiserver binary with `dns.providers` pointing at
+//! a real `moto_server` (Route53), two standalone agents, kubectl, dig and fedctl.
+//! Route53 is read back over its REST API (what the SDK sends), so the test sees what a
+//! resolver on AWS would be given. Own loopback block (101); moto on 127.0.0.1.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use fedingress_tests::echo::Echo;
+use fedingress_tests::fedctl::Fedctl;
+use fedingress_tests::federation::{
+    ClusterSpec, HubOptions, agent_config, condition, create_cluster, get_json, hub_config_opts,
+    issue_token, kubectl, start_agent,
+};
+use fedingress_tests::moto::Moto;
+use fedingress_tests::{Kubectl, Process, binary, eventually};
+use serde_json::Value;
+
+const BLOCK: u8 = 101;
+const WAIT: Duration = Duration::from_secs(60);
+
+/// Route53's REST API on moto, as the SDK speaks it (moto routes a request to Route53
+/// by the SigV4 credential scope of its Authorization header; the signature is not
+/// checked).
+struct Route53 {
+    endpoint: String,
+}
+
+/// One record set as Route53 lists it.
+#[derive(Debug, Clone)]
+struct RecordSet {
+    name: String,
+    type_: String,
+    set_identifier: String,
+    values: Vec<String>,
+}
+
+impl Route53 {
+    fn curl(&self, args: &[&str]) -> String {
+        let out = Command::new("curl")
+            .args(["-sS", "-H", "Authorization: AWS4-HMAC-SHA256 Credential=testing/20260101/us-east-1/route53/aws4_request, SignedHeaders=host, Signature=00"])
+            .args(args)
+            .output()
+            .expect("curl is installed");
+        assert!(
+            out.status.success(),
+            "curl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Creates a hosted zone; returns its id (without `/hostedzone/`).
+    fn create_zone(&self, name: &str) -> String {
+        let body = format!(
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?><CreateHostedZoneRequest xmlns=\"https://route53.amazonaws.com/doc/2013-04-01/\"><Name>{name}</Name><CallerReference>e2e-{name}</CallerReference></CreateHostedZoneRequest>"
+        );
+        let answer = self.curl(&[
+            "-X",
+            "POST",
+            "-H",
+            "Content-Type: application/xml",
+            &format!("{}/2013-04-01/hostedzone", self.endpoint),
+            "--data-binary",
+            &body,
+        ]);
+        let id = between(&answer, "<Id>/hostedzone/", "</Id>")
+            .unwrap_or_else(|| panic!("no hosted zone id in {answer}"));
+        id.to_string()
+    }
+
+    /// Every record set of the zone.
+    fn record_sets(&self, zone: &str) -> Vec<RecordSet> {
+        let answer = self.curl(&[&format!(
+            "{}/2013-04-01/hostedzone/{zone}/rrset",
+            self.endpoint
+        )]);
+        answer
+            .split("<ResourceRecordSet>")
+            .skip(1)
+            .map(|set| RecordSet {
+                name: between(set, "<Name>", "</Name>")
+                    .unwrap_or_default()
+                    .to_string(),
+                type_: between(set, "<Type>", "</Type>")
+                    .unwrap_or_default()
+                    .to_string(),
+                set_identifier: between(set, "<SetIdentifier>", "</SetIdentifier>")
+                    .unwrap_or_default()
+                    .to_string(),
+                values: set
+                    .split("<Value>")
+                    .skip(1)
+                    .filter_map(|v| v.split_once("</Value>").map(|(v, _)| v.to_string()))
+                    .collect(),
+            })
+            .collect()
+    }
+
+    /// The values of every `type_` record set named `name` (all set identifiers).
+    fn values(&self, zone: &str, name: &str, type_: &str) -> Vec<String> {
+        let mut values: Vec<String> = self
+            .record_sets(zone)
+            .into_iter()
+            .filter(|r| r.name == name && r.type_ == type_)
+            .flat_map(|r| r.values)
+            .collect();
+        values.sort();
+        values
+    }
+}
+
+fn between<'a>(text: &'a str, start: &str, end: &str) -> Option<&'a str> {
+    let (_, rest) = text.split_once(start)?;
+    Some(rest.split_once(end)?.0)
+}
+
+/// The hub with its providers, the two clusters and their echo backends.
+struct Federation {
+    _hub: Process,
+    k: Kubectl,
+    fedctl: Fedctl,
+    /// The embedded DNS server: (IP, port).
+    dns: (String, String),
+    echoes: Vec<Option<Echo>>,
+    specs: Vec<ClusterSpec>,
+    _agents: Vec<Process>,
+}
+
+fn start(dir: &Path, moto: &Moto, zone: &str, parent: &str) -> Federation {
+    let endpoint = moto.endpoint();
+    let dns = format!(
+        "dns:
+  listen: 127.0.{BLOCK}.1:0
+  zones:
+  - name: fedingress.test
+    nameservers: [ns1.fedingress.test]
+  locations:
+    default: {{region: europe-west1, latitude: 50.0, longitude: 4.0}}
+    table:
+    - {{cidr: 10.1.0.0/16, region: europe-west1, latitude: 50.8, longitude: 4.3}}
+    - {{cidr: 10.2.0.0/16, region: us-east1, latitude: 40.7, longitude: -74.0}}
+  ownerId: e2e-federation
+  providers:
+  - {{name: aws, type: route53, zone: {zone}, endpointUrl: '{endpoint}', domains: [shop.fedingress.test]}}
+  - {{name: parent, type: route53, zone: {parent}, endpointUrl: '{endpoint}', domains: [fedingress.test], delegate: [fedingress.test]}}
+  - {{name: broken, type: route53, zone: ZNOSUCHZONE00000000, endpointUrl: '{endpoint}', domains: [bad.fedingress.test]}}
+"
+    );
+    let config = hub_config_opts(dir, BLOCK, &HubOptions::with_extra(&dns));
+    let mut command = Command::new(binary("federation-apiserver"));
+    // The standard AWS credential chain, from the environment only: nothing from the
+    // developer's ~/.aws, no instance metadata lookups.
+    command
+        .arg("--config")
+        .arg(&config)
+        .env("AWS_ACCESS_KEY_ID", "testing")
+        .env("AWS_SECRET_ACCESS_KEY", "testing")
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env("AWS_CONFIG_FILE", dir.join("no-aws-config"))
+        .env(
+            "AWS_SHARED_CREDENTIALS_FILE",
+            dir.join("no-aws-credentials"),
+        )
+        .env_remove("AWS_PROFILE")
+        .env_remove("AWS_SESSION_TOKEN");
+    let hub = Process::start(command, "federation-apiserver", Duration::from_secs(30))
+        .expect("apiserver starts with dns.providers");
+    let api = format!("http://{}", hub.addr("api"));
+    let agent = format!("http://{}", hub.addr("agent"));
+    let dns = hub.addr("dns");
+    let (dns_ip, dns_port) = dns.rsplit_once(':').unwrap();
+    let dns = (dns_ip.to_string(), dns_port.to_string());
+    let k = kubectl(dir, &api);
+    let specs = vec![
+        ClusterSpec::numbered(BLOCK, 1, "europe-west1", 50.4, 3.8),
+        ClusterSpec::numbered(BLOCK, 2, "us-east1", 39.0, -77.5),
+    ];
+    let mut agents = Vec::new();
+    let mut echoes = Vec::new();
+    for spec in &specs {
+        echoes.push(Some(Echo::start(spec.backend).unwrap()));
+        create_cluster(&k, dir, spec);
+        let (_, token) = issue_token(&api, &spec.name).unwrap();
+        agents.push(start_agent(
+            &agent_config(dir, &agent, spec, &token),
+            &spec.name,
+        ));
+    }
+    Federation {
+        _hub: hub,
+        k,
+        fedctl: Fedctl::new(&dir.join("kubeconfig")),
+        dns,
+        echoes,
+        specs,
+        _agents: agents,
+    }
+}
+
+impl Federation {
+    fn apply(&self, dir: &Path, name: &str, port: u16) {
+        let text = format!(
+            "apiVersion: fedingress.io/v1alpha1\nkind: FederatedIngress\nmetadata:\n  name: {name}\nspec:\n  rules:\n  - protocol: TCP\n    port: {port}\n    backend: {{service: echo, port: 9000}}\n  traffic:\n    dnsName: {name}.fedingress.test\n    ttl: 5\n    strategy: {{type: RoundRobin}}\n"
+        );
+        let path = dir.join(format!("{name}.yaml"));
+        std::fs::write(&path, text).unwrap();
+        self.k.ok(&["apply", "-f", &path.display().to_string()]);
+    }
+
+    fn ingress(&self, name: &str) -> Value {
+        get_json(&self.k, &["federatedingress", name])
+    }
+
+    fn ip(&self, n: usize) -> String {
+        self.specs[n].bind.to_string()
+    }
+
+    fn dig(&self, name: &str) -> Vec<String> {
+        let out = Command::new("dig")
+            .args([
+                &format!("@{}", self.dns.0),
+                "-p",
+                &self.dns.1,
+                "+time=2",
+                "+tries=1",
+                "+short",
+            ])
+            .args([name, "A"])
+            .output()
+            .expect("dig is installed (scripts/test installs dnsutils)");
+        let mut answers: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(str::to_string)
+            .collect();
+        answers.sort();
+        answers
+    }
+}
+
+/// The entry of provider `name` in `status.dns.providers`.
+fn provider(ingress: &Value, name: &str) -> Value {
+    ingress["status"]["dns"]["providers"]
+        .as_array()
+        .and_then(|p| p.iter().find(|p| p["name"] == name))
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+/// The sorted values of the provider entry's records named `name`.
+fn status_values(entry: &Value, name: &str) -> Vec<String> {
+    let mut values: Vec<String> = entry["records"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| {
+            r["name"]
+                .as_str()
+                .is_some_and(|n| n.trim_end_matches('.') == name)
+        })
+        .flat_map(|r| r["values"].as_array().cloned().unwrap_or_default())
+        .filter_map(|v| v.as_str().map(str::to_string))
+        .collect();
+    values.sort();
+    values
+}
+
+#[test]
+fn route53_holds_what_the_hub_routes_and_a_rejecting_provider_stays_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let moto = Moto::start().unwrap();
+    let route53 = Route53 {
+        endpoint: moto.endpoint(),
+    };
+    let zone = route53.create_zone("fedingress.test.");
+    let parent = route53.create_zone("test.");
+    let mut f = start(dir, &moto, &zone, &parent);
+    f.apply(dir, "shop", 7100);
+    f.apply(dir, "bad", 7101);
+    let (c1, c2) = (f.ip(0), f.ip(1));
+    let both = {
+        let mut both = vec![c1.clone(), c2.clone()];
+        both.sort();
+        both
+    };
+
+    // Route53 holds both clusters' records of shop, and status says the provider synced.
+    eventually(WAIT, "shop's A records in Route53", || {
+        let values = route53.values(&zone, "shop.fedingress.test.", "A");
+        if values == both {
+            Ok(())
+        } else {
+            Err(format!("{values:?}; {}", moto.log_tail()))
+        }
+    });
+    let first_serial = eventually(WAIT, "aws synced in shop's status, DNSReady True", || {
+        let shop = f.ingress("shop");
+        let aws = provider(&shop, "aws");
+        let (ready, reason, message) = condition(&shop, "DNSReady");
+        if aws["synced"] == true
+            && status_values(&aws, "shop.fedingress.test") == both
+            && ready == "True"
+        {
+            Ok(aws["observedSerial"].as_i64().unwrap())
+        } else {
+            Err(format!("DNSReady {ready} {reason}: {message}; {aws}"))
+        }
+    });
+    let shop = f.ingress("shop");
+    let providers = shop["status"]["dns"]["providers"].as_array().unwrap();
+    assert_eq!(providers[0]["name"], "embedded", "{shop}");
+    assert_eq!(providers.len(), 2, "only aws manages shop: {shop}");
+    assert_eq!(providers[1]["type"], "route53");
+    assert!(providers[1]["lastSyncTime"].is_string(), "{shop}");
+    let (_, _, message) = condition(&shop, "DNSReady");
+    assert!(message.contains("synced to aws"), "{message}");
+    // Each record set carries its owner's TXT marker; the cluster is the set identifier.
+    let sets = route53.record_sets(&zone);
+    let identifiers: Vec<&str> = sets
+        .iter()
+        .filter(|r| r.name == "shop.fedingress.test." && r.type_ == "A")
+        .map(|r| r.set_identifier.as_str())
+        .collect();
+    assert!(
+        identifiers.contains(&"c1") && identifiers.contains(&"c2"),
+        "{sets:?}"
+    );
+    assert!(
+        sets.iter()
+            .any(|r| r.type_ == "TXT" && r.values.iter().any(|v| v.contains("e2e-federation"))),
+        "an ownership record: {sets:?}"
+    );
+
+    // The parent zone delegates the embedded zone to the embedded server, with glue.
+    eventually(
+        WAIT,
+        "NS and glue of fedingress.test in the parent zone",
+        || {
+            let ns = route53.values(&parent, "fedingress.test.", "NS");
+            let glue = route53.values(&parent, "ns1.fedingress.test.", "A");
+            if ns
+                .iter()
+                .any(|v| v.trim_end_matches('.') == "ns1.fedingress.test")
+                && glue == [format!("127.0.{BLOCK}.1")]
+            {
+                Ok(())
+            } else {
+                Err(format!("NS {ns:?}, glue {glue:?}"))
+            }
+        },
+    );
+
+    // The provider with an unknown hosted zone: bad's status and an Event say so, its
+    // DNSReady is False, and the embedded server answers bad all the same.
+    let (_, _, bad_message) = eventually(
+        WAIT,
+        "bad's DNSReady False from the broken provider",
+        || {
+            let bad = f.ingress("bad");
+            let broken = provider(&bad, "broken");
+            let (ready, reason, message) = condition(&bad, "DNSReady");
+            if ready == "False" && reason == "ProviderNotSynced" && broken["synced"] == false {
+                Ok((ready, reason, message))
+            } else {
+                Err(format!("DNSReady {ready} {reason}: {message}; {broken}"))
+            }
+        },
+    );
+    assert!(
+        bad_message.contains("provider broken") && bad_message.contains("NoSuchHostedZone"),
+        "{bad_message}"
+    );
+    let broken = provider(&f.ingress("bad"), "broken");
+    assert!(
+        broken["message"]
+            .as_str()
+            .unwrap()
+            .contains("NoSuchHostedZone"),
+        "{broken}"
+    );
+    eventually(WAIT, "a DNSProviderRejected event on bad", || {
+        let events = get_json(&f.k, &["events"]);
+        let found = events["items"].as_array().into_iter().flatten().any(|e| {
+            e["reason"] == "DNSProviderRejected"
+                && e["involvedObject"]["name"] == "bad"
+                && e["message"].as_str().is_some_and(|m| m.contains("broken"))
+        });
+        if found {
+            Ok(())
+        } else {
+            Err(events.to_string())
+        }
+    });
+    assert_eq!(
+        f.dig("bad.fedingress.test"),
+        both,
+        "the embedded server still answers"
+    );
+    assert_eq!(f.dig("shop.fedingress.test"), both);
+    // The failing provider does not hold shop back.
+    assert_eq!(condition(&f.ingress("shop"), "DNSReady").0, "True");
+
+    // fedctl shows the provider's records and what a client would get from them.
+    let described = f.fedctl.ok(&["describe", "ingress", "shop"]);
+    let section = described
+        .split("DNS providers:")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no DNS providers section:\n{described}"));
+    assert!(
+        section.contains("aws") && section.contains("route53"),
+        "{described}"
+    );
+    let records = described
+        .split("Records in aws (route53):")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no records of aws:\n{described}"));
+    assert!(
+        records.contains(&c1) && records.contains(&c2) && records.contains("shop.fedingress.test"),
+        "{described}"
+    );
+    let explained = f.fedctl.ok(&["explain", "shop", "--client", "10.1.0.1"]);
+    let line = explained
+        .lines()
+        .find(|l| l.starts_with("Provider:"))
+        .unwrap_or_else(|| panic!("no provider line:\n{explained}"));
+    assert!(
+        line.contains("aws (route53)") && !line.contains("not synced"),
+        "{explained}"
+    );
+    let explained = f.fedctl.ok(&["explain", "bad", "--client", "10.1.0.1"]);
+    assert!(
+        explained.lines().any(|l| l.starts_with("Provider:")
+            && l.contains("broken")
+            && l.contains("not synced")),
+        "{explained}"
+    );
+
+    // c1's backend dies: the hub takes it out of its answers, and Route53 follows.
+    f.echoes[0] = None;
+    eventually(WAIT, "c1 out of Route53's records of shop", || {
+        let values = route53.values(&zone, "shop.fedingress.test.", "A");
+        if values == [c2.clone()] {
+            Ok(())
+        } else {
+            Err(format!("{values:?}"))
+        }
+    });
+    eventually(WAIT, "shop's status at a later serial, synced", || {
+        let shop = f.ingress("shop");
+        let aws = provider(&shop, "aws");
+        let serial = aws["observedSerial"].as_i64().unwrap_or_default();
+        if aws["synced"] == true
+            && serial > first_serial
+            && status_values(&aws, "shop.fedingress.test") == [c2.clone()]
+        {
+            Ok(())
+        } else {
+            Err(aws.to_string())
+        }
+    });
+    assert_eq!(f.dig("shop.fedingress.test"), [c2]);
+}
