@@ -503,14 +503,27 @@ async fn latency_regions_from_aws_clusters_or_the_nearest_region() {
     let sets = [set(
         "shop.example.com",
         Policy::Latency,
-        vec![target("eu", "192.0.2.1", eu()), onprem],
+        vec![
+            target("eu", "192.0.2.1", eu()),
+            onprem,
+            target("us-a", "192.0.2.2", us()),
+            target("us-b", "192.0.2.3", us()),
+        ],
     )];
     let report = sync(&p, &sets).await;
+    // Two clusters in one region: one latency record (Route53 allows one per region),
+    // an alias to their multivalue records.
     assert_eq!(
         z.routed().await,
         [
-            "shop.example.com A [eu] latency eu-west-1 192.0.2.1 hc",
-            "shop.example.com A [fra] latency eu-central-1 192.0.2.9 hc",
+            "_us-east-1.shop.example.com A [us-a] multivalue 192.0.2.2 hc".to_string(),
+            "_us-east-1.shop.example.com A [us-b] multivalue 192.0.2.3 hc".to_string(),
+            "shop.example.com A [eu] latency eu-west-1 192.0.2.1 hc".to_string(),
+            "shop.example.com A [fra] latency eu-central-1 192.0.2.9 hc".to_string(),
+            format!(
+                "shop.example.com A [us-east-1] latency us-east-1 alias {} _us-east-1.shop.example.com evaluate",
+                z.id
+            ),
         ]
     );
     let munich = location("client", 48.14, 11.58);

@@ -30,9 +30,11 @@
 //! - **Latency** → latency records with `Region` = the cluster's `spec.region` when the
 //!   cluster runs on AWS (and the region is one Route53 knows), otherwise the AWS region
 //!   nearest to the cluster's coordinates ([`super::regions`]). Clusters that map to the
-//!   same region share one latency record, an alias to `_<region>.<name>` holding them as
-//!   multivalue records, each with its health check (so that a region answers with every
-//!   healthy cluster in it, and counts as healthy while one is).
+//!   same region share one latency record (Route53 allows one latency record set per
+//!   region: API reference of `ResourceRecordSet.Region`), an alias to
+//!   `_<region>.<name>` holding them as multivalue records, each with its health check
+//!   (so that a region answers with every healthy cluster in it, and counts as healthy
+//!   while one is).
 //! - **Geo** → geoproximity records with the cluster's coordinates (two decimals, which
 //!   is what Route53 accepts) and bias 0. Our Geo is "the nearest healthy cluster by
 //!   great-circle distance", and geoproximity with bias 0 routes to the nearest record
