@@ -39,7 +39,7 @@
 //! - **Failover.** `primaryBackup` requires health-checked primary targets, so without a
 //!   `healthCheck` a Failover ingress is a plain record set of its active tier (the
 //!   lowest tier with a healthy cluster), which the hub moves on failover and failback;
-//!   the sync report says so. With one and a single tier, the backup geo targets are the
+//!   the sync report says so. With a `healthCheck` and a single tier, the backup geo targets are the
 //!   same clusters unchecked: when every primary fails its check, clients still get them
 //!   (fail open, as the embedded server's `whenAllUnhealthy: ServeAll`). Cloud DNS's
 //!   backup is one geo policy, so tiers after the second are not ordered among
@@ -61,10 +61,9 @@
 //! - **Credentials.** Application Default Credentials, except for a plain `http://`
 //!   `endpointUrl` (a local fake or emulator), which gets anonymous credentials: no token
 //!   is ever sent in clear text.
-//!
 //! - **Health checks** are not created by this provider: `healthCheck` names one the
-//!   user made (Compute Engine health checks probe every external endpoint with the same
-//!   port and protocol), so [`SyncReport::health_checks_changed`] stays 0.
+//!   user made (a Compute Engine health check probes every external endpoint with its
+//!   own port and protocol; the per-cluster [`HealthEndpoint`]s are Route53's), so [`SyncReport::health_checks_changed`] stays 0.
 //!
 //! # Permissions
 //!
@@ -93,6 +92,8 @@ use google_cloud_gax::retry_policy::NeverRetry;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use fedingress_dns::Location;
+#[cfg(doc)]
+use fedingress_dns::provider::HealthEndpoint;
 use fedingress_dns::provider::call::{CallPolicy, CallSettings, CallStats};
 use fedingress_dns::provider::plan::{self, Wanted};
 use fedingress_dns::provider::{
