@@ -10,6 +10,9 @@
 //! - a `DELETE` with a `SetIdentifier` deletes every record set of the zone with that
 //!   set identifier, whatever its name: tests that delete keep one DNS name per cluster
 //!   name in a zone, and foreign record sets have no set identifier;
+//! - a `CREATE` identical to an earlier one (a record set deleted by hand and put back)
+//!   is refused as "already exists" (moto checks its change journal); real Route53 takes
+//!   it. The provider writes with `UPSERT`, for its own reasons (see `to_actions`);
 //! - health checks are always healthy and nothing answers DNS.
 //!
 //! Plus [`real_route53`], against the real service, only when
