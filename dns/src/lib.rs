@@ -9,6 +9,9 @@
 //! - [`server`]: the embedded authoritative server (UDP fast path from pre-encoded
 //!   answers; everything else through hickory), with response-rate limiting, an ECS
 //!   trust list and TCP limits ([`server::config::ServerConfig`]).
+//! - [`provider`]: publishing the same routing decisions to cloud DNS services
+//!   (desired record sets, an ownership-limited diff, the call policy and the sync
+//!   loop; the clouds themselves are in `fedingress-providers`).
 //!
 //! What does not belong here: reading API objects or the store (the API server turns
 //! them into [`ClusterView`]s and [`RoutedIngress`]es), clocks (callers pass `now`).
