@@ -42,7 +42,8 @@
 //!
 //! Every request is recorded with its JSON body ([`CloudDnsFake::requests`]);
 //! [`CloudDnsFake::throttle`] answers the next N requests with 429
-//! `rateLimitExceeded`; [`CloudDnsFake::refuse_name`] answers 403 `forbidden` to every
+//! `rateLimitExceeded`, [`CloudDnsFake::unavailable`] the next N with 503
+//! `backendError`; [`CloudDnsFake::refuse_name`] answers 403 `forbidden` to every
 //! change touching a name (as an IAM condition on record names would); [`put_rrset`]
 //! and [`delete_rrset`] edit the zone behind the provider's back (drift).
 //!
@@ -86,6 +87,7 @@ struct State {
     zone: Zone,
     requests: Vec<Recorded>,
     throttle: usize,
+    unavailable: usize,
     refused: BTreeSet<String>,
     page_size: usize,
 }
@@ -132,6 +134,7 @@ impl CloudDnsFake {
             },
             requests: Vec::new(),
             throttle: 0,
+            unavailable: 0,
             refused: BTreeSet::new(),
             page_size: 100,
         }));
@@ -166,6 +169,11 @@ impl CloudDnsFake {
     /// Answers the next `n` requests with 429 `rateLimitExceeded`.
     pub fn throttle(&self, n: usize) {
         lock(&self.state).throttle = n;
+    }
+
+    /// Answers the next `n` requests with 503 `backendError` (after any throttled ones).
+    pub fn unavailable(&self, n: usize) {
+        lock(&self.state).unavailable = n;
     }
 
     /// Answers 403 `forbidden` to every change that adds or deletes a record set named
@@ -269,6 +277,7 @@ fn error(status: StatusCode, reason: &str, message: &str) -> Answer {
         409 => "ALREADY_EXISTS",
         412 => "FAILED_PRECONDITION",
         429 => "RESOURCE_EXHAUSTED",
+        503 => "UNAVAILABLE",
         _ => "INTERNAL",
     };
     let domain = if reason == "rateLimitExceeded" {
@@ -367,6 +376,14 @@ async fn handle(state: &Mutex<State>, request: Request<hyper::body::Incoming>) -
             StatusCode::TOO_MANY_REQUESTS,
             "rateLimitExceeded",
             "Rate Limit Exceeded",
+        );
+    }
+    if state.unavailable > 0 {
+        state.unavailable -= 1;
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "backendError",
+            "Backend Error",
         );
     }
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();

@@ -473,6 +473,15 @@ async fn drift_by_hand_is_repaired_with_exact_deletions() {
     let mut deleted = deletions[0].clone();
     deleted["kind"] = json!("dns#resourceRecordSet");
     assert_eq!(deleted, drifted);
+
+    // Record data listed back in another order is the same record set.
+    let mut reordered = fake.rrset("rr.example.com", "A").unwrap();
+    reordered["rrdatas"].as_array_mut().unwrap().reverse();
+    fake.put_rrset(reordered);
+    fake.clear_requests();
+    let report = sync(&provider, &sets, false).await;
+    assert_eq!(report.changes, 0, "{report:?}");
+    assert!(fake.change_bodies().is_empty());
 }
 
 #[tokio::test]
@@ -495,6 +504,26 @@ async fn throttling_is_retried_with_backoff() {
     assert_eq!(stats.throttled, 3, "{stats:?}");
     assert_eq!(stats.retries, 3, "{stats:?}");
     assert!(fake.rrset("rr.example.com", "A").is_some());
+}
+
+#[tokio::test]
+async fn a_backend_error_is_retried() {
+    let (fake, provider) = start(None).await;
+    fake.unavailable(2);
+    let report = sync(
+        &provider,
+        &[set(
+            "rr.example.com",
+            RecordType::A,
+            Policy::Multivalue,
+            all(),
+        )],
+        false,
+    )
+    .await;
+    assert_synced(&report);
+    let stats = provider.call_stats();
+    assert_eq!((stats.retries, stats.throttled), (2, 0), "{stats:?}");
 }
 
 #[tokio::test]
