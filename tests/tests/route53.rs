@@ -498,6 +498,38 @@ async fn failover_with_three_tiers_chains_aliases_in_the_zone() {
 }
 
 #[tokio::test]
+async fn a_strategy_change_replaces_the_record_sets() {
+    let z = zone().await;
+    let p = z.provider(json!({})).await;
+    let mut b = target("us", "192.0.2.2", us());
+    b.tier = 1;
+    let failover = [set(
+        "shop.example.com",
+        Policy::Failover,
+        vec![target("eu", "192.0.2.1", eu()), b.clone()],
+    )];
+    sync(&p, &failover).await;
+    // Same clusters, now weighted: Route53 cannot turn a failover record into a weighted
+    // one in place, so each is deleted and written anew in one batch.
+    b.tier = 0;
+    let weighted = [set(
+        "shop.example.com",
+        Policy::Weighted,
+        vec![target("eu", "192.0.2.1", eu()), b],
+    )];
+    let report = sync(&p, &weighted).await;
+    assert_eq!(report.changes, 2, "{report:#?}");
+    assert_eq!(
+        z.routed().await,
+        [
+            "shop.example.com A [eu] weighted 1 192.0.2.1 hc",
+            "shop.example.com A [us] weighted 1 192.0.2.2 hc",
+        ]
+    );
+    assert_idempotent(&p, &weighted).await;
+}
+
+#[tokio::test]
 async fn latency_regions_from_aws_clusters_or_the_nearest_region() {
     let z = zone().await;
     let p = z.provider(json!({})).await;
