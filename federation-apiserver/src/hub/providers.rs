@@ -1040,6 +1040,142 @@ mod tests {
         ));
     }
 
+    /// A provider that holds whatever it is asked to, and remembers what that was.
+    #[derive(Default)]
+    struct Recording {
+        name: &'static str,
+        synced: std::sync::Mutex<Vec<Vec<(String, fedingress_api::ingress::RecordType)>>>,
+    }
+
+    #[async_trait::async_trait]
+    impl DnsProvider for Recording {
+        fn name(&self) -> &str {
+            self.name
+        }
+        fn kind(&self) -> &'static str {
+            "route53"
+        }
+        fn manages(&self, _name: &str) -> bool {
+            true
+        }
+        async fn sync(
+            &self,
+            desired: &[&PolicyRecordSet],
+            _options: &SyncOptions,
+        ) -> Result<SyncReport, ProviderError> {
+            self.synced
+                .lock()
+                .unwrap()
+                .push(desired.iter().map(|r| (r.name.clone(), r.type_)).collect());
+            let mut report = SyncReport::default();
+            for set in desired {
+                report.names.insert(
+                    set.dns_name.clone(),
+                    NameResult {
+                        synced: true,
+                        ..NameResult::default()
+                    },
+                );
+            }
+            Ok(report)
+        }
+        fn explain(&self, _records: &[PublishedRecord], _client: &Location) -> String {
+            String::new()
+        }
+    }
+
+    /// Waits for the next report of a syncer (a hang guard, not a timing assertion).
+    async fn next_report(set: &mut ProviderSet) {
+        tokio::time::timeout(Duration::from_secs(30), set.changed())
+            .await
+            .expect("a syncer reports");
+    }
+
+    #[tokio::test]
+    async fn only_a_leader_syncs_and_each_provider_gets_its_own_delegations() {
+        let zone = ZoneConfig {
+            name: "gslb.test".into(),
+            nameservers: vec![NameserverConfig {
+                name: "ns1.gslb.test".into(),
+                addresses: vec!["192.0.2.53".parse().unwrap()],
+            }],
+            soa: SoaConfig::default(),
+            ttl: 3600,
+        };
+        let delegating = Arc::new(Recording {
+            name: "parent",
+            ..Recording::default()
+        });
+        let plain = Arc::new(Recording {
+            name: "aws",
+            ..Recording::default()
+        });
+        let mut parent_config =
+            config("{name: parent, type: route53, zone: Z2, delegate: [gslb.test]}");
+        parent_config.resync_interval_seconds = 3600;
+        let mut aws_config = aws();
+        aws_config.resync_interval_seconds = 3600;
+        let mut set = ProviderSet::new(
+            vec![
+                (parent_config, delegating.clone() as Arc<dyn DnsProvider>),
+                (aws_config, plain.clone() as Arc<dyn DnsProvider>),
+            ],
+            "prod",
+            std::slice::from_ref(&zone),
+        );
+        let key = IngressKey::new("default", "shop");
+        let routed = BTreeMap::from([(key.clone(), served_routed())]);
+        let changed = BTreeSet::from([key.clone()]);
+
+        // A follower publishes nothing and runs no syncer.
+        set.publish(5, &routed, &changed);
+        assert!(set.running.is_empty());
+
+        set.lead();
+        set.publish(6, &routed, &changed);
+        assert_eq!(set.running.len(), 2);
+        let entries = set.name_statuses(&key, "shop.test");
+        assert!(
+            entries
+                .iter()
+                .all(|e| matches!(e.readiness, ProviderReadiness::Syncing(_))),
+            "{entries:?}"
+        );
+        // Both syncers report (in either order).
+        let mut changes = ProviderChanges::default();
+        while set.states.iter().any(Option::is_none) {
+            next_report(&mut set).await;
+            let more = set.take_changes(&routed);
+            changes.dirty.extend(more.dirty);
+        }
+        assert_eq!(changes.dirty, BTreeSet::from([key.clone()]));
+        let entries = set.name_statuses(&key, "shop.test");
+        assert_eq!(entries.len(), 2, "{entries:?}");
+        for entry in &entries {
+            assert_eq!(entry.readiness, ProviderReadiness::Synced, "{entry:?}");
+            assert_eq!(entry.status.observed_serial, Some(6));
+        }
+        use fedingress_api::ingress::RecordType;
+        let parent_got = delegating.synced.lock().unwrap().last().cloned().unwrap();
+        assert!(
+            parent_got.contains(&("gslb.test".to_string(), RecordType::Ns))
+                && parent_got.contains(&("ns1.gslb.test".to_string(), RecordType::A)),
+            "the delegation of its zone, with glue: {parent_got:?}"
+        );
+        let plain_got = plain.synced.lock().unwrap().last().cloned().unwrap();
+        assert!(
+            plain_got.iter().all(|(_, t)| *t != RecordType::Ns),
+            "no delegation it was not given: {plain_got:?}"
+        );
+        assert!(plain_got.contains(&("shop.test".to_string(), RecordType::A)));
+
+        // Losing the lead stops the syncers; publishing then does nothing.
+        set.follow();
+        assert!(set.running.is_empty());
+        set.publish(7, &routed, &changed);
+        assert!(set.running.is_empty());
+    }
+
     #[test]
     fn resyncs_that_change_nothing_leave_the_entry_as_it_was() {
         let a = name_status(
