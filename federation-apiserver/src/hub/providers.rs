@@ -24,11 +24,14 @@
 //! - An entry's `lastSyncTime` and `observedSerial` are those of the sync that last
 //!   changed what the entry says (synced, message, records), so a periodic resync that
 //!   changes nothing rewrites no status.
+//! - After a restart or a change of leader, an ingress unchanged since keeps its stored
+//!   entries until the provider's first sync reports: no `DNSReady` blip, no status
+//!   rewrite when the provider still holds what it held.
 //!
 //! What does not belong here: what to publish and how to diff and retry
 //! ([`fedingress_dns::provider`]), the clouds ([`fedingress_providers`]).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -150,6 +153,10 @@ pub struct ProviderSet {
     notify_rx: mpsc::UnboundedReceiver<usize>,
     /// Providers that reported since the last [`ProviderSet::take_changes`].
     reported: BTreeSet<usize>,
+    /// Ingresses unchanged since this replica took the lead: until a provider's first
+    /// sync reports, their stored entries stand (a restart or a new leader makes no
+    /// `DNSReady` blip and rewrites no status when nothing changed).
+    carried: HashSet<IngressKey>,
 }
 
 /// A configured provider as the hub holds it: connected to its cloud on first use, and
@@ -299,6 +306,7 @@ impl ProviderSet {
             notify_tx,
             notify_rx,
             reported: BTreeSet::new(),
+            carried: HashSet::new(),
         }
     }
 
@@ -335,6 +343,7 @@ impl ProviderSet {
         self.failing.clear();
         self.serial = None;
         self.reported.clear();
+        self.carried.clear();
         while self.notify_rx.try_recv().is_ok() {}
     }
 
@@ -354,6 +363,11 @@ impl ProviderSet {
         self.serial = Some(serial);
         if first {
             self.changed_at = routed.keys().map(|k| (k.clone(), serial)).collect();
+            self.carried = routed
+                .keys()
+                .filter(|k| !changed.contains(*k))
+                .cloned()
+                .collect();
         } else {
             for key in changed {
                 if routed.contains_key(key) {
@@ -383,6 +397,7 @@ impl ProviderSet {
         }
         // The changed ingresses are Syncing now (or gone).
         for key in changed {
+            self.carried.remove(key);
             for index in 0..self.configured.len() {
                 self.entries.remove(&(index, key.clone()));
             }
@@ -521,19 +536,54 @@ impl ProviderSet {
     }
 
     /// The configured providers' entries for the ingress `key` serving `dns_name`, in
-    /// config order (only providers that manage the name).
-    pub fn name_statuses(&mut self, key: &IngressKey, dns_name: &str) -> Vec<ProviderNameStatus> {
+    /// config order (only providers that manage the name). `stored`: the ingress's
+    /// stored `status.dns.providers`, carried over for an ingress unchanged since this
+    /// replica took the lead until the provider's first sync reports.
+    pub fn name_statuses(
+        &mut self,
+        key: &IngressKey,
+        dns_name: &str,
+        stored: &[DnsProviderStatus],
+    ) -> Vec<ProviderNameStatus> {
         let mut out = Vec::new();
         for index in 0..self.configured.len() {
             let slot = (index, key.clone());
             if let Some(entry) = self.entries.get(&slot) {
                 out.push(entry.clone());
             } else if let Some(entry) = self.entry(index, key, dns_name) {
+                let entry = self.carried_over(index, key, stored).unwrap_or(entry);
                 self.entries.insert(slot, entry.clone());
                 out.push(entry);
             }
         }
         out
+    }
+
+    /// Provider `index`'s stored entry for `key`, when it stands (see `carried`).
+    fn carried_over(
+        &self,
+        index: usize,
+        key: &IngressKey,
+        stored: &[DnsProviderStatus],
+    ) -> Option<ProviderNameStatus> {
+        if self.states[index].is_some() || !self.carried.contains(key) {
+            return None;
+        }
+        let configured = &self.configured[index];
+        let status = stored
+            .iter()
+            .find(|s| s.name == configured.config.name && s.type_ == configured.provider.kind())?
+            .clone();
+        let readiness = if status.dry_run {
+            ProviderReadiness::DryRun
+        } else if status.synced {
+            ProviderReadiness::Synced
+        } else if !status.message.is_empty() {
+            ProviderReadiness::Failed(status.message.clone())
+        } else {
+            ProviderReadiness::Syncing("no sync has finished yet".into())
+        };
+        Some(ProviderNameStatus { status, readiness })
     }
 
     /// Provider `index`'s entry for `key` from its latest state; `None` when it does
@@ -984,7 +1034,10 @@ mod tests {
             "{}",
             changes.events[0].message
         );
-        assert!(set.name_statuses(&other, "shop.example.org").is_empty());
+        assert!(
+            set.name_statuses(&other, "shop.example.org", &[])
+                .is_empty()
+        );
 
         // The same failure again (a resync): no new event, status unchanged.
         let mut changes = ProviderChanges::default();
@@ -1010,7 +1063,7 @@ mod tests {
         assert_eq!(changes.dirty, BTreeSet::from([key.clone()]));
         assert_eq!(changes.events.len(), 1);
         assert_eq!(changes.events[0].reason, REASON_RECOVERED);
-        let entries = set.name_statuses(&key, "shop.test");
+        let entries = set.name_statuses(&key, "shop.test", &[]);
         assert_eq!(entries.len(), 1);
         assert!(entries[0].status.synced);
         assert_eq!(entries[0].status.observed_serial, Some(11));
@@ -1025,7 +1078,7 @@ mod tests {
         );
         assert!(changes.dirty.is_empty() && changes.events.is_empty());
         assert_eq!(
-            set.name_statuses(&key, "shop.test")[0]
+            set.name_statuses(&key, "shop.test", &[])[0]
                 .status
                 .observed_serial,
             Some(11)
@@ -1035,7 +1088,7 @@ mod tests {
         set.leading = true;
         set.follow();
         assert!(matches!(
-            set.name_statuses(&key, "shop.test")[0].readiness,
+            set.name_statuses(&key, "shop.test", &[])[0].readiness,
             ProviderReadiness::Syncing(_)
         ));
     }
@@ -1134,7 +1187,7 @@ mod tests {
         set.lead();
         set.publish(6, &routed, &changed);
         assert_eq!(set.running.len(), 2);
-        let entries = set.name_statuses(&key, "shop.test");
+        let entries = set.name_statuses(&key, "shop.test", &[]);
         assert!(
             entries
                 .iter()
@@ -1149,7 +1202,7 @@ mod tests {
             changes.dirty.extend(more.dirty);
         }
         assert_eq!(changes.dirty, BTreeSet::from([key.clone()]));
-        let entries = set.name_statuses(&key, "shop.test");
+        let entries = set.name_statuses(&key, "shop.test", &[]);
         assert_eq!(entries.len(), 2, "{entries:?}");
         for entry in &entries {
             assert_eq!(entry.readiness, ProviderReadiness::Synced, "{entry:?}");
@@ -1174,6 +1227,62 @@ mod tests {
         assert!(set.running.is_empty());
         set.publish(7, &routed, &changed);
         assert!(set.running.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_new_leader_keeps_the_stored_entries_until_its_first_sync() {
+        let provider = Arc::new(Recording {
+            name: "aws",
+            ..Recording::default()
+        });
+        let mut set =
+            ProviderSet::new(vec![(aws(), provider as Arc<dyn DnsProvider>)], "prod", &[]);
+        let key = IngressKey::new("default", "shop");
+        let routed = BTreeMap::from([(key.clone(), served_routed())]);
+        let stored = vec![
+            DnsProviderStatus {
+                name: "embedded".into(),
+                synced: true,
+                ..DnsProviderStatus::default()
+            },
+            DnsProviderStatus {
+                name: "aws".into(),
+                type_: "route53".into(),
+                synced: true,
+                observed_serial: Some(3),
+                ..DnsProviderStatus::default()
+            },
+        ];
+        set.lead();
+        // Nothing changed in the first pass: what the predecessor wrote stands.
+        set.publish(6, &routed, &BTreeSet::new());
+        let entries = set.name_statuses(&key, "shop.test", &stored);
+        assert_eq!(entries.len(), 1);
+        assert_eq!(entries[0].readiness, ProviderReadiness::Synced);
+        assert_eq!(entries[0].status.observed_serial, Some(3));
+        // The first sync finds the same: no status to rewrite.
+        next_report(&mut set).await;
+        let changes = set.take_changes(&routed);
+        assert!(changes.dirty.is_empty(), "{changes:?}");
+        assert_eq!(
+            set.name_statuses(&key, "shop.test", &stored)[0]
+                .status
+                .observed_serial,
+            Some(3)
+        );
+        // A changed ingress does not carry its old entry.
+        let mut other = ProviderSet::new(
+            vec![(aws(), Arc::new(Named) as Arc<dyn DnsProvider>)],
+            "prod",
+            &[],
+        );
+        other.lead();
+        other.carried.clear();
+        let entries = other.name_statuses(&key, "shop.test", &stored);
+        assert!(matches!(
+            entries[0].readiness,
+            ProviderReadiness::Syncing(_)
+        ));
     }
 
     #[test]

@@ -674,7 +674,15 @@ impl Controller {
                     .trim_end_matches('.')
                     .to_ascii_lowercase();
                 let providers = match &mut self.providers {
-                    Some(providers) => providers.name_statuses(key, &dns_name),
+                    Some(providers) => {
+                        let stored = ingress
+                            .status
+                            .as_ref()
+                            .and_then(|s| s.dns.as_ref())
+                            .map(|d| d.providers.as_slice())
+                            .unwrap_or_default();
+                        providers.name_statuses(key, &dns_name, stored)
+                    }
                     None => Vec::new(),
                 };
                 dns_status(
