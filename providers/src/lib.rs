@@ -12,6 +12,7 @@
 
 pub mod clouddns;
 pub mod config;
+pub mod regions;
 pub mod route53;
 
 use std::sync::Arc;

@@ -174,10 +174,14 @@ pub fn health_check_url(health_check: &str) -> String {
 /// The Google Cloud region a cluster's geo item sits in: its own `spec.region` on
 /// `gcp` (when it is one), else the region nearest its coordinates.
 pub fn region_of(target: &Target) -> String {
-    if target.cloud == Cloud::Gcp && regions::location_of(&target.location.region).is_some() {
+    if target.cloud == Cloud::Gcp
+        && regions::GCP_REGIONS
+            .location(&target.location.region)
+            .is_some()
+    {
         return target.location.region.clone();
     }
-    regions::nearest(&target.location).to_string()
+    regions::GCP_REGIONS.nearest(&target.location).to_string()
 }
 
 /// A target's record data for a record set of `type_`: its values, or its host name
@@ -504,7 +508,7 @@ pub fn explain(records: &[PublishedRecord], client: &Location) -> String {
     for r in records {
         by_type.entry(r.type_.as_str()).or_default().push(r);
     }
-    let client_region = regions::nearest(client);
+    let client_region = regions::GCP_REGIONS.nearest(client);
     by_type
         .into_iter()
         .map(|(type_, records)| explain_type(type_, &records, client, client_region))
@@ -523,7 +527,7 @@ fn explain_type(
         geo.iter()
             .filter_map(|r| {
                 let region = r.policy.strip_prefix(prefix)?;
-                let at = regions::location_of(region)?;
+                let at = regions::GCP_REGIONS.location(region)?;
                 Some((distance_km(client, &at), region.to_string(), values(r)))
             })
             .min_by(|a, b| a.0.total_cmp(&b.0))

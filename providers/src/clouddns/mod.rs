@@ -24,7 +24,7 @@
 //!
 //! - **Regions.** A geo item's `location` must be a Google Cloud region. A cluster on
 //!   `gcp` is placed at its `spec.region`; any other cluster at the Google Cloud region
-//!   nearest its coordinates ([`regions::nearest`]), so an AWS cluster in Frankfurt is
+//!   nearest its coordinates ([`regions::GCP_REGIONS`]), so an AWS cluster in Frankfurt is
 //!   the `europe-west3` item. Clusters that land in the same region share one item (the
 //!   API refuses two items with one location).
 //! - **Health.** The desired record sets hold only the clusters the hub sees healthy, so

@@ -11,11 +11,10 @@
 //! "Cloud locations" page), to two decimals: a region's data centres are spread over a
 //! metro area, and a hundredth of a degree is about a kilometre.
 
-use fedingress_dns::Location;
-use fedingress_dns::routing::distance_km;
+use crate::regions::RegionTable;
 
 /// (region, latitude, longitude) of every public Google Cloud region.
-pub const GCP_REGIONS: &[(&str, f64, f64)] = &[
+pub const GCP_REGIONS: RegionTable = RegionTable(&[
     ("africa-south1", -26.20, 28.05),           // Johannesburg
     ("asia-east1", 24.07, 120.54),              // Changhua County, Taiwan
     ("asia-east2", 22.32, 114.17),              // Hong Kong
@@ -58,44 +57,12 @@ pub const GCP_REGIONS: &[(&str, f64, f64)] = &[
     ("us-west2", 34.05, -118.24),               // Los Angeles
     ("us-west3", 40.76, -111.89),               // Salt Lake City
     ("us-west4", 36.17, -115.14),               // Las Vegas
-];
-
-/// Where `region` is, if it is a Google Cloud region.
-pub fn location_of(region: &str) -> Option<Location> {
-    GCP_REGIONS
-        .iter()
-        .find(|(name, _, _)| *name == region)
-        .map(|&(name, latitude, longitude)| Location {
-            region: name.to_string(),
-            latitude,
-            longitude,
-        })
-}
-
-/// The Google Cloud region nearest to `at` (great-circle distance; the first in the
-/// table on a tie, so the choice is stable).
-pub fn nearest(at: &Location) -> &'static str {
-    let mut best = GCP_REGIONS[0].0;
-    let mut best_km = f64::INFINITY;
-    for &(name, latitude, longitude) in GCP_REGIONS {
-        let km = distance_km(
-            at,
-            &Location {
-                region: String::new(),
-                latitude,
-                longitude,
-            },
-        );
-        if km < best_km {
-            best = name;
-            best_km = km;
-        }
-    }
-    best
-}
+]);
 
 #[cfg(test)]
 mod tests {
+    use fedingress_dns::Location;
+
     use super::*;
 
     fn at(latitude: f64, longitude: f64) -> Location {
@@ -109,19 +76,25 @@ mod tests {
     #[test]
     fn nearest_regions_of_well_known_places() {
         // AWS regions' cities land in the Google Cloud region of the same metro area.
-        assert_eq!(nearest(&at(50.11, 8.68)), "europe-west3"); // eu-central-1, Frankfurt
-        assert_eq!(nearest(&at(38.95, -77.45)), "us-east4"); // us-east-1, N. Virginia
-        assert_eq!(nearest(&at(53.35, -6.26)), "europe-west2"); // eu-west-1, Dublin → London
-        assert_eq!(nearest(&at(-33.87, 151.21)), "australia-southeast1");
-        assert_eq!(nearest(&at(1.29, 103.85)), "asia-southeast1");
+        assert_eq!(GCP_REGIONS.nearest(&at(50.11, 8.68)), "europe-west3"); // eu-central-1, Frankfurt
+        assert_eq!(GCP_REGIONS.nearest(&at(38.95, -77.45)), "us-east4"); // us-east-1, N. Virginia
+        assert_eq!(GCP_REGIONS.nearest(&at(53.35, -6.26)), "europe-west2"); // eu-west-1, Dublin → London
+        assert_eq!(
+            GCP_REGIONS.nearest(&at(-33.87, 151.21)),
+            "australia-southeast1"
+        );
+        assert_eq!(GCP_REGIONS.nearest(&at(1.29, 103.85)), "asia-southeast1");
     }
 
     #[test]
     fn every_region_is_its_own_nearest() {
-        for &(name, latitude, longitude) in GCP_REGIONS {
-            assert_eq!(nearest(&at(latitude, longitude)), name);
-            assert_eq!(location_of(name).map(|l| l.region), Some(name.to_string()));
+        for &(name, latitude, longitude) in GCP_REGIONS.0 {
+            assert_eq!(GCP_REGIONS.nearest(&at(latitude, longitude)), name);
+            assert_eq!(
+                GCP_REGIONS.location(name).map(|l| l.region),
+                Some(name.to_string())
+            );
         }
-        assert!(location_of("mars-north1").is_none());
+        assert!(GCP_REGIONS.location("mars-north1").is_none());
     }
 }

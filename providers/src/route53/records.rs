@@ -474,10 +474,10 @@ fn hostname_of(t: &Target) -> Option<&str> {
 
 /// The AWS region of a latency record for `t`.
 pub fn latency_region(t: &Target) -> String {
-    if t.cloud == Cloud::Aws && regions::is_region(&t.location.region) {
+    if t.cloud == Cloud::Aws && regions::REGIONS.contains(&t.location.region) {
         t.location.region.clone()
     } else {
-        regions::nearest(&t.location).to_string()
+        regions::REGIONS.nearest(&t.location).to_string()
     }
 }
 
@@ -727,7 +727,7 @@ pub fn explain(records: &[PublishedRecord], client: &Location) -> String {
                 let Some(region) = r.policy.split(' ').nth(1) else {
                     continue;
                 };
-                let Some(at) = regions::location(region) else {
+                let Some(at) = regions::REGIONS.location(region) else {
                     continue;
                 };
                 let km = distance_km(client, &at);

@@ -7,11 +7,10 @@
 //! AWS names for the region (AWS does not publish data-centre positions): close enough
 //! for "nearest region", which is all they are used for.
 
-use fedingress_dns::Location;
-use fedingress_dns::routing::distance_km;
+use crate::regions::RegionTable;
 
 /// (region, latitude, longitude).
-pub const REGIONS: &[(&str, f64, f64)] = &[
+pub const REGIONS: RegionTable = RegionTable(&[
     ("af-south-1", -33.92, 18.42),      // Cape Town
     ("ap-east-1", 22.32, 114.17),       // Hong Kong
     ("ap-east-2", 25.03, 121.57),       // Taipei
@@ -46,49 +45,12 @@ pub const REGIONS: &[(&str, f64, f64)] = &[
     ("us-east-2", 39.96, -83.00),       // Ohio (Columbus)
     ("us-west-1", 37.77, -122.42),      // N. California (San Francisco)
     ("us-west-2", 45.84, -119.70),      // Oregon (Boardman)
-];
-
-/// Whether `region` is one Route53 accepts in a latency record.
-pub fn is_region(region: &str) -> bool {
-    REGIONS.iter().any(|(r, ..)| *r == region)
-}
-
-/// The region's coordinates as a [`Location`], if it is one of [`REGIONS`].
-pub fn location(region: &str) -> Option<Location> {
-    REGIONS
-        .iter()
-        .find(|(r, ..)| *r == region)
-        .map(|&(r, latitude, longitude)| Location {
-            region: r.to_string(),
-            latitude,
-            longitude,
-        })
-}
-
-/// The AWS region nearest to `at` by great-circle distance (ties: the first in
-/// [`REGIONS`], i.e. alphabetical).
-pub fn nearest(at: &Location) -> &'static str {
-    let mut best = REGIONS[0].0;
-    let mut best_km = f64::INFINITY;
-    for &(region, latitude, longitude) in REGIONS {
-        let km = distance_km(
-            at,
-            &Location {
-                region: String::new(),
-                latitude,
-                longitude,
-            },
-        );
-        if km < best_km {
-            best = region;
-            best_km = km;
-        }
-    }
-    best
-}
+]);
 
 #[cfg(test)]
 mod tests {
+    use fedingress_dns::Location;
+
     use super::*;
 
     fn at(latitude: f64, longitude: f64) -> Location {
@@ -101,23 +63,24 @@ mod tests {
 
     #[test]
     fn nearest_regions_of_some_cities() {
-        assert_eq!(nearest(&at(50.11, 8.68)), "eu-central-1"); // Frankfurt
-        assert_eq!(nearest(&at(48.14, 11.58)), "eu-central-2"); // Munich → Zurich
-        assert_eq!(nearest(&at(40.71, -74.01)), "us-east-1"); // New York
-        assert_eq!(nearest(&at(47.61, -122.33)), "us-west-2"); // Seattle
-        assert_eq!(nearest(&at(28.61, 77.21)), "ap-south-1"); // Delhi → Mumbai
-        assert_eq!(nearest(&at(12.97, 77.59)), "ap-south-2"); // Bangalore → Hyderabad
-        assert_eq!(nearest(&at(-34.60, -58.38)), "sa-east-1"); // Buenos Aires
+        assert_eq!(REGIONS.nearest(&at(50.11, 8.68)), "eu-central-1"); // Frankfurt
+        assert_eq!(REGIONS.nearest(&at(48.14, 11.58)), "eu-central-2"); // Munich → Zurich
+        assert_eq!(REGIONS.nearest(&at(40.71, -74.01)), "us-east-1"); // New York
+        assert_eq!(REGIONS.nearest(&at(47.61, -122.33)), "us-west-2"); // Seattle
+        assert_eq!(REGIONS.nearest(&at(28.61, 77.21)), "ap-south-1"); // Delhi → Mumbai
+        assert_eq!(REGIONS.nearest(&at(12.97, 77.59)), "ap-south-2"); // Bangalore → Hyderabad
+        assert_eq!(REGIONS.nearest(&at(-34.60, -58.38)), "sa-east-1"); // Buenos Aires
     }
 
     #[test]
     fn the_table_is_sorted_and_within_range() {
-        assert!(REGIONS.windows(2).all(|w| w[0].0 < w[1].0));
+        assert!(REGIONS.0.windows(2).all(|w| w[0].0 < w[1].0));
         assert!(
             REGIONS
+                .0
                 .iter()
                 .all(|&(_, lat, lon)| lat.abs() <= 90.0 && lon.abs() <= 180.0)
         );
-        assert!(is_region("eu-west-1") && !is_region("europe-west1"));
+        assert!(REGIONS.contains("eu-west-1") && !REGIONS.contains("europe-west1"));
     }
 }
