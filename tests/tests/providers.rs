@@ -1,7 +1,8 @@
 //! DNS providers end to end: the real apiserver binary with `dns.providers` pointing at
 //! a real `moto_server` (Route53), two standalone agents, kubectl, dig and fedctl.
 //! Route53 is read back over its REST API (what the SDK sends), so the test sees what a
-//! resolver on AWS would be given. Own loopback block (101); moto on 127.0.0.1.
+//! resolver on AWS would be given; Cloud DNS through the local fake of its REST API. Own
+//! loopback blocks (101, 102); moto and the fake on 127.0.0.1.
 
 #![allow(clippy::unwrap_used)]
 
@@ -9,6 +10,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use fedingress_tests::clouddns_fake::CloudDnsFake;
 use fedingress_tests::echo::Echo;
 use fedingress_tests::fedctl::Fedctl;
 use fedingress_tests::federation::{
@@ -20,6 +22,7 @@ use fedingress_tests::{Kubectl, Process, binary, eventually};
 use serde_json::Value;
 
 const BLOCK: u8 = 101;
+const CLOUDDNS_BLOCK: u8 = 102;
 const WAIT: Duration = Duration::from_secs(60);
 
 /// Route53's REST API on moto, as the SDK speaks it (moto routes a request to Route53
@@ -130,11 +133,12 @@ struct Federation {
     _agents: Vec<Process>,
 }
 
-fn start(dir: &Path, moto: &Moto, zone: &str, parent: &str) -> Federation {
-    let endpoint = moto.endpoint();
+/// The hub on `block` with `providers` (YAML list items under `dns.providers`), two
+/// clusters and the `shop` and `bad` ingresses' backends.
+fn start(dir: &Path, block: u8, providers: &str) -> Federation {
     let dns = format!(
         "dns:
-  listen: 127.0.{BLOCK}.1:0
+  listen: 127.0.{block}.1:0
   zones:
   - name: fedingress.test
     nameservers: [ns1.fedingress.test]
@@ -145,12 +149,9 @@ fn start(dir: &Path, moto: &Moto, zone: &str, parent: &str) -> Federation {
     - {{cidr: 10.2.0.0/16, region: us-east1, latitude: 40.7, longitude: -74.0}}
   ownerId: e2e-federation
   providers:
-  - {{name: aws, type: route53, zone: {zone}, endpointUrl: '{endpoint}', domains: [shop.fedingress.test]}}
-  - {{name: parent, type: route53, zone: {parent}, endpointUrl: '{endpoint}', domains: [fedingress.test], delegate: [fedingress.test]}}
-  - {{name: broken, type: route53, zone: ZNOSUCHZONE00000000, endpointUrl: '{endpoint}', domains: [bad.fedingress.test]}}
-"
+{providers}"
     );
-    let config = hub_config_opts(dir, BLOCK, &HubOptions::with_extra(&dns));
+    let config = hub_config_opts(dir, block, &HubOptions::with_extra(&dns));
     let mut command = Command::new(binary("federation-apiserver"));
     // The standard AWS credential chain, from the environment only: nothing from the
     // developer's ~/.aws, no instance metadata lookups.
@@ -177,8 +178,8 @@ fn start(dir: &Path, moto: &Moto, zone: &str, parent: &str) -> Federation {
     let dns = (dns_ip.to_string(), dns_port.to_string());
     let k = kubectl(dir, &api);
     let specs = vec![
-        ClusterSpec::numbered(BLOCK, 1, "europe-west1", 50.4, 3.8),
-        ClusterSpec::numbered(BLOCK, 2, "us-east1", 39.0, -77.5),
+        ClusterSpec::numbered(block, 1, "europe-west1", 50.4, 3.8),
+        ClusterSpec::numbered(block, 2, "us-east1", 39.0, -77.5),
     ];
     let mut agents = Vec::new();
     let mut echoes = Vec::new();
@@ -203,9 +204,10 @@ fn start(dir: &Path, moto: &Moto, zone: &str, parent: &str) -> Federation {
 }
 
 impl Federation {
-    fn apply(&self, dir: &Path, name: &str, port: u16) {
+    /// A FederatedIngress `name` on `port`, steered by `strategy` (YAML flow mapping).
+    fn apply(&self, dir: &Path, name: &str, port: u16, strategy: &str) {
         let text = format!(
-            "apiVersion: fedingress.io/v1alpha1\nkind: FederatedIngress\nmetadata:\n  name: {name}\nspec:\n  rules:\n  - protocol: TCP\n    port: {port}\n    backend: {{service: echo, port: 9000}}\n  traffic:\n    dnsName: {name}.fedingress.test\n    ttl: 5\n    strategy: {{type: RoundRobin}}\n"
+            "apiVersion: fedingress.io/v1alpha1\nkind: FederatedIngress\nmetadata:\n  name: {name}\nspec:\n  rules:\n  - protocol: TCP\n    port: {port}\n    backend: {{service: echo, port: 9000}}\n  traffic:\n    dnsName: {name}.fedingress.test\n    ttl: 5\n    strategy: {strategy}\n"
         );
         let path = dir.join(format!("{name}.yaml"));
         std::fs::write(&path, text).unwrap();
@@ -280,9 +282,19 @@ fn route53_holds_what_the_hub_routes_and_a_rejecting_provider_stays_apart() {
     };
     let zone = route53.create_zone("fedingress.test.");
     let parent = route53.create_zone("test.");
-    let mut f = start(dir, &moto, &zone, &parent);
-    f.apply(dir, "shop", 7100);
-    f.apply(dir, "bad", 7101);
+    let endpoint = moto.endpoint();
+    let mut f = start(
+        dir,
+        BLOCK,
+        &format!(
+            "  - {{name: aws, type: route53, zone: {zone}, endpointUrl: '{endpoint}', domains: [shop.fedingress.test]}}
+  - {{name: parent, type: route53, zone: {parent}, endpointUrl: '{endpoint}', domains: [fedingress.test], delegate: [fedingress.test]}}
+  - {{name: broken, type: route53, zone: ZNOSUCHZONE00000000, endpointUrl: '{endpoint}', domains: [bad.fedingress.test]}}
+"
+        ),
+    );
+    f.apply(dir, "shop", 7100, "{type: RoundRobin}");
+    f.apply(dir, "bad", 7101, "{type: RoundRobin}");
     let (c1, c2) = (f.ip(0), f.ip(1));
     let both = {
         let mut both = vec![c1.clone(), c2.clone()];
@@ -465,4 +477,83 @@ fn route53_holds_what_the_hub_routes_and_a_rejecting_provider_stays_apart() {
         }
     });
     assert_eq!(f.dig("shop.fedingress.test"), [c2]);
+}
+
+#[test]
+fn clouddns_holds_the_weighted_split_as_a_wrr_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    // The fake serves on this runtime's threads while the test drives the processes.
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let fake = runtime.block_on(CloudDnsFake::start(
+        "e2e-project",
+        "fedingress-test",
+        "fedingress.test",
+    ));
+    let endpoint = fake.endpoint();
+    let f = start(
+        dir,
+        CLOUDDNS_BLOCK,
+        &format!(
+            "  - {{name: gcp, type: clouddns, project: e2e-project, zone: fedingress-test, endpointUrl: '{endpoint}'}}\n"
+        ),
+    );
+    f.apply(
+        dir,
+        "shop",
+        7200,
+        "{type: Weighted, weights: {c1: 3, c2: 1}}",
+    );
+    let (c1, c2) = (f.ip(0), f.ip(1));
+
+    // The managed zone holds a wrr policy: c1 at weight 3, c2 at 1.
+    let rrset = eventually(WAIT, "shop's A record set in Cloud DNS", || {
+        fake.rrset("shop.fedingress.test.", "A")
+            .ok_or_else(|| format!("{:?}", fake.rrsets()))
+    });
+    let items = rrset["routingPolicy"]["wrr"]["items"]
+        .as_array()
+        .unwrap_or_else(|| panic!("a wrr policy: {rrset}"));
+    let weight_of = |ip: &str| {
+        items
+            .iter()
+            .find(|i| {
+                i["rrdatas"]
+                    .as_array()
+                    .is_some_and(|d| d.iter().any(|v| v == ip))
+            })
+            .map(|i| i["weight"].as_f64().unwrap())
+            .unwrap_or_else(|| panic!("no item for {ip}: {rrset}"))
+    };
+    assert_eq!(weight_of(&c1), 3.0, "{rrset}");
+    assert_eq!(weight_of(&c2), 1.0, "{rrset}");
+
+    // Status and fedctl say the same.
+    eventually(WAIT, "gcp synced in shop's status, DNSReady True", || {
+        let shop = f.ingress("shop");
+        let gcp = provider(&shop, "gcp");
+        let (ready, reason, message) = condition(&shop, "DNSReady");
+        if gcp["synced"] == true && gcp["type"] == "clouddns" && ready == "True" {
+            Ok(())
+        } else {
+            Err(format!("DNSReady {ready} {reason}: {message}; {gcp}"))
+        }
+    });
+    let described = f.fedctl.ok(&["describe", "ingress", "shop"]);
+    let records = described
+        .split("Records in gcp (clouddns):")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no records of gcp:\n{described}"));
+    assert!(
+        records.contains(&c1) && records.contains(&c2),
+        "{described}"
+    );
+    let explained = f.fedctl.ok(&["explain", "shop", "--client", "10.2.0.1"]);
+    assert!(
+        explained
+            .lines()
+            .any(|l| l.starts_with("Provider: gcp (clouddns):") && !l.contains("not synced")),
+        "{explained}"
+    );
+    drop(fake);
 }
