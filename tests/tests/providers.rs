@@ -557,3 +557,202 @@ fn clouddns_holds_the_weighted_split_as_a_wrr_policy() {
     );
     drop(fake);
 }
+
+/// `fedingress_controller_leader` of the replica serving `api`.
+fn is_leader(api: &str) -> bool {
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "2", &format!("{api}/metrics")])
+        .output();
+    out.is_ok_and(|out| {
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .any(|l| l == "fedingress_controller_leader 1")
+    })
+}
+
+#[test]
+fn only_the_leader_syncs_and_a_new_leader_takes_over() {
+    const HA_BLOCK: u8 = 103;
+    let etcd = fedingress_store::etcd_process::EtcdCluster::single();
+    let endpoints = etcd.endpoints().join(",");
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let moto = Moto::start().unwrap();
+    let route53 = Route53 {
+        endpoint: moto.endpoint(),
+    };
+    let zone = route53.create_zone("fedingress.test.");
+    let endpoint = moto.endpoint();
+    let config = dir.join("apiserver.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "dev: true
+agents: {{heartbeatIntervalMs: 300, leaseMs: 3000}}
+dns:
+  zones:
+  - name: fedingress.test
+    nameservers:
+    - {{name: ns1.fedingress.test, addresses: [127.0.{HA_BLOCK}.1]}}
+    - {{name: ns2.fedingress.test, addresses: [127.0.{HA_BLOCK}.2]}}
+  locations:
+    default: {{region: europe-west1, latitude: 50.0, longitude: 4.0}}
+  ownerId: e2e-ha
+  providers:
+  - {{name: aws, type: route53, zone: {zone}, endpointUrl: '{endpoint}', domains: [shop.fedingress.test]}}
+"
+        ),
+    )
+    .unwrap();
+    // Two replicas on one etcd, each logging to a file of its own.
+    let start_replica = |i: u8| {
+        let ip = format!("127.0.{HA_BLOCK}.{i}");
+        let mut command = Command::new(binary("federation-apiserver"));
+        command
+            .arg("--config")
+            .arg(&config)
+            .args(["--etcd-servers", &endpoints, "--etcd-prefix", "/providers"])
+            .args(["--replica-name", &format!("r{i}")])
+            .args(["--leader-elect-lease-duration", "2"])
+            .args(["--listen", &format!("{ip}:16443")])
+            .args(["--agent-listen", &format!("{ip}:16444")])
+            .args(["--dns-listen", &format!("{ip}:5353")])
+            .arg("--data-dir")
+            .arg(dir.join(format!("unused-{i}")))
+            .env("AWS_ACCESS_KEY_ID", "testing")
+            .env("AWS_SECRET_ACCESS_KEY", "testing")
+            .env("AWS_REGION", "us-east-1")
+            .env("AWS_EC2_METADATA_DISABLED", "true")
+            .env("AWS_CONFIG_FILE", dir.join("no-aws-config"))
+            .env(
+                "AWS_SHARED_CREDENTIALS_FILE",
+                dir.join("no-aws-credentials"),
+            )
+            .env_remove("AWS_PROFILE")
+            .env_remove("AWS_SESSION_TOKEN");
+        let log = dir.join(format!("r{i}.log"));
+        let process = Process::start_logging_to(command, &format!("replica r{i}"), WAIT, &log)
+            .expect("replica starts");
+        let api = format!("http://{}", process.addr("api"));
+        let agent = format!("http://{}", process.addr("agent"));
+        (process, api, agent, log)
+    };
+    let mut replicas = [Some(start_replica(1)), Some(start_replica(2))];
+    let apis: Vec<String> = replicas
+        .iter()
+        .map(|r| r.as_ref().unwrap().1.clone())
+        .collect();
+    let logs: Vec<std::path::PathBuf> = replicas
+        .iter()
+        .map(|r| r.as_ref().unwrap().3.clone())
+        .collect();
+    let leading = eventually(WAIT, "one elected leader", || {
+        let leaders: Vec<usize> = (0..2).filter(|&i| is_leader(&apis[i])).collect();
+        match leaders.as_slice() {
+            [one] => Ok(*one),
+            other => Err(format!("leaders {other:?}")),
+        }
+    });
+    let following = 1 - leading;
+    let k = kubectl(dir, &apis[following]);
+    let gateways = replicas
+        .iter()
+        .map(|r| r.as_ref().unwrap().2.clone())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let specs = [
+        ClusterSpec::numbered(HA_BLOCK, 1, "europe-west1", 50.4, 3.8),
+        ClusterSpec::numbered(HA_BLOCK, 2, "us-east1", 39.0, -77.5),
+    ];
+    let mut echoes = Vec::new();
+    let mut agents = Vec::new();
+    for spec in &specs {
+        echoes.push(Some(Echo::start(spec.backend).unwrap()));
+        create_cluster(&k, dir, spec);
+        let (_, token) = issue_token(&apis[following], &spec.name).unwrap();
+        let gateway = &replicas[following].as_ref().unwrap().2;
+        let config = agent_config(dir, gateway, spec, &token);
+        let text = std::fs::read_to_string(&config).unwrap().replace(
+            &format!("  address: {gateway}\n"),
+            &format!("  addresses: [{gateways}]\n"),
+        );
+        std::fs::write(&config, text).unwrap();
+        agents.push(start_agent(&config, &spec.name));
+    }
+    let ingress = dir.join("shop.yaml");
+    std::fs::write(
+        &ingress,
+        "apiVersion: fedingress.io/v1alpha1\nkind: FederatedIngress\nmetadata:\n  name: shop\nspec:\n  rules:\n  - protocol: TCP\n    port: 7300\n    backend: {service: echo, port: 9000}\n  traffic:\n    dnsName: shop.fedingress.test\n    ttl: 5\n    strategy: {type: RoundRobin}\n",
+    )
+    .unwrap();
+    k.ok(&["apply", "-f", &ingress.display().to_string()]);
+    let (c1, c2) = (specs[0].bind.to_string(), specs[1].bind.to_string());
+    let mut both = vec![c1.clone(), c2.clone()];
+    both.sort();
+    eventually(WAIT, "shop's records in Route53", || {
+        let values = route53.values(&zone, "shop.fedingress.test.", "A");
+        if values == both {
+            Ok(())
+        } else {
+            Err(format!("{values:?}"))
+        }
+    });
+    let synced = |k: &Kubectl, want: &[String]| {
+        eventually(WAIT, "aws synced in shop's status", || {
+            let shop = get_json(k, &["federatedingress", "shop"]);
+            let aws = provider(&shop, "aws");
+            if aws["synced"] == true && status_values(&aws, "shop.fedingress.test") == want {
+                Ok(())
+            } else {
+                Err(aws.to_string())
+            }
+        })
+    };
+    synced(&k, &both);
+    // Only the leader runs a syncer; the follower only connected (for explain).
+    let log = |i: usize| std::fs::read_to_string(&logs[i]).unwrap();
+    assert!(
+        log(leading).contains("DNS provider syncer started"),
+        "{}",
+        log(leading)
+    );
+    assert!(
+        !log(following).contains("DNS provider syncer started"),
+        "{}",
+        log(following)
+    );
+    // The follower answers explain with the provider it built (and connected) itself.
+    let fedctl = Fedctl::new(&dir.join("kubeconfig"));
+    eventually(WAIT, "the follower's explain line for aws", || {
+        let explained = fedctl.ok(&["explain", "shop", "--client", "10.1.0.1"]);
+        let ok = explained.lines().any(|l| {
+            l.starts_with("Provider: aws (route53):")
+                && !l.contains("not connected")
+                && !l.contains("not synced")
+        });
+        if ok { Ok(()) } else { Err(explained) }
+    });
+
+    // The leader dies: the follower leads, starts its syncer, and Route53 follows the
+    // hub's answers again when a backend dies.
+    replicas[leading].take().unwrap().0.kill9();
+    eventually(WAIT, "the follower leads", || {
+        if is_leader(&apis[following]) {
+            Ok(())
+        } else {
+            Err("not yet".to_string())
+        }
+    });
+    echoes[0] = None;
+    eventually(WAIT, "c1 out of Route53 after the takeover", || {
+        let values = route53.values(&zone, "shop.fedingress.test.", "A");
+        if values == [c2.clone()] {
+            Ok(())
+        } else {
+            Err(format!("{values:?}"))
+        }
+    });
+    synced(&k, std::slice::from_ref(&c2));
+    assert!(log(following).contains("DNS provider syncer started"));
+    drop(agents);
+}
