@@ -9,16 +9,19 @@
 //!   routed ingresses DNS answers from.
 //! - *apply* (this module): publish plans, persist routing state that changed, publish
 //!   what DNS serves ([`dns_state`](super::dns_state)) and rebuild the snapshot when an
-//!   answer-relevant input changed, record routing Events, write the statuses that
-//!   differ (concurrently, in one batch).
+//!   answer-relevant input changed, hand each completed serial to the DNS providers
+//!   ([`providers`](super::providers)), record routing Events, write the statuses that
+//!   differ (concurrently, in one batch). A provider's sync report marks the ingresses
+//!   whose provider status changed dirty.
 //!
 //! # Roles
 //! Every replica runs a controller. Each computes placement and plans itself (a pure
 //! function of the stored objects) and publishes them to the agents it holds. Only the
 //! leader ([`Role::Leader`]) writes: routing state, DNS state, Events, statuses, token
-//! revocations, all through its fenced store. A follower serves DNS from the DNS state
-//! the leader stored, rebuilt when a batch completes, with the same serial. With one
-//! replica on redb, the role is always leader and the store unfenced.
+//! revocations, all through its fenced store; and only it syncs the DNS providers. A
+//! follower serves DNS from the DNS state the leader stored, rebuilt when a batch
+//! completes, with the same serial. With one replica on redb, the role is always
+//! leader and the store unfenced.
 //!
 //! [`Controller::start`] lists, loads the persisted routing state and runs the first
 //! pass before anything is served, so the DNS server answers from persisted state from
