@@ -65,7 +65,10 @@ pub struct ProviderConfig {
     /// Plan and report every change without making it. Default false.
     #[serde(default)]
     pub dry_run: bool,
-    /// Changes per request. Default 100 (Route53 allows 1,000 per ChangeBatch).
+    /// Changes per request, 1 to 300. Default 100. Route53 allows 1,000 elements per
+    /// ChangeBatch and counts an UPSERT twice; a change of a record set's routing policy
+    /// is sent as a DELETE and an UPSERT (three), so 300 keeps a batch of single-value
+    /// changes inside that limit.
     #[serde(default = "default_batch_size")]
     pub batch_size: usize,
     /// Provider API requests per second, at most. Default 5 (Route53's per-account
@@ -227,9 +230,9 @@ pub fn validate(
                 at("endpointUrl")
             ));
         }
-        if p.batch_size == 0 || p.batch_size > 1000 {
+        if p.batch_size == 0 || p.batch_size > 300 {
             return Err(format!(
-                "{}: {} must be between 1 and 1000",
+                "{}: {} must be between 1 and 300",
                 at("batchSize"),
                 p.batch_size
             ));

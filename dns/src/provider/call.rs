@@ -44,11 +44,12 @@ pub struct CallSettings {
 }
 
 impl Default for CallSettings {
-    /// Route53's per-account limit (5 per second), 5 attempts, 200 ms doubling to 20 s.
+    /// Route53's per-account limit (5 per second), 6 attempts (the `maxAttempts` default),
+    /// 200 ms doubling to 20 s.
     fn default() -> Self {
         CallSettings {
             requests_per_second: 5.0,
-            max_attempts: 5,
+            max_attempts: 6,
             base_backoff: Duration::from_millis(200),
             max_backoff: Duration::from_secs(20),
         }
@@ -62,6 +63,10 @@ pub struct CallStats {
     pub calls: u64,
     /// Attempts that were retries.
     pub retries: u64,
+    /// Retries after a throttled attempt (part of `retries`).
+    pub throttled_retries: u64,
+    /// Retries after a transient error (part of `retries`).
+    pub transient_retries: u64,
     /// Attempts the provider throttled.
     pub throttled: u64,
     /// Calls that failed in the end (not retryable, or out of attempts).
@@ -82,6 +87,8 @@ struct Inner {
     bucket: Mutex<Bucket>,
     calls: AtomicU64,
     retries: AtomicU64,
+    throttled_retries: AtomicU64,
+    transient_retries: AtomicU64,
     throttled: AtomicU64,
     failed: AtomicU64,
 }
@@ -108,6 +115,8 @@ impl CallPolicy {
                 }),
                 calls: AtomicU64::new(0),
                 retries: AtomicU64::new(0),
+                throttled_retries: AtomicU64::new(0),
+                transient_retries: AtomicU64::new(0),
                 throttled: AtomicU64::new(0),
                 failed: AtomicU64::new(0),
             }),
@@ -122,6 +131,8 @@ impl CallPolicy {
         CallStats {
             calls: self.inner.calls.load(Ordering::Relaxed),
             retries: self.inner.retries.load(Ordering::Relaxed),
+            throttled_retries: self.inner.throttled_retries.load(Ordering::Relaxed),
+            transient_retries: self.inner.transient_retries.load(Ordering::Relaxed),
             throttled: self.inner.throttled.load(Ordering::Relaxed),
             failed: self.inner.failed.load(Ordering::Relaxed),
         }
@@ -136,11 +147,19 @@ impl CallPolicy {
     {
         let max_attempts = self.inner.settings.max_attempts.max(1);
         let mut n = 1;
+        // Why the previous attempt is retried (throttled?), counted when the retry is sent.
+        let mut retrying: Option<bool> = None;
         loop {
             self.acquire().await;
             self.inner.calls.fetch_add(1, Ordering::Relaxed);
-            if n > 1 {
+            if let Some(throttled) = retrying {
                 self.inner.retries.fetch_add(1, Ordering::Relaxed);
+                let by_reason = if throttled {
+                    &self.inner.throttled_retries
+                } else {
+                    &self.inner.transient_retries
+                };
+                by_reason.fetch_add(1, Ordering::Relaxed);
             }
             let span = info_span!(
                 "provider_call",
@@ -174,6 +193,7 @@ impl CallPolicy {
                 %error,
                 "provider call failed; retrying"
             );
+            retrying = Some(matches!(error, ProviderError::Throttled { .. }));
             tokio::time::sleep(wait).await;
             n += 1;
         }
@@ -266,6 +286,8 @@ mod tests {
             CallStats {
                 calls: 3,
                 retries: 2,
+                throttled_retries: 0,
+                transient_retries: 2,
                 throttled: 0,
                 failed: 0
             }
@@ -315,6 +337,7 @@ mod tests {
         assert!(start.elapsed() >= Duration::from_secs(30));
         let stats = policy.stats();
         assert_eq!((stats.throttled, stats.retries), (1, 1));
+        assert_eq!((stats.throttled_retries, stats.transient_retries), (1, 0));
     }
 
     #[tokio::test(start_paused = true)]

@@ -440,8 +440,11 @@ impl Route53Provider {
             ..SyncReport::default()
         };
 
-        // 1. What the zone holds, and our health checks.
-        let current = self.list_rrsets().await?;
+        // 1. What the zone holds within this provider's domains (the rest of the zone,
+        // this federation's records outside `domains` included, is not ours to change),
+        // and our health checks.
+        let mut current = self.list_rrsets().await?;
+        current.retain(|r| self.manages(&r.name));
         let owned_checks = self.list_owned_health_checks(owner).await?;
 
         // 2. What it should hold.
@@ -579,6 +582,15 @@ impl Route53Provider {
             let r = results.entry(report_name(name, &known)).or_default();
             r.synced = false;
             r.message = join_message(&r.message, why);
+        }
+        if dry_run {
+            // As Cloud DNS reports it: a dry-run name is in sync only when nothing is
+            // planned for it.
+            for r in results.values_mut().filter(|r| r.changes > 0) {
+                r.synced = false;
+                let would = format!("dry run: {} change(s) planned, none made", r.changes);
+                r.message = join_message(&would, &r.message);
+            }
         }
 
         // What each name holds now (or would hold, on a dry run): desired where synced,

@@ -593,10 +593,17 @@ impl Builder<'_> {
         }
     }
 
-    /// One record set for target `t` at `name`, with its health check.
+    /// One record set for target `t` at `name`, with its health check. An alias to an
+    /// AWS load balancer has none: `EvaluateTargetHealth` already follows the load
+    /// balancer's own target health, and a Route53 health check on top would be billed
+    /// and add nothing.
     fn direct(&mut self, name: &str, t: &Target, answer: &Answer, routing: Routing) {
         let r = self.record(name, Some(t.cluster.clone()), answer, routing);
-        self.push(r, t.health.clone());
+        let health = match answer {
+            Answer::Elb(_) => None,
+            Answer::Values(_) | Answer::Cname(_) => t.health.clone(),
+        };
+        self.push(r, health);
     }
 
     /// The targets as a group that answers with every healthy one: multivalue records,
