@@ -3,22 +3,27 @@
 //! serving limits refused ([`LimitCounters`]); and of the hub ([`HubMetrics`]):
 //! controller passes, dirty sets, DNS snapshot builds, answer changes by reason, per
 //! (ingress, cluster) serving and healthy gauges, connected agents, agent gateway
-//! admission. The embedded DNS server's own counters are appended by `/metrics`.
+//! admission, and the DNS providers' syncs and API calls ([`ProviderSample`], read from
+//! [`ProviderMetrics`] at scrape time). The embedded DNS server's own counters are
+//! appended by `/metrics`.
 //!
 //! # Guarantees
 //! Label values built from URLs (verb, resource, subresource) come from a fixed set
 //! ([`verb_label`], [`resource_label`]); anything else is `other`, so random paths
-//! cannot grow the label set.
+//! cannot grow the label set. A DNS provider's labels are its configured name and type:
+//! bounded by the config.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use fedingress_api::plan::IngressKey;
+use fedingress_dns::provider::call::CallStats;
 
 use crate::hub::gslb::AnswerChange;
+use crate::hub::providers::ProviderMetrics;
 use crate::hub::routing_state::IngressRouting;
 
 /// Upper bounds (seconds) of the latency histogram buckets.
@@ -421,6 +426,210 @@ pub struct HubMetrics {
     dns_serial: std::sync::atomic::AtomicU32,
     /// The agent gateway's admission of unauthenticated connections and streams.
     pub gateway: GatewayCounters,
+    /// The configured DNS providers, when there are any.
+    providers: std::sync::OnceLock<Arc<ProviderMetrics>>,
+}
+
+/// Sync outcomes of one DNS provider, summed over this process's syncers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SyncTotals {
+    /// Syncs that returned a report.
+    pub ok: u64,
+    /// Syncs that failed as a whole (zone unreadable, out of retries, a panic).
+    pub failed: u64,
+    /// Record changes applied (planned, on a dry run).
+    pub changes: u64,
+    /// Health checks created, updated or deleted (planned, on a dry run).
+    pub health_checks_changed: u64,
+}
+
+impl std::ops::Add for SyncTotals {
+    type Output = Self;
+
+    fn add(self, other: Self) -> Self {
+        SyncTotals {
+            ok: self.ok.saturating_add(other.ok),
+            failed: self.failed.saturating_add(other.failed),
+            changes: self.changes.saturating_add(other.changes),
+            health_checks_changed: self
+                .health_checks_changed
+                .saturating_add(other.health_checks_changed),
+        }
+    }
+}
+
+/// One DNS provider as a scrape sees it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ProviderSample {
+    /// The configured name (`dns.providers[].name`).
+    pub name: String,
+    /// `route53` or `clouddns`.
+    pub kind: &'static str,
+    pub dry_run: bool,
+    pub totals: SyncTotals,
+    /// Names of the latest successful sync the provider does not hold (all of them when
+    /// the sync after it failed); `None` until this replica has synced.
+    pub names_not_synced: Option<u64>,
+    pub last_sync_time: Option<SystemTime>,
+    pub observed_serial: Option<u32>,
+    /// The call policy's counters since the provider connected.
+    pub calls: CallStats,
+}
+
+/// The Prometheus text of the DNS providers' metrics: every family is declared, with a
+/// sample per provider (none without providers).
+pub fn render_providers(out: &mut String, samples: &[ProviderSample]) {
+    let labels: Vec<String> = samples
+        .iter()
+        .map(|s| {
+            format!(
+                "provider=\"{}\",type=\"{}\"",
+                escape(&s.name),
+                escape(s.kind)
+            )
+        })
+        .collect();
+    let each = |out: &mut String,
+                name: &str,
+                help: &str,
+                kind: &str,
+                value: &dyn Fn(&ProviderSample, &str, &mut String)| {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for (sample, labels) in samples.iter().zip(&labels) {
+            value(sample, labels, out);
+        }
+    };
+    each(
+        out,
+        "fedingress_dns_provider_syncs_total",
+        "DNS provider syncs by result: ok (a report, per-name failures included) or failed (nothing could be done).",
+        "counter",
+        &|s, l, out| {
+            let _ = writeln!(
+                out,
+                "fedingress_dns_provider_syncs_total{{{l},result=\"ok\"}} {}",
+                s.totals.ok
+            );
+            let _ = writeln!(
+                out,
+                "fedingress_dns_provider_syncs_total{{{l},result=\"failed\"}} {}",
+                s.totals.failed
+            );
+        },
+    );
+    each(
+        out,
+        "fedingress_dns_provider_record_changes_total",
+        "Record changes a DNS provider applied (planned, on a dry run).",
+        "counter",
+        &|s, l, out| {
+            let _ = writeln!(
+                out,
+                "fedingress_dns_provider_record_changes_total{{{l}}} {}",
+                s.totals.changes
+            );
+        },
+    );
+    each(
+        out,
+        "fedingress_dns_provider_health_check_changes_total",
+        "Cloud health checks a DNS provider created, updated or deleted (planned, on a dry run).",
+        "counter",
+        &|s, l, out| {
+            let _ = writeln!(
+                out,
+                "fedingress_dns_provider_health_check_changes_total{{{l}}} {}",
+                s.totals.health_checks_changed
+            );
+        },
+    );
+    each(
+        out,
+        "fedingress_dns_provider_names_not_synced",
+        "DNS names the provider does not hold as desired after its latest sync (absent until this replica synced).",
+        "gauge",
+        &|s, l, out| {
+            if let Some(n) = s.names_not_synced {
+                let _ = writeln!(out, "fedingress_dns_provider_names_not_synced{{{l}}} {n}");
+            }
+        },
+    );
+    each(
+        out,
+        "fedingress_dns_provider_last_sync_timestamp_seconds",
+        "When the DNS provider's latest successful sync ended (unix seconds).",
+        "gauge",
+        &|s, l, out| {
+            if let Some(at) = s.last_sync_time {
+                let secs = at
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .unwrap_or_default()
+                    .as_secs_f64();
+                let _ = writeln!(
+                    out,
+                    "fedingress_dns_provider_last_sync_timestamp_seconds{{{l}}} {secs:.3}"
+                );
+            }
+        },
+    );
+    each(
+        out,
+        "fedingress_dns_provider_observed_serial",
+        "DNS serial of the provider's latest successful sync.",
+        "gauge",
+        &|s, l, out| {
+            if let Some(serial) = s.observed_serial {
+                let _ = writeln!(
+                    out,
+                    "fedingress_dns_provider_observed_serial{{{l}}} {serial}"
+                );
+            }
+        },
+    );
+    each(
+        out,
+        "fedingress_dns_provider_api_calls_total",
+        "Requests sent to the DNS provider's API (retries included).",
+        "counter",
+        &|s, l, out| {
+            let _ = writeln!(
+                out,
+                "fedingress_dns_provider_api_calls_total{{{l}}} {}",
+                s.calls.calls
+            );
+        },
+    );
+    each(
+        out,
+        "fedingress_dns_provider_api_retries_total",
+        "DNS provider API requests retried, by the reason of the failed attempt.",
+        "counter",
+        &|s, l, out| {
+            let _ = writeln!(
+                out,
+                "fedingress_dns_provider_api_retries_total{{{l},reason=\"throttled\"}} {}",
+                s.calls.throttled_retries
+            );
+            let _ = writeln!(
+                out,
+                "fedingress_dns_provider_api_retries_total{{{l},reason=\"transient\"}} {}",
+                s.calls.transient_retries
+            );
+        },
+    );
+    each(
+        out,
+        "fedingress_dns_provider_dry_run",
+        "Whether the DNS provider only plans (dryRun: true).",
+        "gauge",
+        &|s, l, out| {
+            let _ = writeln!(
+                out,
+                "fedingress_dns_provider_dry_run{{{l}}} {}",
+                u8::from(s.dry_run)
+            );
+        },
+    );
 }
 
 /// The agent gateway's limits on what has not authenticated yet.
@@ -487,6 +696,11 @@ impl HubMetrics {
 
     pub fn is_leader(&self) -> bool {
         self.leader.load(Ordering::Relaxed)
+    }
+
+    /// The configured DNS providers, rendered at every scrape (set once).
+    pub fn set_providers(&self, providers: Arc<ProviderMetrics>) {
+        let _ = self.providers.set(providers);
     }
 
     /// The SOA serial of the snapshot being served.
@@ -607,6 +821,12 @@ impl HubMetrics {
         out.push_str("# HELP fedingress_agents_connected Cluster agents with a live session.\n# TYPE fedingress_agents_connected gauge\n");
         let _ = writeln!(out, "fedingress_agents_connected {connected_agents}");
         self.gateway.render(out);
+        let providers = self
+            .providers
+            .get()
+            .map(|p| p.samples())
+            .unwrap_or_default();
+        render_providers(out, &providers);
     }
 }
 
@@ -674,6 +894,87 @@ mod tests {
         assert!(text.contains(
             "apiserver_request_total{verb=\"get\",resource=\"clusters/status\",code=\"200\"} 1"
         ));
+    }
+
+    #[test]
+    fn renders_each_providers_series_with_bounded_labels() {
+        let synced = ProviderSample {
+            name: "aws-prod".into(),
+            kind: "route53",
+            dry_run: false,
+            totals: SyncTotals {
+                ok: 4,
+                failed: 1,
+                changes: 12,
+                health_checks_changed: 3,
+            },
+            names_not_synced: Some(2),
+            last_sync_time: Some(SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_500)),
+            observed_serial: Some(42),
+            calls: CallStats {
+                calls: 20,
+                retries: 5,
+                throttled_retries: 3,
+                transient_retries: 2,
+                throttled: 4,
+                failed: 1,
+            },
+        };
+        let never = ProviderSample {
+            name: "gcp\"x".into(),
+            kind: "clouddns",
+            dry_run: true,
+            ..ProviderSample::default()
+        };
+        let mut text = String::new();
+        render_providers(&mut text, &[synced, never]);
+        let aws = "provider=\"aws-prod\",type=\"route53\"";
+        for line in [
+            format!("fedingress_dns_provider_syncs_total{{{aws},result=\"ok\"}} 4"),
+            format!("fedingress_dns_provider_syncs_total{{{aws},result=\"failed\"}} 1"),
+            format!("fedingress_dns_provider_record_changes_total{{{aws}}} 12"),
+            format!("fedingress_dns_provider_health_check_changes_total{{{aws}}} 3"),
+            format!("fedingress_dns_provider_names_not_synced{{{aws}}} 2"),
+            format!("fedingress_dns_provider_last_sync_timestamp_seconds{{{aws}}} 1700000000.500"),
+            format!("fedingress_dns_provider_observed_serial{{{aws}}} 42"),
+            format!("fedingress_dns_provider_api_calls_total{{{aws}}} 20"),
+            format!("fedingress_dns_provider_api_retries_total{{{aws},reason=\"throttled\"}} 3"),
+            format!("fedingress_dns_provider_api_retries_total{{{aws},reason=\"transient\"}} 2"),
+            format!("fedingress_dns_provider_dry_run{{{aws}}} 0"),
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+        }
+        // A provider that has not synced here: counters at 0, no gauges of a sync.
+        let gcp = "provider=\"gcp\\\"x\",type=\"clouddns\"";
+        assert!(
+            text.contains(&format!(
+                "fedingress_dns_provider_syncs_total{{{gcp},result=\"ok\"}} 0"
+            )),
+            "{text}"
+        );
+        assert!(text.contains(&format!("fedingress_dns_provider_dry_run{{{gcp}}} 1")));
+        for gauge in [
+            "names_not_synced",
+            "last_sync_timestamp_seconds",
+            "observed_serial",
+        ] {
+            assert!(
+                !text.contains(&format!("fedingress_dns_provider_{gauge}{{{gcp}}}")),
+                "{text}"
+            );
+        }
+        // One HELP and TYPE per metric, however many providers.
+        assert_eq!(
+            text.matches("# TYPE fedingress_dns_provider_syncs_total counter")
+                .count(),
+            1
+        );
+        assert_eq!(text.lines().filter(|l| l.starts_with("# TYPE")).count(), 9);
+        // Without providers the families are declared, with no samples.
+        let mut none = String::new();
+        render_providers(&mut none, &[]);
+        assert_eq!(none.lines().filter(|l| l.starts_with("# TYPE")).count(), 9);
+        assert!(none.lines().all(|l| l.starts_with('#')), "{none}");
     }
 
     #[test]

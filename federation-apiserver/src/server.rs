@@ -193,6 +193,9 @@ impl Server {
             )),
             _ => None,
         };
+        if let Some(providers) = &providers {
+            hub_metrics.set_providers(providers.metrics());
+        }
         let dns_providers = providers
             .as_ref()
             .map(|p| p.providers())

@@ -124,6 +124,8 @@ fn between<'a>(text: &'a str, start: &str, end: &str) -> Option<&'a str> {
 /// The hub with its providers, the two clusters and their echo backends.
 struct Federation {
     _hub: Process,
+    /// The apiserver's REST address (`http://…`).
+    api: String,
     k: Kubectl,
     fedctl: Fedctl,
     /// The embedded DNS server: (IP, port).
@@ -194,6 +196,7 @@ fn start(dir: &Path, block: u8, providers: &str) -> Federation {
     }
     Federation {
         _hub: hub,
+        api,
         k,
         fedctl: Fedctl::new(&dir.join("kubeconfig")),
         dns,
@@ -212,6 +215,15 @@ impl Federation {
         let path = dir.join(format!("{name}.yaml"));
         std::fs::write(&path, text).unwrap();
         self.k.ok(&["apply", "-f", &path.display().to_string()]);
+    }
+
+    /// The apiserver's `/metrics` text.
+    fn metrics(&self) -> String {
+        let out = Command::new("curl")
+            .args(["-sS", "--max-time", "5", &format!("{}/metrics", self.api)])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
     fn ingress(&self, name: &str) -> Value {
@@ -477,6 +489,55 @@ fn route53_holds_what_the_hub_routes_and_a_rejecting_provider_stays_apart() {
         }
     });
     assert_eq!(f.dig("shop.fedingress.test"), [c2]);
+
+    // /metrics counts what the syncers did: the status above was written from these
+    // syncs' reports, so the counters have moved already.
+    let text = f.metrics();
+    let value = |metric: &str, provider: &str, extra: &str| {
+        let series = format!(
+            "fedingress_dns_provider_{metric}{{provider=\"{provider}\",type=\"route53\"{extra}}}"
+        );
+        sample(&text, &series).unwrap_or_else(|| panic!("no {series} in\n{text}"))
+    };
+    assert!(
+        value("syncs_total", "aws", ",result=\"ok\"") >= 2.0,
+        "{text}"
+    );
+    assert!(value("record_changes_total", "aws", "") >= 1.0, "{text}");
+    // Route53 cannot probe loopback targets: no health checks here.
+    assert_eq!(
+        value("health_check_changes_total", "aws", ""),
+        0.0,
+        "{text}"
+    );
+    assert!(value("api_calls_total", "aws", "") >= 2.0, "{text}");
+    assert_eq!(value("names_not_synced", "aws", ""), 0.0, "{text}");
+    assert!(
+        value("observed_serial", "aws", "") > first_serial as f64,
+        "{text}"
+    );
+    assert!(
+        value("last_sync_timestamp_seconds", "aws", "") > 1.7e9,
+        "{text}"
+    );
+    assert_eq!(value("dry_run", "aws", ""), 0.0, "{text}");
+    for reason in ["throttled", "transient"] {
+        value("api_retries_total", "aws", &format!(",reason=\"{reason}\""));
+    }
+    // The provider with an unknown hosted zone never synced successfully.
+    assert!(
+        value("syncs_total", "broken", ",result=\"failed\"") >= 1.0,
+        "{text}"
+    );
+    assert_eq!(
+        value("syncs_total", "broken", ",result=\"ok\""),
+        0.0,
+        "{text}"
+    );
+    assert!(
+        !text.contains("fedingress_dns_provider_observed_serial{provider=\"broken\""),
+        "{text}"
+    );
 }
 
 #[test]
@@ -556,6 +617,12 @@ fn clouddns_holds_the_weighted_split_as_a_wrr_policy() {
         "{explained}"
     );
     drop(fake);
+}
+
+/// The value of the series `series` (name and labels, exactly as exposed) in `text`.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }
 
 /// `fedingress_controller_leader` of the replica serving `api`.

@@ -68,8 +68,16 @@ pub struct ProviderState {
     pub report: SyncReport,
     /// Syncs run, failed ones included.
     pub syncs: u64,
+    /// Syncs that failed as a whole (part of `syncs`).
+    pub failed_syncs: u64,
     /// Failed syncs in a row.
     pub consecutive_failures: u32,
+    /// Record changes of all successful syncs ([`SyncReport::changes`]: planned ones, on
+    /// a dry run).
+    pub changes_total: u64,
+    /// Health-check changes of all successful syncs
+    /// ([`SyncReport::health_checks_changed`]).
+    pub health_checks_changed_total: u64,
 }
 
 /// A running loop; dropping it stops the loop (and a sync in flight).
@@ -169,6 +177,9 @@ async fn run(
                     s.observed_serial = Some(current.serial);
                     s.last_sync_time = Some(SystemTime::now());
                     s.error = None;
+                    s.changes_total += u64::try_from(report.changes).unwrap_or(u64::MAX);
+                    s.health_checks_changed_total +=
+                        u64::try_from(report.health_checks_changed).unwrap_or(u64::MAX);
                     s.report = report;
                     s.syncs += 1;
                     s.consecutive_failures = 0;
@@ -182,6 +193,7 @@ async fn run(
                 state.send_modify(|s| {
                     s.error = Some(error);
                     s.syncs += 1;
+                    s.failed_syncs += 1;
                     s.consecutive_failures = failures;
                 });
             }
@@ -466,6 +478,7 @@ mod tests {
         // Two retries: RETRY_BASE, then twice that (virtual time).
         assert!(first_failure.elapsed() >= RETRY_BASE * 3);
         assert_eq!((state.syncs, state.consecutive_failures), (4, 0));
+        assert_eq!(state.failed_syncs, 2, "the totals outlive the streak");
         assert!(state.error.is_none());
     }
 

@@ -28,11 +28,16 @@
 //!   entries until the provider's first sync reports: no `DNSReady` blip, no status
 //!   rewrite when the provider still holds what it held.
 //!
+//! - Metrics ([`ProviderMetrics`]) are read at scrape time from what the core keeps: each
+//!   syncer's [`ProviderState`] and each connected provider's call policy counters
+//!   ([`CallStats`]); they never go back within a process, as the totals of syncers
+//!   stopped when this replica stops leading are kept.
+//!
 //! What does not belong here: what to publish and how to diff and retry
 //! ([`fedingress_dns::provider`]), the clouds ([`fedingress_providers`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use fedingress_api::Time;
@@ -40,14 +45,17 @@ use fedingress_api::ingress::{DnsProviderRecord, DnsProviderStatus};
 use fedingress_api::plan::IngressKey;
 use fedingress_dns::Location;
 use fedingress_dns::RoutedIngress;
+use fedingress_dns::provider::call::CallStats;
 use fedingress_dns::provider::sync::{ProviderState, SyncHandle, SyncSettings};
 use fedingress_dns::provider::{
     Desired, DnsProvider, NameResult, Owner, PolicyRecordSet, ProviderError, PublishedRecord,
     SyncOptions, SyncReport,
 };
 use fedingress_dns::zone::ZoneConfig;
-use fedingress_providers::config::{ProviderConfig, normalize};
+use fedingress_providers::config::{ProviderConfig, ProviderType, normalize};
 use tokio::sync::{mpsc, watch};
+
+use crate::metrics::{ProviderSample, SyncTotals};
 
 /// Answer-relevant changes within this window make one sync.
 const SYNC_DEBOUNCE: Duration = Duration::from_millis(500);
@@ -157,6 +165,113 @@ pub struct ProviderSet {
     /// sync reports, their stored entries stand (a restart or a new leader makes no
     /// `DNSReady` blip and rewrites no status when nothing changed).
     carried: HashSet<IngressKey>,
+    /// What `/metrics` reads (same order as `configured`).
+    metrics: Arc<ProviderMetrics>,
+}
+
+/// The providers' metrics as `/metrics` reads them, shared by the [`ProviderSet`] (which
+/// hands over each syncer it starts and stops) and
+/// [`HubMetrics`](crate::metrics::HubMetrics). Nothing is counted here: a scrape reads
+/// the running syncers' [`ProviderState`] and the connected providers' [`CallStats`].
+pub struct ProviderMetrics {
+    providers: Vec<ProviderSeries>,
+}
+
+/// One configured provider's sources.
+struct ProviderSeries {
+    name: String,
+    kind: &'static str,
+    dry_run: bool,
+    /// Where the API call counters are, once connected (`None`: providers built
+    /// elsewhere, in tests).
+    calls: Option<Arc<Connecting>>,
+    /// The running syncer's state, while leading.
+    syncer: Mutex<Option<watch::Receiver<ProviderState>>>,
+    /// The totals of this replica's syncers that stopped (it stopped leading).
+    retired: Mutex<SyncTotals>,
+}
+
+impl ProviderMetrics {
+    /// Every configured provider's sample, in config order.
+    pub fn samples(&self) -> Vec<ProviderSample> {
+        self.providers
+            .iter()
+            .map(|series| {
+                let retired = *series
+                    .retired
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                let syncer = series.syncer.lock().unwrap_or_else(PoisonError::into_inner);
+                let state = syncer.as_ref().map(|rx| rx.borrow().clone());
+                drop(syncer);
+                let mut sample = ProviderSample {
+                    name: series.name.clone(),
+                    kind: series.kind,
+                    dry_run: series.dry_run,
+                    totals: retired,
+                    calls: series
+                        .calls
+                        .as_ref()
+                        .and_then(|c| c.call_stats())
+                        .unwrap_or_default(),
+                    ..ProviderSample::default()
+                };
+                if let Some(state) = state {
+                    sample.totals = retired + totals_of(&state);
+                    // Gauges of the latest successful sync, once there is one.
+                    if state.observed_serial.is_some() {
+                        let names = &state.report.names;
+                        let unsynced = if state.error.is_some() {
+                            // The last sync failed as a whole: none of its names is.
+                            names.len()
+                        } else {
+                            names.values().filter(|n| !n.synced).count()
+                        };
+                        sample.names_not_synced = Some(u64::try_from(unsynced).unwrap_or(u64::MAX));
+                    }
+                    sample.last_sync_time = state.last_sync_time;
+                    sample.observed_serial = state.observed_serial;
+                }
+                sample
+            })
+            .collect()
+    }
+
+    /// Provider `index`'s syncer started.
+    fn started(&self, index: usize, state: watch::Receiver<ProviderState>) {
+        if let Some(series) = self.providers.get(index) {
+            *series.syncer.lock().unwrap_or_else(PoisonError::into_inner) = Some(state);
+        }
+    }
+
+    /// The syncers stopped: their totals are kept, their latest sync is forgotten.
+    fn stopped(&self) {
+        for series in &self.providers {
+            let state = series
+                .syncer
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take();
+            if let Some(state) = state {
+                let totals = totals_of(&state.borrow());
+                let mut retired = series
+                    .retired
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                *retired = *retired + totals;
+            }
+        }
+    }
+}
+
+/// A syncer's totals since it started.
+fn totals_of(state: &ProviderState) -> SyncTotals {
+    SyncTotals {
+        ok: state.syncs.saturating_sub(state.failed_syncs),
+        failed: state.failed_syncs,
+        changes: state.changes_total,
+        health_checks_changed: state.health_checks_changed_total,
+    }
 }
 
 /// A configured provider as the hub holds it: connected to its cloud on first use, and
@@ -171,9 +286,42 @@ pub struct ProviderSet {
 /// desired record sets are filtered with it again.
 pub struct Connecting {
     config: ProviderConfig,
-    connected: std::sync::OnceLock<Arc<dyn DnsProvider>>,
+    connected: std::sync::OnceLock<Connected>,
     /// One connection attempt at a time.
     connecting: tokio::sync::Mutex<()>,
+}
+
+/// A connected cloud provider, with its call policy's counters.
+struct Connected {
+    provider: Arc<dyn DnsProvider>,
+    call_stats: Box<dyn Fn() -> CallStats + Send + Sync>,
+}
+
+/// The provider `config` describes, connected (as [`fedingress_providers::build`],
+/// keeping the typed provider for its [`CallStats`]).
+async fn connect_cloud(config: &ProviderConfig) -> Result<Connected, ProviderError> {
+    use fedingress_providers::{clouddns, route53};
+    Ok(match config.type_ {
+        ProviderType::Route53 => {
+            let provider = Arc::new(route53::Route53Provider::from_env(config).await?);
+            let stats = provider.clone();
+            Connected {
+                provider,
+                call_stats: Box::new(move || stats.call_stats()),
+            }
+        }
+        ProviderType::CloudDns => {
+            let provider = Arc::new(
+                clouddns::CloudDnsProvider::connect(config, clouddns::Auth::for_config(config))
+                    .await?,
+            );
+            let stats = provider.clone();
+            Connected {
+                provider,
+                call_stats: Box::new(move || stats.call_stats()),
+            }
+        }
+    })
 }
 
 impl Connecting {
@@ -187,23 +335,28 @@ impl Connecting {
 
     /// The cloud provider, connecting first if need be.
     pub async fn connect(&self) -> Result<Arc<dyn DnsProvider>, ProviderError> {
-        if let Some(provider) = self.connected.get() {
-            return Ok(provider.clone());
+        if let Some(connected) = self.connected.get() {
+            return Ok(connected.provider.clone());
         }
         let _one = self.connecting.lock().await;
-        if let Some(provider) = self.connected.get() {
-            return Ok(provider.clone());
+        if let Some(connected) = self.connected.get() {
+            return Ok(connected.provider.clone());
         }
-        match fedingress_providers::build(&self.config).await {
-            Ok(provider) => {
+        match connect_cloud(&self.config).await {
+            Ok(connected) => {
                 tracing::info!(provider = %self.config.name, kind = self.config.type_.as_str(), zone = %self.config.zone, "DNS provider connected");
-                Ok(self.connected.get_or_init(|| provider).clone())
+                Ok(self.connected.get_or_init(|| connected).provider.clone())
             }
             Err(error) => {
                 tracing::warn!(provider = %self.config.name, kind = self.config.type_.as_str(), zone = %self.config.zone, error = %error, "connecting to the DNS provider failed");
                 Err(error)
             }
         }
+    }
+
+    /// The call policy's counters since the provider connected; `None` before.
+    pub fn call_stats(&self) -> Option<CallStats> {
+        self.connected.get().map(|c| (c.call_stats)())
     }
 }
 
@@ -219,7 +372,7 @@ impl DnsProvider for Connecting {
 
     fn manages(&self, name: &str) -> bool {
         match self.connected.get() {
-            Some(provider) => provider.manages(name),
+            Some(connected) => connected.provider.manages(name),
             None => self.config.in_domains(name),
         }
     }
@@ -240,7 +393,7 @@ impl DnsProvider for Connecting {
 
     fn explain(&self, records: &[PublishedRecord], client: &Location) -> String {
         match self.connected.get() {
-            Some(provider) => provider.explain(records, client),
+            Some(connected) => connected.provider.explain(records, client),
             None => "not connected to the provider yet".to_string(),
         }
     }
@@ -252,7 +405,7 @@ impl ProviderSet {
     /// explain endpoint asks them). Nothing is synced: that starts when the replica
     /// leads. A provider that cannot connect is retried at every sync.
     pub fn build(configs: &[ProviderConfig], owner_id: &str, zones: &[ZoneConfig]) -> Self {
-        let built: Vec<(ProviderConfig, Arc<dyn DnsProvider>)> = configs
+        let connecting: Vec<Arc<Connecting>> = configs
             .iter()
             .map(|config| {
                 let provider = Arc::new(Connecting::new(config.clone()));
@@ -260,10 +413,20 @@ impl ProviderSet {
                 tokio::spawn(async move {
                     let _ = connecting.connect().await;
                 });
-                (config.clone(), provider as Arc<dyn DnsProvider>)
+                provider
             })
             .collect();
-        Self::new(built, owner_id, zones)
+        let built = configs
+            .iter()
+            .cloned()
+            .zip(connecting.iter().map(|c| c.clone() as Arc<dyn DnsProvider>))
+            .collect();
+        Self::assemble(
+            built,
+            connecting.into_iter().map(Some).collect(),
+            owner_id,
+            zones,
+        )
     }
 
     /// The set of already built providers, with their config.
@@ -272,6 +435,31 @@ impl ProviderSet {
         owner_id: &str,
         zones: &[ZoneConfig],
     ) -> Self {
+        let calls = vec![None; built.len()];
+        Self::assemble(built, calls, owner_id, zones)
+    }
+
+    /// [`ProviderSet::new`], with where each provider's call counters are.
+    fn assemble(
+        built: Vec<(ProviderConfig, Arc<dyn DnsProvider>)>,
+        calls: Vec<Option<Arc<Connecting>>>,
+        owner_id: &str,
+        zones: &[ZoneConfig],
+    ) -> Self {
+        let metrics = Arc::new(ProviderMetrics {
+            providers: built
+                .iter()
+                .zip(calls)
+                .map(|((config, provider), calls)| ProviderSeries {
+                    name: config.name.clone(),
+                    kind: provider.kind(),
+                    dry_run: config.dry_run,
+                    calls,
+                    syncer: Mutex::new(None),
+                    retired: Mutex::new(SyncTotals::default()),
+                })
+                .collect(),
+        });
         let mut configured = Vec::with_capacity(built.len());
         for (config, provider) in built {
             let delegated = zones
@@ -307,7 +495,13 @@ impl ProviderSet {
             notify_rx,
             reported: BTreeSet::new(),
             carried: HashSet::new(),
+            metrics,
         }
+    }
+
+    /// What `/metrics` reads about the providers.
+    pub fn metrics(&self) -> Arc<ProviderMetrics> {
+        self.metrics.clone()
     }
 
     /// The providers, for the explain endpoint.
@@ -337,6 +531,7 @@ impl ProviderSet {
         tracing::info!("following: DNS provider syncers stopped");
         self.leading = false;
         self.running.clear();
+        self.metrics.stopped();
         self.states = vec![None; self.configured.len()];
         self.changed_at.clear();
         self.entries.clear();
@@ -419,6 +614,7 @@ impl ProviderSet {
             };
             let handle =
                 fedingress_dns::provider::sync::spawn(configured.provider.clone(), settings, rx);
+            self.metrics.started(index, handle.state.clone());
             let mut state = handle.state.clone();
             let notify = self.notify_tx.clone();
             let forward = tokio::spawn(async move {
@@ -1222,11 +1418,38 @@ mod tests {
         );
         assert!(plain_got.contains(&("shop.test".to_string(), RecordType::A)));
 
+        // Metrics read the syncers' states.
+        let metrics = set.metrics();
+        let samples = metrics.samples();
+        assert_eq!(samples.len(), 2);
+        for sample in &samples {
+            assert_eq!(
+                (sample.totals.ok, sample.totals.failed),
+                (1, 0),
+                "{sample:?}"
+            );
+            assert_eq!(sample.observed_serial, Some(6));
+            assert_eq!(sample.names_not_synced, Some(0));
+            assert!(sample.last_sync_time.is_some());
+        }
+        assert_eq!(
+            (samples[0].name.as_str(), samples[0].kind),
+            ("parent", "route53")
+        );
+
         // Losing the lead stops the syncers; publishing then does nothing.
         set.follow();
         assert!(set.running.is_empty());
         set.publish(7, &routed, &changed);
         assert!(set.running.is_empty());
+        // The counters keep what the stopped syncers did; their latest sync is forgotten.
+        for sample in metrics.samples() {
+            assert_eq!(sample.totals.ok, 1, "{sample:?}");
+            assert_eq!(
+                (sample.observed_serial, sample.names_not_synced),
+                (None, None)
+            );
+        }
     }
 
     #[tokio::test]
