@@ -194,7 +194,8 @@ pub struct SyncOptions {
     pub owner: Owner,
     /// Plan and report, change nothing.
     pub dry_run: bool,
-    /// Changes per batch (Route53 allows 1,000 per ChangeBatch).
+    /// Changes per batch, at most (a provider may send fewer to keep within its own
+    /// request limits, e.g. Route53 counts values and characters).
     pub batch_size: usize,
 }
 

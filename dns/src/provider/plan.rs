@@ -613,6 +613,17 @@ pub struct Batch<N> {
 /// safe order ([`NamePlan::changes`]). Names without changes are left out.
 pub fn batches<N: NativeRecordSet>(plan: &Plan<N>, batch_size: usize) -> Vec<Batch<N>> {
     let size = batch_size.max(1);
+    batches_by(plan, |changes| changes.len() <= size)
+}
+
+/// [`batches`] with the provider's own measure of a request: `fits` says whether a
+/// request of these changes is acceptable (e.g. Route53 counts values and characters,
+/// not changes). A single change always fits, so that every change is sent.
+pub fn batches_by<N: NativeRecordSet>(
+    plan: &Plan<N>,
+    fits: impl Fn(&[Change<N>]) -> bool,
+) -> Vec<Batch<N>> {
+    let fits = |changes: &[Change<N>]| changes.len() <= 1 || fits(changes);
     let mut out = Vec::new();
     let mut current = Batch {
         names: Vec::new(),
@@ -623,7 +634,8 @@ pub fn batches<N: NativeRecordSet>(plan: &Plan<N>, batch_size: usize) -> Vec<Bat
         if changes.is_empty() {
             continue;
         }
-        if current.changes.len() + changes.len() > size && !current.changes.is_empty() {
+        let joined: Vec<Change<N>> = current.changes.iter().chain(&changes).cloned().collect();
+        if !fits(&joined) && !current.changes.is_empty() {
             out.push(std::mem::replace(
                 &mut current,
                 Batch {
@@ -632,13 +644,23 @@ pub fn batches<N: NativeRecordSet>(plan: &Plan<N>, batch_size: usize) -> Vec<Bat
                 },
             ));
         }
-        if changes.len() > size {
-            for chunk in changes.chunks(size) {
-                out.push(Batch {
-                    names: vec![name.clone()],
-                    changes: chunk.to_vec(),
-                });
+        if !fits(&changes) {
+            // Too big alone: batches of its own, in its safe order.
+            let mut part: Vec<Change<N>> = Vec::new();
+            for change in changes {
+                part.push(change);
+                if !fits(&part) {
+                    let last = part.pop().expect("just pushed");
+                    out.push(Batch {
+                        names: vec![name.clone()],
+                        changes: std::mem::replace(&mut part, vec![last]),
+                    });
+                }
             }
+            out.push(Batch {
+                names: vec![name.clone()],
+                changes: part,
+            });
             continue;
         }
         current.names.push(name.clone());
