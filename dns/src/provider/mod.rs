@@ -273,4 +273,9 @@ pub trait DnsProvider: Send + Sync + 'static {
     /// Which of `records` a client at `client` would get, in one sentence, as this
     /// provider would choose (for `explain`).
     fn explain(&self, records: &[PublishedRecord], client: &Location) -> String;
+    /// The counters of this provider's [`call::CallPolicy`] (for `/metrics`); zero for a
+    /// provider without one.
+    fn call_stats(&self) -> call::CallStats {
+        call::CallStats::default()
+    }
 }

@@ -52,7 +52,7 @@ use fedingress_dns::provider::{
     SyncOptions, SyncReport,
 };
 use fedingress_dns::zone::ZoneConfig;
-use fedingress_providers::config::{ProviderConfig, ProviderType, normalize};
+use fedingress_providers::config::{ProviderConfig, normalize};
 use tokio::sync::{mpsc, watch};
 
 use crate::metrics::{ProviderSample, SyncTotals};
@@ -286,42 +286,9 @@ fn totals_of(state: &ProviderState) -> SyncTotals {
 /// desired record sets are filtered with it again.
 pub struct Connecting {
     config: ProviderConfig,
-    connected: std::sync::OnceLock<Connected>,
+    connected: std::sync::OnceLock<Arc<dyn DnsProvider>>,
     /// One connection attempt at a time.
     connecting: tokio::sync::Mutex<()>,
-}
-
-/// A connected cloud provider, with its call policy's counters.
-struct Connected {
-    provider: Arc<dyn DnsProvider>,
-    call_stats: Box<dyn Fn() -> CallStats + Send + Sync>,
-}
-
-/// The provider `config` describes, connected (as [`fedingress_providers::build`],
-/// keeping the typed provider for its [`CallStats`]).
-async fn connect_cloud(config: &ProviderConfig) -> Result<Connected, ProviderError> {
-    use fedingress_providers::{clouddns, route53};
-    Ok(match config.type_ {
-        ProviderType::Route53 => {
-            let provider = Arc::new(route53::Route53Provider::from_env(config).await?);
-            let stats = provider.clone();
-            Connected {
-                provider,
-                call_stats: Box::new(move || stats.call_stats()),
-            }
-        }
-        ProviderType::CloudDns => {
-            let provider = Arc::new(
-                clouddns::CloudDnsProvider::connect(config, clouddns::Auth::for_config(config))
-                    .await?,
-            );
-            let stats = provider.clone();
-            Connected {
-                provider,
-                call_stats: Box::new(move || stats.call_stats()),
-            }
-        }
-    })
 }
 
 impl Connecting {
@@ -336,16 +303,16 @@ impl Connecting {
     /// The cloud provider, connecting first if need be.
     pub async fn connect(&self) -> Result<Arc<dyn DnsProvider>, ProviderError> {
         if let Some(connected) = self.connected.get() {
-            return Ok(connected.provider.clone());
+            return Ok(connected.clone());
         }
         let _one = self.connecting.lock().await;
         if let Some(connected) = self.connected.get() {
-            return Ok(connected.provider.clone());
+            return Ok(connected.clone());
         }
-        match connect_cloud(&self.config).await {
+        match fedingress_providers::build(&self.config).await {
             Ok(connected) => {
                 tracing::info!(provider = %self.config.name, kind = self.config.type_.as_str(), zone = %self.config.zone, "DNS provider connected");
-                Ok(self.connected.get_or_init(|| connected).provider.clone())
+                Ok(self.connected.get_or_init(|| connected).clone())
             }
             Err(error) => {
                 tracing::warn!(provider = %self.config.name, kind = self.config.type_.as_str(), zone = %self.config.zone, error = %error, "connecting to the DNS provider failed");
@@ -356,7 +323,7 @@ impl Connecting {
 
     /// The call policy's counters since the provider connected; `None` before.
     pub fn call_stats(&self) -> Option<CallStats> {
-        self.connected.get().map(|c| (c.call_stats)())
+        self.connected.get().map(|c| c.call_stats())
     }
 }
 
@@ -372,7 +339,7 @@ impl DnsProvider for Connecting {
 
     fn manages(&self, name: &str) -> bool {
         match self.connected.get() {
-            Some(connected) => connected.provider.manages(name),
+            Some(connected) => connected.manages(name),
             None => self.config.in_domains(name),
         }
     }
@@ -393,7 +360,7 @@ impl DnsProvider for Connecting {
 
     fn explain(&self, records: &[PublishedRecord], client: &Location) -> String {
         match self.connected.get() {
-            Some(connected) => connected.provider.explain(records, client),
+            Some(connected) => connected.explain(records, client),
             None => "not connected to the provider yet".to_string(),
         }
     }

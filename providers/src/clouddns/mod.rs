@@ -230,11 +230,6 @@ impl CloudDnsProvider {
         })
     }
 
-    /// Calls, retries and throttled answers so far (for metrics).
-    pub fn call_stats(&self) -> CallStats {
-        self.call.stats()
-    }
-
     /// The managed zone's DNS name (lower case, no trailing dot).
     pub fn dns_name(&self) -> &str {
         &self.dns_name
@@ -328,6 +323,10 @@ impl DnsProvider for CloudDnsProvider {
 
     fn explain(&self, records: &[PublishedRecord], client: &Location) -> String {
         mapping::explain(records, client)
+    }
+
+    fn call_stats(&self) -> CallStats {
+        self.call.stats()
     }
 }
 

@@ -200,11 +200,6 @@ impl Route53Provider {
         &self.client
     }
 
-    /// The call policy's counters (attempts, retries, throttled), for metrics.
-    pub fn call_stats(&self) -> CallStats {
-        self.calls.stats()
-    }
-
     /// One Route53 request through the call policy.
     async fn call<T, F, Fut>(&self, operation: &str, f: F) -> Result<T, ProviderError>
     where
@@ -450,6 +445,10 @@ impl DnsProvider for Route53Provider {
 
     fn explain(&self, records: &[PublishedRecord], client: &Location) -> String {
         records::explain(records, client)
+    }
+
+    fn call_stats(&self) -> CallStats {
+        self.calls.stats()
     }
 }
 
