@@ -562,7 +562,7 @@ async fn serve_explain(
     Ok(json_response(StatusCode::OK, &body))
 }
 
-/// Per configured DNS provider that manages `dns_name`: which of the record sets it
+/// Per configured DNS provider that publishes `dns_name`: which of the record sets it
 /// holds (as the ingress's `status.dns.providers` lists them) a client at `client`
 /// would get, in the provider's own words. Every replica can answer: the records come
 /// from the stored status, the choice from the provider's policy, no sync needed.
@@ -581,7 +581,9 @@ fn provider_explanations(
     state
         .dns_providers
         .iter()
-        .filter(|p| p.manages(dns_name))
+        // The status lists exactly the providers that publish this name (not those
+        // that only delegate its zone to the embedded server).
+        .filter(|p| p.manages(dns_name) && statuses.iter().any(|s| s.name == p.name()))
         .map(|provider| {
             let status = statuses.iter().find(|s| s.name == provider.name());
             let records: Vec<fedingress_dns::provider::PublishedRecord> = status
