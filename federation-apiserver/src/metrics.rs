@@ -476,6 +476,97 @@ pub struct ProviderSample {
     pub calls: CallStats,
 }
 
+/// One metric family of the DNS providers: name, help, type, and a provider's samples as
+/// (extra label, value); a `None` value leaves the sample out.
+type ProviderFamily = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&ProviderSample) -> Vec<(&'static str, Option<String>)>,
+);
+
+const PROVIDER_FAMILIES: &[ProviderFamily] = &[
+    (
+        "fedingress_dns_provider_syncs_total",
+        "DNS provider syncs by result: ok (a report, per-name failures included) or failed (nothing could be done).",
+        "counter",
+        |s| {
+            vec![
+                ("result=\"ok\"", Some(s.totals.ok.to_string())),
+                ("result=\"failed\"", Some(s.totals.failed.to_string())),
+            ]
+        },
+    ),
+    (
+        "fedingress_dns_provider_record_changes_total",
+        "Record changes a DNS provider applied (planned, on a dry run).",
+        "counter",
+        |s| vec![("", Some(s.totals.changes.to_string()))],
+    ),
+    (
+        "fedingress_dns_provider_health_check_changes_total",
+        "Cloud health checks a DNS provider created, updated or deleted (planned, on a dry run).",
+        "counter",
+        |s| vec![("", Some(s.totals.health_checks_changed.to_string()))],
+    ),
+    (
+        "fedingress_dns_provider_names_not_synced",
+        "DNS names the provider does not hold as desired after its latest sync (absent until this replica synced).",
+        "gauge",
+        |s| vec![("", s.names_not_synced.map(|n| n.to_string()))],
+    ),
+    (
+        "fedingress_dns_provider_last_sync_timestamp_seconds",
+        "When the DNS provider's latest successful sync ended (unix seconds).",
+        "gauge",
+        |s| {
+            let secs = s.last_sync_time.map(|at| {
+                let secs = at
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .unwrap_or_default()
+                    .as_secs_f64();
+                format!("{secs:.3}")
+            });
+            vec![("", secs)]
+        },
+    ),
+    (
+        "fedingress_dns_provider_observed_serial",
+        "DNS serial of the provider's latest successful sync.",
+        "gauge",
+        |s| vec![("", s.observed_serial.map(|n| n.to_string()))],
+    ),
+    (
+        "fedingress_dns_provider_api_calls_total",
+        "Requests sent to the DNS provider's API (retries included).",
+        "counter",
+        |s| vec![("", Some(s.calls.calls.to_string()))],
+    ),
+    (
+        "fedingress_dns_provider_api_retries_total",
+        "DNS provider API requests retried, by the reason of the failed attempt.",
+        "counter",
+        |s| {
+            vec![
+                (
+                    "reason=\"throttled\"",
+                    Some(s.calls.throttled_retries.to_string()),
+                ),
+                (
+                    "reason=\"transient\"",
+                    Some(s.calls.transient_retries.to_string()),
+                ),
+            ]
+        },
+    ),
+    (
+        "fedingress_dns_provider_dry_run",
+        "Whether the DNS provider only plans (dryRun: true).",
+        "gauge",
+        |s| vec![("", Some(u8::from(s.dry_run).to_string()))],
+    ),
+];
+
 /// The Prometheus text of the DNS providers' metrics: every family is declared, with a
 /// sample per provider (none without providers).
 pub fn render_providers(out: &mut String, samples: &[ProviderSample]) {
@@ -489,147 +580,16 @@ pub fn render_providers(out: &mut String, samples: &[ProviderSample]) {
             )
         })
         .collect();
-    let each = |out: &mut String,
-                name: &str,
-                help: &str,
-                kind: &str,
-                value: &dyn Fn(&ProviderSample, &str, &mut String)| {
+    for (name, help, kind, values) in PROVIDER_FAMILIES {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
         for (sample, labels) in samples.iter().zip(&labels) {
-            value(sample, labels, out);
+            for (extra, value) in values(sample) {
+                let Some(value) = value else { continue };
+                let sep = if extra.is_empty() { "" } else { "," };
+                let _ = writeln!(out, "{name}{{{labels}{sep}{extra}}} {value}");
+            }
         }
-    };
-    each(
-        out,
-        "fedingress_dns_provider_syncs_total",
-        "DNS provider syncs by result: ok (a report, per-name failures included) or failed (nothing could be done).",
-        "counter",
-        &|s, l, out| {
-            let _ = writeln!(
-                out,
-                "fedingress_dns_provider_syncs_total{{{l},result=\"ok\"}} {}",
-                s.totals.ok
-            );
-            let _ = writeln!(
-                out,
-                "fedingress_dns_provider_syncs_total{{{l},result=\"failed\"}} {}",
-                s.totals.failed
-            );
-        },
-    );
-    each(
-        out,
-        "fedingress_dns_provider_record_changes_total",
-        "Record changes a DNS provider applied (planned, on a dry run).",
-        "counter",
-        &|s, l, out| {
-            let _ = writeln!(
-                out,
-                "fedingress_dns_provider_record_changes_total{{{l}}} {}",
-                s.totals.changes
-            );
-        },
-    );
-    each(
-        out,
-        "fedingress_dns_provider_health_check_changes_total",
-        "Cloud health checks a DNS provider created, updated or deleted (planned, on a dry run).",
-        "counter",
-        &|s, l, out| {
-            let _ = writeln!(
-                out,
-                "fedingress_dns_provider_health_check_changes_total{{{l}}} {}",
-                s.totals.health_checks_changed
-            );
-        },
-    );
-    each(
-        out,
-        "fedingress_dns_provider_names_not_synced",
-        "DNS names the provider does not hold as desired after its latest sync (absent until this replica synced).",
-        "gauge",
-        &|s, l, out| {
-            if let Some(n) = s.names_not_synced {
-                let _ = writeln!(out, "fedingress_dns_provider_names_not_synced{{{l}}} {n}");
-            }
-        },
-    );
-    each(
-        out,
-        "fedingress_dns_provider_last_sync_timestamp_seconds",
-        "When the DNS provider's latest successful sync ended (unix seconds).",
-        "gauge",
-        &|s, l, out| {
-            if let Some(at) = s.last_sync_time {
-                let secs = at
-                    .duration_since(SystemTime::UNIX_EPOCH)
-                    .unwrap_or_default()
-                    .as_secs_f64();
-                let _ = writeln!(
-                    out,
-                    "fedingress_dns_provider_last_sync_timestamp_seconds{{{l}}} {secs:.3}"
-                );
-            }
-        },
-    );
-    each(
-        out,
-        "fedingress_dns_provider_observed_serial",
-        "DNS serial of the provider's latest successful sync.",
-        "gauge",
-        &|s, l, out| {
-            if let Some(serial) = s.observed_serial {
-                let _ = writeln!(
-                    out,
-                    "fedingress_dns_provider_observed_serial{{{l}}} {serial}"
-                );
-            }
-        },
-    );
-    each(
-        out,
-        "fedingress_dns_provider_api_calls_total",
-        "Requests sent to the DNS provider's API (retries included).",
-        "counter",
-        &|s, l, out| {
-            let _ = writeln!(
-                out,
-                "fedingress_dns_provider_api_calls_total{{{l}}} {}",
-                s.calls.calls
-            );
-        },
-    );
-    each(
-        out,
-        "fedingress_dns_provider_api_retries_total",
-        "DNS provider API requests retried, by the reason of the failed attempt.",
-        "counter",
-        &|s, l, out| {
-            let _ = writeln!(
-                out,
-                "fedingress_dns_provider_api_retries_total{{{l},reason=\"throttled\"}} {}",
-                s.calls.throttled_retries
-            );
-            let _ = writeln!(
-                out,
-                "fedingress_dns_provider_api_retries_total{{{l},reason=\"transient\"}} {}",
-                s.calls.transient_retries
-            );
-        },
-    );
-    each(
-        out,
-        "fedingress_dns_provider_dry_run",
-        "Whether the DNS provider only plans (dryRun: true).",
-        "gauge",
-        &|s, l, out| {
-            let _ = writeln!(
-                out,
-                "fedingress_dns_provider_dry_run{{{l}}} {}",
-                u8::from(s.dry_run)
-            );
-        },
-    );
+    }
 }
 
 /// The agent gateway's limits on what has not authenticated yet.
