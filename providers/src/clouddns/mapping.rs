@@ -422,9 +422,18 @@ pub fn published(rrset: &Rrset, item_clusters: &[Vec<String>]) -> Vec<PublishedR
             values,
             health_check: hc.clone().unwrap_or_default(),
         };
-    let both = |rrdatas: &[String], checked: &[String]| -> Vec<String> {
-        rrdatas.iter().chain(checked).cloned().collect()
-    };
+    // A policy item: what it returns whatever their health, then its health-checked
+    // targets, which the policy's health check guards.
+    let item =
+        |i: usize, policy: String, rrdatas: &[String], checked: &[String], hc: &Option<String>| {
+            let hc = if checked.is_empty() { &None } else { hc };
+            record(
+                i,
+                policy,
+                rrdatas.iter().chain(checked).cloned().collect(),
+                hc,
+            )
+        };
     match &rrset.data {
         Data::Plain(rrdatas) => vec![record(usize::MAX, "simple".into(), rrdatas.clone(), &None)],
         Data::Geo {
@@ -433,16 +442,13 @@ pub fn published(rrset: &Rrset, item_clusters: &[Vec<String>]) -> Vec<PublishedR
         } => items
             .iter()
             .enumerate()
-            .map(|(i, item)| {
-                record(
+            .map(|(i, it)| {
+                item(
                     i,
-                    format!("geo {}", item.location),
-                    both(&item.rrdatas, &item.health_checked),
-                    if item.health_checked.is_empty() {
-                        &None
-                    } else {
-                        health_check
-                    },
+                    format!("geo {}", it.location),
+                    &it.rrdatas,
+                    &it.health_checked,
+                    health_check,
                 )
             })
             .collect(),
@@ -452,16 +458,13 @@ pub fn published(rrset: &Rrset, item_clusters: &[Vec<String>]) -> Vec<PublishedR
         } => items
             .iter()
             .enumerate()
-            .map(|(i, item)| {
-                record(
+            .map(|(i, it)| {
+                item(
                     i,
-                    format!("wrr {}", item.weight),
-                    both(&item.rrdatas, &item.health_checked),
-                    if item.health_checked.is_empty() {
-                        &None
-                    } else {
-                        health_check
-                    },
+                    format!("wrr {}", it.weight),
+                    &it.rrdatas,
+                    &it.health_checked,
+                    health_check,
                 )
             })
             .collect(),
@@ -476,16 +479,13 @@ pub fn published(rrset: &Rrset, item_clusters: &[Vec<String>]) -> Vec<PublishedR
             primary.clone(),
             health_check,
         ))
-        .chain(backup.iter().enumerate().map(|(i, item)| {
-            record(
+        .chain(backup.iter().enumerate().map(|(i, it)| {
+            item(
                 i + 1,
-                format!("primaryBackup backup {}", item.location),
-                both(&item.rrdatas, &item.health_checked),
-                if item.health_checked.is_empty() {
-                    &None
-                } else {
-                    health_check
-                },
+                format!("primaryBackup backup {}", it.location),
+                &it.rrdatas,
+                &it.health_checked,
+                health_check,
             )
         }))
         .collect(),
