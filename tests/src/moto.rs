@@ -7,7 +7,7 @@
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -21,6 +21,25 @@ pub struct Moto {
     pub addr: SocketAddr,
     log: PathBuf,
     _dir: tempfile::TempDir,
+}
+
+/// Gives `command` (a process using the AWS SDK's standard credential chain, e.g. the
+/// apiserver with a Route53 provider) moto's test credentials from the environment only:
+/// nothing from the developer's `~/.aws` (files pointed at nothing under `dir`), no
+/// instance-metadata lookups.
+pub fn aws_test_environment(command: &mut Command, dir: &Path) {
+    command
+        .env("AWS_ACCESS_KEY_ID", "testing")
+        .env("AWS_SECRET_ACCESS_KEY", "testing")
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env("AWS_CONFIG_FILE", dir.join("no-aws-config"))
+        .env(
+            "AWS_SHARED_CREDENTIALS_FILE",
+            dir.join("no-aws-credentials"),
+        )
+        .env_remove("AWS_PROFILE")
+        .env_remove("AWS_SESSION_TOKEN");
 }
 
 impl Moto {

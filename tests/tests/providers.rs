@@ -17,7 +17,7 @@ use fedingress_tests::federation::{
     ClusterSpec, HubOptions, agent_config, condition, create_cluster, get_json, hub_config_opts,
     issue_token, kubectl, start_agent,
 };
-use fedingress_tests::moto::Moto;
+use fedingress_tests::moto::{Moto, aws_test_environment};
 use fedingress_tests::{Kubectl, Process, binary, eventually};
 use serde_json::Value;
 
@@ -155,22 +155,8 @@ fn start(dir: &Path, block: u8, providers: &str) -> Federation {
     );
     let config = hub_config_opts(dir, block, &HubOptions::with_extra(&dns));
     let mut command = Command::new(binary("federation-apiserver"));
-    // The standard AWS credential chain, from the environment only: nothing from the
-    // developer's ~/.aws, no instance metadata lookups.
-    command
-        .arg("--config")
-        .arg(&config)
-        .env("AWS_ACCESS_KEY_ID", "testing")
-        .env("AWS_SECRET_ACCESS_KEY", "testing")
-        .env("AWS_REGION", "us-east-1")
-        .env("AWS_EC2_METADATA_DISABLED", "true")
-        .env("AWS_CONFIG_FILE", dir.join("no-aws-config"))
-        .env(
-            "AWS_SHARED_CREDENTIALS_FILE",
-            dir.join("no-aws-credentials"),
-        )
-        .env_remove("AWS_PROFILE")
-        .env_remove("AWS_SESSION_TOKEN");
+    command.arg("--config").arg(&config);
+    aws_test_environment(&mut command, dir);
     let hub = Process::start(command, "federation-apiserver", Duration::from_secs(30))
         .expect("apiserver starts with dns.providers");
     let api = format!("http://{}", hub.addr("api"));
@@ -685,18 +671,8 @@ dns:
             .args(["--agent-listen", &format!("{ip}:16444")])
             .args(["--dns-listen", &format!("{ip}:5353")])
             .arg("--data-dir")
-            .arg(dir.join(format!("unused-{i}")))
-            .env("AWS_ACCESS_KEY_ID", "testing")
-            .env("AWS_SECRET_ACCESS_KEY", "testing")
-            .env("AWS_REGION", "us-east-1")
-            .env("AWS_EC2_METADATA_DISABLED", "true")
-            .env("AWS_CONFIG_FILE", dir.join("no-aws-config"))
-            .env(
-                "AWS_SHARED_CREDENTIALS_FILE",
-                dir.join("no-aws-credentials"),
-            )
-            .env_remove("AWS_PROFILE")
-            .env_remove("AWS_SESSION_TOKEN");
+            .arg(dir.join(format!("unused-{i}")));
+        aws_test_environment(&mut command, dir);
         let log = dir.join(format!("r{i}.log"));
         let process = Process::start_logging_to(command, &format!("replica r{i}"), WAIT, &log)
             .expect("replica starts");
