@@ -634,8 +634,15 @@ pub fn batches_by<N: NativeRecordSet>(
         if changes.is_empty() {
             continue;
         }
-        let joined: Vec<Change<N>> = current.changes.iter().chain(&changes).cloned().collect();
-        if !fits(&joined) && !current.changes.is_empty() {
+        if !current.changes.is_empty() {
+            // Joined to the batch being filled, if the whole name still fits.
+            let before = current.changes.len();
+            current.changes.extend(changes.iter().cloned());
+            if fits(&current.changes) {
+                current.names.push(name.clone());
+                continue;
+            }
+            current.changes.truncate(before);
             out.push(std::mem::replace(
                 &mut current,
                 Batch {
