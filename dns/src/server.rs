@@ -115,6 +115,29 @@ const RCODE_NOTAUTH: u8 = 9;
 const TYPE_IXFR: u16 = 251;
 const TYPE_AXFR: u16 = 252;
 
+/// Binds UDP and TCP on the same address and port, as a DNS server listens. With port 0
+/// it looks for a port free for both (a free UDP port may be taken for TCP), up to 20 tries.
+pub async fn bind_udp_and_tcp(listen: SocketAddr) -> io::Result<(UdpSocket, TcpListener)> {
+    let failed = |what: &str, at: SocketAddr, e: io::Error| {
+        io::Error::new(e.kind(), format!("binding DNS ({what}) on {at}: {e}"))
+    };
+    for _ in 0..20 {
+        let udp = UdpSocket::bind(listen)
+            .await
+            .map_err(|e| failed("UDP", listen, e))?;
+        let address = udp.local_addr()?;
+        match TcpListener::bind(address).await {
+            Ok(tcp) => return Ok((udp, tcp)),
+            Err(e) if listen.port() != 0 => return Err(failed("TCP", address, e)),
+            Err(_) => continue,
+        }
+    }
+    Err(io::Error::new(
+        io::ErrorKind::AddrInUse,
+        format!("no port free for both UDP and TCP DNS on {}", listen.ip()),
+    ))
+}
+
 /// The transport a query came over.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Transport {

@@ -287,11 +287,10 @@ fn perf_serve_for_dnsperf() {
             ("rrl-charged", charged),
             ("rrl-default", ServerConfig::default()),
         ] {
-            let udp = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
-            let port = udp.local_addr().unwrap().port();
-            let tcp = tokio::net::TcpListener::bind(("127.0.0.1", port))
+            let (udp, tcp) = super::bind_udp_and_tcp("127.0.0.1:0".parse().unwrap())
                 .await
                 .unwrap();
+            let port = udp.local_addr().unwrap().port();
             let server = Arc::new(DnsServer::with_config(snapshot.clone(), config));
             tokio::spawn(server.serve(udp, tcp, Vec::new()));
             println!("{label} {port}");

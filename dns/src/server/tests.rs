@@ -615,13 +615,11 @@ async fn tcp_connections_are_capped_and_idle_ones_closed_and_counted() {
     config.tcp.max_connections = 2;
     config.tcp.idle_timeout_seconds = 1;
     let server = Arc::new(server_with(config));
-    let udp = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    let port = udp.local_addr().unwrap().port();
-    let tcp = tokio::net::TcpListener::bind(("127.0.0.1", port))
+    let (udp, tcp) = super::bind_udp_and_tcp("127.0.0.1:0".parse().unwrap())
         .await
         .unwrap();
+    let address = udp.local_addr().unwrap();
     let serving = tokio::spawn(server.clone().serve(udp, tcp, Vec::new()));
-    let address = ("127.0.0.1", port);
     // Two connections held open (one proves it is served), then a third: closed at once.
     let mut first = tokio::net::TcpStream::connect(address).await.unwrap();
     let packet = query(9, [0, 0], "geo.test", TYPE_A, None);

@@ -14,7 +14,7 @@ use fedingress_dns::server::DnsServer;
 use fedingress_dns::zone::{NameserverConfig, Problem, Snapshot, ZoneConfig};
 use fedingress_dns::{ClusterView, Location, RoutedIngress, SrvService};
 use ipnet::IpNet;
-use tokio::net::{TcpListener, UdpSocket};
+use tokio::net::UdpSocket;
 use tokio::task::JoinHandle;
 
 pub const ZONE: &str = "fedingress.test";
@@ -244,13 +244,9 @@ pub async fn start(snapshot: Snapshot, allow_transfer: Vec<IpNet>) -> Running {
 
 /// A server on `ip` (e.g. the wildcard `0.0.0.0`), UDP and TCP on the same port.
 pub async fn start_at(ip: IpAddr, snapshot: Snapshot, allow_transfer: Vec<IpNet>) -> Running {
-    let (udp, tcp) = loop {
-        let udp = UdpSocket::bind(SocketAddr::new(ip, 0)).await.unwrap();
-        let addr = udp.local_addr().unwrap();
-        if let Ok(tcp) = TcpListener::bind(addr).await {
-            break (udp, tcp);
-        }
-    };
+    let (udp, tcp) = fedingress_dns::server::bind_udp_and_tcp(SocketAddr::new(ip, 0))
+        .await
+        .unwrap();
     let addr = udp.local_addr().unwrap();
     let server = Arc::new(DnsServer::new(Arc::new(snapshot)));
     let task = tokio::spawn(server.clone().serve(udp, tcp, allow_transfer));

@@ -99,7 +99,7 @@ impl Gslb {
             Arc::new(snapshot),
             config.server_config(),
         ));
-        let (udp, tcp) = bind_pair(listen).await?;
+        let (udp, tcp) = fedingress_dns::server::bind_udp_and_tcp(listen).await?;
         let address = udp.local_addr().context("reading the DNS address")?;
         Ok(Bound {
             gslb: Self {
@@ -239,24 +239,4 @@ impl Gslb {
             .map(|r| r.detail.clone())
             .unwrap_or_default()
     }
-}
-
-/// Binds UDP and TCP on the same address and port (port 0: a free port for both).
-async fn bind_pair(
-    listen: SocketAddr,
-) -> anyhow::Result<(tokio::net::UdpSocket, tokio::net::TcpListener)> {
-    for _ in 0..20 {
-        let udp = tokio::net::UdpSocket::bind(listen)
-            .await
-            .with_context(|| format!("binding DNS (UDP) on {listen}"))?;
-        let address = udp.local_addr().context("reading the DNS address")?;
-        match tokio::net::TcpListener::bind(address).await {
-            Ok(tcp) => return Ok((udp, tcp)),
-            Err(e) if listen.port() != 0 => {
-                return Err(e).with_context(|| format!("binding DNS (TCP) on {address}"));
-            }
-            Err(_) => continue,
-        }
-    }
-    anyhow::bail!("no port free for both UDP and TCP DNS on {}", listen.ip())
 }
