@@ -164,6 +164,7 @@ pub struct ClusterStatus {
 
     /// Observed state: `Connected`, `Ready`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
 }
 

@@ -102,12 +102,14 @@ pub struct FederatedIngressSpec {
     /// forward a whole port. TCP and UDP rules may share a port (and address).
     /// At least one rule is required.
     #[serde(default)]
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub rules: Vec<IngressRule>,
 
     /// Certificates for HTTPS rules and for TLS rules with `tlsMode: Terminate`: every
     /// such rule's host must be covered by one entry's hosts (exactly or by a `*.`
     /// wildcard).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub tls: Vec<IngressTls>,
 
     /// Which member clusters carry this ingress. When neither `clusters` nor
@@ -117,6 +119,7 @@ pub struct FederatedIngressSpec {
 
     /// Per-cluster adjustments of how the ingress is rendered there (one per cluster).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["cluster"]))]
     pub overrides: Vec<ClusterOverride>,
 
     /// How clients are steered to clusters through DNS.
@@ -379,6 +382,7 @@ pub struct IngressTls {
 pub struct Placement {
     /// Names of clusters to place on (DNS-1123 labels), e.g. `[eu-west, us-east]`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
     pub clusters: Vec<String>,
 
     /// Clusters whose labels match are placed on too, e.g. `{matchLabels: {env: prod}}`.
@@ -592,6 +596,7 @@ pub struct FederatedIngressStatus {
 
     /// State on each placed cluster.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub clusters: Vec<ClusterIngressStatus>,
 
     /// DNS records served for this ingress and their sync state per provider.
@@ -600,6 +605,7 @@ pub struct FederatedIngressStatus {
 
     /// `Placed`, `Propagated`, `Healthy`, `DNSReady`, `Ready` and `Servable`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
 }
 
@@ -683,6 +689,7 @@ pub struct DnsStatus {
     pub records: Vec<DnsRecordStatus>,
     /// Sync state per DNS provider (`embedded`, `route53`, `clouddns`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub providers: Vec<DnsProviderStatus>,
 }
 

@@ -36,7 +36,7 @@ pub mod validation;
 
 pub use cluster::{Cluster, ClusterSpec, ClusterStatus};
 pub use ingress::{FederatedIngress, FederatedIngressSpec, FederatedIngressStatus};
-pub use meta::{Condition, ObjectMeta, Time};
+pub use meta::{Condition, ManagedFieldsEntry, ObjectMeta, Time};
 pub use validation::{FieldError, FieldErrorKind, FieldPath};
 
 /// The API group every fedingress resource belongs to.

@@ -292,6 +292,7 @@ pub struct ObjectMeta {
         skip_serializing_if = "Vec::is_empty",
         deserialize_with = "null_as_default"
     )]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
     pub finalizers: Vec<String>,
 
     /// Objects this one belongs to; garbage collection follows them.
@@ -300,7 +301,47 @@ pub struct ObjectMeta {
         skip_serializing_if = "Vec::is_empty",
         deserialize_with = "null_as_default"
     )]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["uid"]))]
     pub owner_references: Vec<OwnerReference>,
+
+    /// Which manager (a client, a controller) owns which fields, and when it last changed
+    /// them: server-side apply's record (`docs/api.md`). Maintained by the server; a write
+    /// may replace it, and `[{}]` clears it.
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
+    pub managed_fields: Vec<ManagedFieldsEntry>,
+}
+
+/// One manager's fields (`metadata.managedFields[]`), as in Kubernetes.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ManagedFieldsEntry {
+    /// The manager: the `fieldManager` of its requests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manager: Option<String>,
+    /// `Apply` (server-side apply) or `Update` (any other write).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operation: Option<String>,
+    /// The version of the fields' schema, e.g. `fedingress.io/v1alpha1`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_version: Option<String>,
+    /// When the manager last changed the object.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<Time>,
+    /// The format of `fieldsV1`: always `FieldsV1`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fields_type: Option<String>,
+    /// The fields owned, as a trie of `f:<field>`, `k:<keys>`, `v:<value>` and `.`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<BTreeMap<String, serde_json::Value>>")]
+    pub fields_v1: Option<serde_json::Value>,
+    /// The subresource written (`status`), empty for the object itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subresource: Option<String>,
 }
 
 /// A reference to an owning object.
