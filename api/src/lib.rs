@@ -10,7 +10,7 @@
 //! ([`conflict::find_conflicts`]), and what each cluster's agent serves
 //! ([`plan::cluster_plans`], [`plan::ClusterPlan`]), and which rules an agent's driver
 //! can serve ([`capability::missing`]). The `rbac.authorization.k8s.io/v1` kinds and their
-//! evaluation live in [`rbac`].
+//! evaluation live in [`rbac`]; core/v1 [`Namespace`]s in [`namespace`].
 //!
 //! Decoding is lenient where Kubernetes is (unknown fields are ignored; strict field
 //! validation is the API server's job), and every enum accepts any capitalisation and is
@@ -28,6 +28,7 @@ pub mod event;
 pub mod ingress;
 pub mod meta;
 pub mod names;
+pub mod namespace;
 pub mod placement;
 pub mod plan;
 pub mod rbac;
@@ -109,4 +110,14 @@ pub trait Resource:
 
     /// Validates the whole object, metadata included; every problem with its field path.
     fn validate(&self) -> Vec<FieldError>;
+
+    /// Whether something besides `metadata.finalizers` keeps a deleted object stored (a
+    /// Namespace's `spec.finalizers`). Default: nothing does.
+    fn holds_deletion(&self) -> bool {
+        false
+    }
+
+    /// Marks an object whose deletion has begun (a Namespace turns `Terminating`).
+    /// Default: nothing changes.
+    fn begin_deletion(&mut self) {}
 }

@@ -880,7 +880,8 @@ pub fn bootstrap() -> (Vec<ClusterRole>, Vec<ClusterRoleBinding>) {
                 "clusters/status",
             ],
         ),
-        PolicyRule::resource(&read, &[""], &["events"]),
+        // kube's view (and so edit and admin) reads namespaces; only cluster-admin writes them.
+        PolicyRule::resource(&read, &[""], &["events", "namespaces", "namespaces/status"]),
     ];
     let mut edit = view.clone();
     edit.push(PolicyRule::resource(
