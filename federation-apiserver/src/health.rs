@@ -296,6 +296,15 @@ mod tests {
         ) -> Result<fedingress_store::RangeResult, fedingress_store::StoreError> {
             self.0.range(prefix, start_after, limit).await
         }
+        async fn range_at(
+            &self,
+            prefix: &str,
+            start_after: Option<&str>,
+            limit: usize,
+            revision: fedingress_store::Revision,
+        ) -> Result<fedingress_store::RangeResult, fedingress_store::StoreError> {
+            self.0.range_at(prefix, start_after, limit, revision).await
+        }
         async fn put(
             &self,
             _key: &str,

@@ -52,6 +52,9 @@ where
     range_by_prefix_in_key_order(fresh().await).await;
     range_pages_with_start_after_and_limit(fresh().await).await;
     range_revision_is_consistent(fresh().await).await;
+    range_at_reads_past_revisions(fresh().await).await;
+    range_at_pages_a_snapshot_while_writes_go_on(fresh().await).await;
+    range_at_refuses_compacted_and_future_revisions(fresh().await).await;
     watch_replays_history_then_live(fresh().await).await;
     watch_has_no_gaps_while_writes_race_its_start(fresh().await).await;
     watch_from_before_compaction_fails(fresh().await).await;
@@ -393,6 +396,163 @@ pub async fn range_revision_is_consistent(store: impl Store) {
         range(&*store, "/consistent/", None, 0).await.revision,
         r0 + WRITES
     );
+}
+
+async fn range_at(
+    store: &impl Store,
+    prefix: &str,
+    start_after: Option<&str>,
+    limit: usize,
+    at: Revision,
+) -> RangeResult {
+    within("range_at", store.range_at(prefix, start_after, limit, at))
+        .await
+        .unwrap_or_else(|e| panic!("range_at {prefix} at {at}: {e}"))
+}
+
+/// A range at a past revision returns the keys exactly as they were then: later
+/// creates absent, later updates undone, later deletes restored, with their revisions.
+pub async fn range_at_reads_past_revisions(store: impl Store) {
+    let r0 = revision(&store).await;
+    let a = put(&store, "/past/a", "a1").await;
+    let b = put(&store, "/past/b", "b1").await;
+    let c = put(&store, "/past/c", "c1").await;
+    put(&store, "/pastx", "outside").await;
+    let then = revision(&store).await;
+    put(&store, "/past/b", "b2").await;
+    within("delete", store.delete("/past/c", Precondition::None))
+        .await
+        .expect("delete /past/c");
+    put(&store, "/past/d", "d1").await;
+    put(&store, "/past/0", "first").await;
+    put(&store, "/past/b", "b3").await;
+
+    let snapshot = range_at(&store, "/past/", None, 0, then).await;
+    assert_eq!(snapshot.revision, then);
+    assert_eq!(snapshot.kvs, vec![a.clone(), b.clone(), c.clone()]);
+    assert!(!snapshot.more);
+    let page = range_at(&store, "/past/", None, 2, then).await;
+    assert_eq!(page.kvs, vec![a.clone(), b.clone()]);
+    assert!(page.more);
+    let rest = range_at(&store, "/past/", Some("/past/b"), 2, then).await;
+    assert_eq!(rest.kvs, vec![c]);
+    assert!(!rest.more);
+
+    let empty = range_at(&store, "/past/", None, 0, r0).await;
+    assert!(
+        empty.kvs.is_empty(),
+        "nothing existed before the first write"
+    );
+    let first = range_at(&store, "/past/", None, 0, a.mod_revision).await;
+    assert_eq!(first.kvs, vec![a]);
+
+    let now = revision(&store).await;
+    assert_eq!(
+        range_at(&store, "/past/", None, 0, now).await.kvs,
+        range(&store, "/past/", None, 0).await.kvs,
+        "a range at the current revision is the current range"
+    );
+    assert!(
+        range_at(&store, "/past/", Some("/past/zz"), 0, then)
+            .await
+            .kvs
+            .is_empty()
+    );
+}
+
+/// Paging through one snapshot while writes go on sees every key of the snapshot once
+/// and nothing else.
+pub async fn range_at_pages_a_snapshot_while_writes_go_on(store: impl Store) {
+    let store = Arc::new(store);
+    for i in 0..20 {
+        put(&*store, &format!("/snap/{i:02}"), "v1").await;
+    }
+    let snapshot = range(&*store, "/snap/", None, 0).await;
+    let writer = {
+        let store = Arc::clone(&store);
+        tokio::spawn(async move {
+            for i in 0..20 {
+                match i % 3 {
+                    0 => {
+                        within(
+                            "delete",
+                            store.delete(&format!("/snap/{i:02}"), Precondition::None),
+                        )
+                        .await
+                        .expect("delete");
+                    }
+                    1 => {
+                        put(&*store, &format!("/snap/{i:02}"), "v2").await;
+                    }
+                    _ => {
+                        put(&*store, &format!("/snap/{i:02}b"), "new").await;
+                    }
+                }
+            }
+        })
+    };
+    let mut seen = Vec::new();
+    let mut start_after: Option<String> = None;
+    loop {
+        let page = range_at(
+            &*store,
+            "/snap/",
+            start_after.as_deref(),
+            3,
+            snapshot.revision,
+        )
+        .await;
+        assert_eq!(page.revision, snapshot.revision);
+        seen.extend(page.kvs.iter().cloned());
+        if !page.more {
+            break;
+        }
+        start_after = page.kvs.last().map(|kv| kv.key.clone());
+        tokio::task::yield_now().await;
+    }
+    within("writer", writer).await.expect("writer task");
+    assert_eq!(seen, snapshot.kvs, "the pages are exactly the snapshot");
+    let again = range_at(&*store, "/snap/", None, 0, snapshot.revision).await;
+    assert_eq!(
+        again.kvs, snapshot.kvs,
+        "after the writes, the snapshot is the same"
+    );
+}
+
+/// A range at a compacted revision fails with Compacted, at a future one with
+/// FutureRevision; at the compacted revision itself it still works.
+pub async fn range_at_refuses_compacted_and_future_revisions(store: impl Store) {
+    let r0 = revision(&store).await;
+    for i in 0..6 {
+        put(&store, &format!("/rc/{i}"), "v").await;
+    }
+    let at = r0 + 3;
+    within("compact", store.compact(at)).await.expect("compact");
+    match within("range_at", store.range_at("/rc/", None, 0, at - 1)).await {
+        Err(StoreError::Compacted {
+            requested,
+            compacted,
+        }) => {
+            assert_eq!(requested, at - 1);
+            assert_eq!(compacted, at);
+        }
+        other => panic!("expected Compacted, got {other:?}"),
+    }
+    let kept = range_at(&store, "/rc/", None, 0, at).await;
+    assert_eq!(
+        kept.kvs.len(),
+        3,
+        "the compacted revision itself is readable"
+    );
+    let current = revision(&store).await;
+    match within("range_at", store.range_at("/rc/", None, 0, current + 1)).await {
+        Err(StoreError::FutureRevision { requested, .. }) => assert_eq!(requested, current + 1),
+        other => panic!("expected FutureRevision, got {other:?}"),
+    }
+    match within("range_at", store.range_at("/rc/", Some("/rc/9"), 0, at - 1)).await {
+        Err(StoreError::Compacted { .. }) => {}
+        other => panic!("an empty range at a compacted revision is Compacted too, got {other:?}"),
+    }
 }
 
 /// A watch delivers matching history after `after`, then live events, each once, in

@@ -15,7 +15,10 @@
 //!   transaction. Deletes also compare `create_revision > 0` so that a missing key is
 //!   [`StoreError::NotFound`] whatever the precondition.
 //! - **Range** is one etcd range (a consistent snapshot at the answer's header
-//!   revision) from `prefix` or just after `start_after`, with etcd's `limit`/`more`.
+//!   revision) from `prefix` or just after `start_after`, with etcd's `limit`/`more`;
+//!   **range at a revision** is the same range with etcd's own `revision` field (etcd's
+//!   "required revision has been compacted" / "is a future revision" become
+//!   [`StoreError::Compacted`] / [`StoreError::FutureRevision`]).
 //! - **Watch** is an etcd watch from `after + 1` with `prev_kv`, so deletes carry the
 //!   deleted value; see [`watch`] for resuming after a broken stream.
 //! - **Compaction** is etcd compaction (logical: the RPC returns once the compacted
@@ -383,6 +386,113 @@ impl EtcdStore {
         Ok(None)
     }
 
+    /// A range now (`revision` `None`) or at `revision`, as etcd answers it; see
+    /// [`Store::range`] and [`Store::range_at`].
+    async fn range_inner(
+        &self,
+        prefix: &str,
+        start_after: Option<&str>,
+        limit: usize,
+        revision: Option<Revision>,
+    ) -> Result<RangeResult, StoreError> {
+        let first = self.full_key(prefix);
+        let end = prefix_end(&first);
+        let start = match start_after {
+            Some(after) if after >= prefix => {
+                let mut start = self.full_key(after);
+                start.push(0);
+                start
+            }
+            // etcd has no empty key: a range from the very start begins at "\0".
+            _ if first.is_empty() => vec![0],
+            _ => first,
+        };
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        if end != [0] && start >= end {
+            // Nothing can follow `start_after` inside the prefix; still answer with the
+            // revision the (empty) read saw, after checking a past one is readable.
+            let revision = match revision {
+                None => self.revision().await?,
+                Some(at) => {
+                    if let Err(failure) = self.count_probe(Some(at)).await {
+                        if failure.is_compacted() || failure.is_future_revision() {
+                            let future = failure.is_future_revision();
+                            return Err(self.past_read_error(future, at).await);
+                        }
+                        return Err(failure.into_store("read a range"));
+                    }
+                    at
+                }
+            };
+            return Ok(RangeResult {
+                kvs: Vec::new(),
+                more: false,
+                revision,
+            });
+        }
+        let answer = self
+            .call(true, move |client| {
+                let (start, end) = (start.clone(), end.clone());
+                let mut options = GetOptions::new().with_range(end).with_limit(limit);
+                if let Some(at) = revision {
+                    options = options.with_revision(at);
+                }
+                async move {
+                    client
+                        .kv_client()
+                        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                        .get(start, Some(options))
+                        .await
+                }
+            })
+            .await;
+        let mut answer = match (answer, revision) {
+            (Ok(answer), _) => answer,
+            (Err(failure), Some(at)) if failure.is_compacted() || failure.is_future_revision() => {
+                let future = failure.is_future_revision();
+                return Err(self.past_read_error(future, at).await);
+            }
+            (Err(failure), _) => return Err(failure.into_store("read a range")),
+        };
+        // etcd's header carries the current revision; a past read saw `revision`.
+        let revision = match revision {
+            Some(at) => at,
+            None => header_revision(answer.header(), "read a range")?,
+        };
+        let more = answer.more();
+        let kvs = answer
+            .take_kvs()
+            .iter()
+            .map(|kv| self.key_value(kv))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(RangeResult {
+            kvs,
+            more,
+            revision,
+        })
+    }
+
+    /// The error of a read at `at` that etcd refused as compacted or (`future`) as a
+    /// future revision, with the store's compacted or current revision.
+    async fn past_read_error(&self, future: bool, at: Revision) -> StoreError {
+        if future {
+            return match self.revision().await {
+                Ok(current) => StoreError::FutureRevision {
+                    requested: at,
+                    current,
+                },
+                Err(e) => e,
+            };
+        }
+        match self.compacted_revision().await {
+            Ok(compacted) => StoreError::Compacted {
+                requested: at,
+                compacted: compacted.max(at + 1),
+            },
+            Err(e) => e,
+        }
+    }
+
     /// A put, also requiring `fence` to hold (when given), attached to `lease` (when not
     /// 0).
     async fn put_with(
@@ -624,56 +734,18 @@ impl Store for EtcdStore {
         start_after: Option<&str>,
         limit: usize,
     ) -> Result<RangeResult, StoreError> {
-        let first = self.full_key(prefix);
-        let end = prefix_end(&first);
-        let start = match start_after {
-            Some(after) if after >= prefix => {
-                let mut start = self.full_key(after);
-                start.push(0);
-                start
-            }
-            // etcd has no empty key: a range from the very start begins at "\0".
-            _ if first.is_empty() => vec![0],
-            _ => first,
-        };
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        if end != [0] && start >= end {
-            // Nothing can follow `start_after` inside the prefix; still answer with the
-            // revision the (empty) read saw.
-            return Ok(RangeResult {
-                kvs: Vec::new(),
-                more: false,
-                revision: self.revision().await?,
-            });
-        }
-        let mut answer = self
-            .call(true, move |client| {
-                let (start, end) = (start.clone(), end.clone());
-                async move {
-                    client
-                        .kv_client()
-                        .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                        .get(
-                            start,
-                            Some(GetOptions::new().with_range(end).with_limit(limit)),
-                        )
-                        .await
-                }
-            })
+        self.range_inner(prefix, start_after, limit, None).await
+    }
+
+    async fn range_at(
+        &self,
+        prefix: &str,
+        start_after: Option<&str>,
+        limit: usize,
+        revision: Revision,
+    ) -> Result<RangeResult, StoreError> {
+        self.range_inner(prefix, start_after, limit, Some(revision))
             .await
-            .map_err(|f| f.into_store("read a range"))?;
-        let revision = header_revision(answer.header(), "read a range")?;
-        let more = answer.more();
-        let kvs = answer
-            .take_kvs()
-            .iter()
-            .map(|kv| self.key_value(kv))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(RangeResult {
-            kvs,
-            more,
-            revision,
-        })
     }
 
     async fn put(

@@ -4,8 +4,10 @@
 //! (Kubernetes' `resourceVersion`); keys are compared-and-swapped on their modification
 //! revision ([`Precondition`]); reads are ranges over a key prefix; a watch streams every
 //! [`Event`] on a prefix after a revision, first from the stored history and then live;
-//! compaction discards old history, after which a watch from before it fails with
-//! [`StoreError::Compacted`] (HTTP 410 Gone in the API).
+//! a range can also read a past revision ([`Store::range_at`], a snapshot to page
+//! through, as Kubernetes' consistent lists and `resourceVersionMatch=Exact` need);
+//! compaction discards old history, after which a watch or a read from before it fails
+//! with [`StoreError::Compacted`] (HTTP 410 Gone in the API).
 //!
 //! Entry types:
 //! - [`Store`], the trait the API server is written against;
@@ -135,7 +137,7 @@ pub enum StoreError {
         /// The key.
         key: String,
     },
-    /// The history a watch needs has been compacted away.
+    /// The history a watch or a past read needs has been compacted away.
     #[error("revision {requested} is compacted (history kept after revision {compacted})")]
     Compacted {
         /// The revision the watch needed history after.
@@ -143,7 +145,8 @@ pub enum StoreError {
         /// The store's compacted revision.
         compacted: Revision,
     },
-    /// A revision beyond the store's current revision was given (e.g. to compact).
+    /// A revision beyond the store's current revision was given (to compact, or to read
+    /// at).
     #[error("revision {requested} is beyond the current revision {current}")]
     FutureRevision {
         /// The revision asked for.
@@ -216,6 +219,26 @@ pub trait Store: Send + Sync + 'static {
         limit: usize,
     ) -> Result<RangeResult, StoreError>;
 
+    /// The keys [`Store::range`] would have returned at `revision` (a past snapshot):
+    /// keys starting with `prefix` as they were right after the write of `revision`, in
+    /// key order, strictly after `start_after`, at most `limit` (0 = all); the answer's
+    /// `revision` is `revision`, its `more` says whether more keys matched at it.
+    ///
+    /// Paging through a snapshot: pass the same `revision` and the last key of one
+    /// answer as `start_after` of the next; writes made meanwhile change nothing.
+    ///
+    /// # Errors
+    /// [`StoreError::Compacted`] when `revision` < the compacted revision (its history
+    /// is gone); [`StoreError::FutureRevision`] when `revision` is beyond the current
+    /// revision.
+    async fn range_at(
+        &self,
+        prefix: &str,
+        start_after: Option<&str>,
+        limit: usize,
+        revision: Revision,
+    ) -> Result<RangeResult, StoreError>;
+
     /// Writes `value` if `precondition` holds; the returned kv carries the new revision.
     ///
     /// # Errors
@@ -279,6 +302,18 @@ impl<T: Store + ?Sized> Store for Arc<T> {
         limit: usize,
     ) -> Result<RangeResult, StoreError> {
         (**self).range(prefix, start_after, limit).await
+    }
+
+    async fn range_at(
+        &self,
+        prefix: &str,
+        start_after: Option<&str>,
+        limit: usize,
+        revision: Revision,
+    ) -> Result<RangeResult, StoreError> {
+        (**self)
+            .range_at(prefix, start_after, limit, revision)
+            .await
     }
 
     async fn put(

@@ -9,9 +9,11 @@
 //! Writes go through one writer thread ([`writer`]) that group-commits every queued
 //! request into one durable redb transaction; reads run on tokio's blocking pool against
 //! redb's MVCC snapshots; watches ([`watch`]) fan out from a broadcast channel and fall
-//! back to the on-disk history when they lag.
+//! back to the on-disk history when they lag; ranges at a past revision ([`snapshot`])
+//! correct the current table with the history written since.
 
 mod record;
+mod snapshot;
 mod watch;
 mod writer;
 
@@ -334,6 +336,21 @@ impl Store for RedbStore {
                 more,
                 revision,
             })
+        })
+        .await
+    }
+
+    async fn range_at(
+        &self,
+        prefix: &str,
+        start_after: Option<&str>,
+        limit: usize,
+        revision: Revision,
+    ) -> Result<RangeResult, StoreError> {
+        let prefix = prefix.to_owned();
+        let start_after = start_after.map(str::to_owned);
+        self.read(move |txn| {
+            snapshot::range_at(txn, &prefix, start_after.as_deref(), limit, revision)
         })
         .await
     }

@@ -251,6 +251,18 @@ impl Store for FencedEtcd {
         self.store.range(prefix, start_after, limit).await
     }
 
+    async fn range_at(
+        &self,
+        prefix: &str,
+        start_after: Option<&str>,
+        limit: usize,
+        revision: Revision,
+    ) -> Result<RangeResult, StoreError> {
+        self.store
+            .range_at(prefix, start_after, limit, revision)
+            .await
+    }
+
     async fn put(
         &self,
         key: &str,
