@@ -38,6 +38,7 @@ pub mod validation;
 pub use cluster::{Cluster, ClusterSpec, ClusterStatus};
 pub use ingress::{FederatedIngress, FederatedIngressSpec, FederatedIngressStatus};
 pub use meta::{Condition, ManagedFieldsEntry, ObjectMeta, Time};
+pub use namespace::Namespace;
 pub use validation::{FieldError, FieldErrorKind, FieldPath};
 
 /// The API group every fedingress resource belongs to.
