@@ -3,7 +3,7 @@
 //! and `kubectl explain` prints the field docs.
 
 use fedingress_api::rbac;
-use fedingress_api::{Cluster, FederatedIngress, Resource};
+use fedingress_api::{Cluster, FederatedIngress, Namespace, Resource};
 use serde_json::{Map, Value, json};
 
 /// Path of the group-version document, relative to `/openapi/v3/`.
@@ -11,6 +11,15 @@ pub const GROUP_VERSION_PATH: &str = "apis/fedingress.io/v1alpha1";
 
 /// Path of the RBAC group-version document, relative to `/openapi/v3/`.
 pub const RBAC_GROUP_VERSION_PATH: &str = "apis/rbac.authorization.k8s.io/v1";
+
+/// Path of the core group's document (Namespaces), relative to `/openapi/v3/`.
+pub const CORE_GROUP_VERSION_PATH: &str = "api/v1";
+
+/// Whether `kind` (or its list) is a core/v1 kind described here (Namespace).
+fn is_core(kind: &str) -> bool {
+    kind.strip_prefix(Namespace::KIND)
+        .is_some_and(|rest| rest.is_empty() || rest == "List")
+}
 
 /// Whether `kind` (or its list) is one of the `rbac.authorization.k8s.io` kinds: kind
 /// names are unique across the groups we serve.
@@ -29,7 +38,9 @@ fn is_rbac(kind: &str) -> bool {
 }
 
 fn schema_name(kind: &str) -> String {
-    if is_rbac(kind) {
+    if is_core(kind) {
+        format!("io.k8s.api.core.v1.{kind}")
+    } else if is_rbac(kind) {
         format!("io.k8s.api.rbac.v1.{kind}")
     } else {
         format!("io.fedingress.{}.{kind}", fedingress_api::VERSION)
@@ -41,7 +52,9 @@ fn schema_ref(kind: &str) -> Value {
 }
 
 fn gvk(kind: &str) -> Value {
-    if is_rbac(kind) {
+    if is_core(kind) {
+        json!({"group": "", "version": "v1", "kind": kind})
+    } else if is_rbac(kind) {
         json!({"group": rbac::GROUP, "version": rbac::VERSION, "kind": kind})
     } else {
         json!({"group": fedingress_api::GROUP, "version": fedingress_api::VERSION, "kind": kind})
@@ -49,7 +62,7 @@ fn gvk(kind: &str) -> Value {
 }
 
 /// The schema of a kind, every subschema inlined (kubectl's explain walks properties).
-fn kind_schema<R: Resource>() -> Value {
+pub(crate) fn kind_schema<R: Resource>() -> Value {
     let generator = schemars::generate::SchemaSettings::openapi3()
         .with(|settings| settings.inline_subschemas = true)
         .into_generator();
@@ -159,8 +172,18 @@ fn list_params() -> Vec<Value> {
         query("limit", "Maximum number of items in one page.", "integer"),
         query(
             "resourceVersion",
-            "Watch changes after this resourceVersion.",
+            "List: unset = most recent, 0 = any, N = not older than N (or exactly N, see resourceVersionMatch). Watch: changes after N.",
             "string",
+        ),
+        query(
+            "resourceVersionMatch",
+            "How resourceVersion applies to a list: Exact or NotOlderThan; NotOlderThan with sendInitialEvents for a watch-list.",
+            "string",
+        ),
+        query(
+            "sendInitialEvents",
+            "Watch-list: ADDED events for the current state, then a BOOKMARK annotated k8s.io/initial-events-end (needs resourceVersionMatch=NotOlderThan and allowWatchBookmarks).",
+            "boolean",
         ),
         query(
             "timeoutSeconds",
@@ -188,7 +211,9 @@ fn operation(
     body: Option<Value>,
     result: Value,
 ) -> Value {
-    let (infix, tag) = if is_rbac(kind) {
+    let (infix, tag) = if is_core(kind) {
+        ("CoreV1", "core_v1")
+    } else if is_rbac(kind) {
         ("RbacAuthorizationV1", "rbacAuthorization_v1")
     } else {
         ("FedingressIoV1alpha1", "fedingressIo_v1alpha1")
@@ -223,7 +248,7 @@ fn patch_body() -> Value {
 
 fn add_paths<R: Resource>(paths: &mut Map<String, Value>) {
     let kind = R::KIND;
-    let base = format!("/apis/{}", R::api_version());
+    let base = api_base::<R>();
     let (collection, mut scope_params) = if R::NAMESPACED {
         (
             format!("{base}/namespaces/{{namespace}}/{}", R::PLURAL),
@@ -240,6 +265,12 @@ fn add_paths<R: Resource>(paths: &mut Map<String, Value>) {
     });
     if let Some(p) = collection_item["parameters"].as_array_mut() {
         p.extend(write_params());
+    }
+    // Every kind but Namespace serves deletecollection, as in kube.
+    if kind != "Namespace" {
+        let mut params = list_params();
+        params.retain(|p| matches!(p["name"].as_str(), Some("labelSelector" | "fieldSelector")));
+        collection_item["delete"] = operation("deletecollection", "deleteCollection", kind, format!("delete collection of {kind}"), params, None, schema_ref(R::LIST_KIND));
     }
     paths.insert(collection.clone(), collection_item);
     if R::NAMESPACED {
@@ -278,6 +309,38 @@ fn add_paths<R: Resource>(paths: &mut Map<String, Value>) {
             "parameters": item_params,
         }),
     );
+}
+
+/// Where a kind's group-version is served: `/api/v1` for the core group, else
+/// `/apis/{group}/{version}`.
+pub(crate) fn api_base<R: Resource>() -> String {
+    if R::GROUP.is_empty() {
+        format!("/api/{}", R::VERSION)
+    } else {
+        format!("/apis/{}", R::api_version())
+    }
+}
+
+/// The core group's document: Namespaces (`kubectl explain ns`).
+pub fn core_document() -> Value {
+    let mut paths = Map::new();
+    add_paths::<Namespace>(&mut paths);
+    let mut schemas = Map::new();
+    schemas.insert(schema_name(Namespace::KIND), kind_schema::<Namespace>());
+    schemas.insert(schema_name(Namespace::LIST_KIND), list_schema::<Namespace>());
+    json!({
+        "openapi": "3.0.0",
+        "info": {"title": "fedingress", "version": env!("CARGO_PKG_VERSION")},
+        "paths": paths,
+        "components": {"schemas": schemas},
+    })
+}
+
+/// [`core_document`], encoded once.
+pub fn core_document_bytes() -> &'static bytes::Bytes {
+    static DOCUMENT: std::sync::LazyLock<bytes::Bytes> =
+        std::sync::LazyLock::new(|| bytes::Bytes::from(core_document().to_string()));
+    &DOCUMENT
 }
 
 /// The group-version document.
@@ -331,6 +394,7 @@ pub fn index(hash: &str, rbac_hash: &str) -> Value {
     json!({"paths": {
         GROUP_VERSION_PATH: {"serverRelativeURL": format!("/openapi/v3/{GROUP_VERSION_PATH}?hash={hash}")},
         RBAC_GROUP_VERSION_PATH: {"serverRelativeURL": format!("/openapi/v3/{RBAC_GROUP_VERSION_PATH}?hash={rbac_hash}")},
+        CORE_GROUP_VERSION_PATH: {"serverRelativeURL": format!("/openapi/v3/{CORE_GROUP_VERSION_PATH}?hash={}", content_hash(core_document_bytes()))},
     }})
 }
 

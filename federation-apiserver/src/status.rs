@@ -25,6 +25,8 @@ pub struct ApiError {
     pub causes: Vec<Value>,
     /// `details.retryAfterSeconds`, when the client should retry.
     pub retry_after: Option<u32>,
+    /// `metadata.continue`: the token a 410 on a paged list offers to continue with.
+    pub list_continue: Option<String>,
 }
 
 impl ApiError {
@@ -36,6 +38,7 @@ impl ApiError {
             target: None,
             causes: Vec::new(),
             retry_after: None,
+            list_continue: None,
         }
     }
 
@@ -74,6 +77,12 @@ impl ApiError {
             target.name
         );
         Self::new(StatusCode::CONFLICT, "Conflict", message).with_target(target)
+    }
+
+    /// A server-side apply that would change fields other managers own (kube's
+    /// NewApplyConflict: the causes name each field and manager).
+    pub fn apply_conflict(message: String) -> Self {
+        Self::new(StatusCode::CONFLICT, "Conflict", message)
     }
 
     pub fn stale(group_resource: &str, target: Target) -> Self {
@@ -202,6 +211,9 @@ impl ApiError {
             "reason": self.reason,
             "code": self.code.as_u16(),
         });
+        if let Some(token) = &self.list_continue {
+            status["metadata"] = json!({"continue": token});
+        }
         let mut details = serde_json::Map::new();
         if let Some(target) = &self.target {
             if !target.name.is_empty() {

@@ -23,10 +23,16 @@ use crate::auth::{Authenticator, User};
 use crate::codec::{self, BodyFormat, FieldValidation};
 use crate::hub::tokens::TokenStore;
 use crate::metrics::Metrics;
-use crate::registry::{self, DeletePreconditions, Filter, Registry, Scope};
+use crate::registry::{DeletePreconditions, Filter, Registry, Scope};
 use crate::status::ApiError;
 use crate::table::{self, IncludeObject, Printable};
 use crate::{discovery, openapi, openapi_v2, watch};
+
+mod apply;
+mod collection;
+mod lists;
+mod namespaces;
+mod read_options;
 
 /// Request bodies larger than this are refused (kube-apiserver allows 3 MiB).
 pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
@@ -327,6 +333,17 @@ async fn dispatch(state: &AppState, request: Request, who: &mut Option<User>) ->
                     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response(),
                 ));
             }
+            p if p == format!("/openapi/v3/{}", openapi::CORE_GROUP_VERSION_PATH) => {
+                let response = (
+                    [
+                        (header::CONTENT_TYPE, "application/json"),
+                        (header::CACHE_CONTROL, "public, immutable"),
+                    ],
+                    openapi::core_document_bytes().clone(),
+                )
+                    .into_response();
+                return Ok(("get", String::new(), response));
+            }
             p if p == format!("/openapi/v3/{}", openapi::RBAC_GROUP_VERSION_PATH) => {
                 let response = (
                     [
@@ -362,6 +379,9 @@ async fn dispatch(state: &AppState, request: Request, who: &mut Option<User>) ->
         return Err(("", String::new(), ApiError::unavailable(reason)));
     }
     if let Some(rest) = path.strip_prefix("/api/v1/") {
+        if let Some(target) = namespaces::target(rest) {
+            return namespaces::serve(state, &user, target, request).await;
+        }
         let target = parse_target(rest).map_err(|e| ("", String::new(), e))?;
         if target.plural != Event::PLURAL || target.subresource.is_some() {
             return Err(("", String::new(), ApiError::no_route(&path)));
@@ -784,12 +804,16 @@ fn parse_target(rest: &str) -> Result<TargetPath, ApiError> {
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Params {
+    field_manager: Option<String>,
+    force: Option<String>,
     label_selector: Option<String>,
     field_selector: Option<String>,
     limit: Option<String>,
     #[serde(rename = "continue")]
     continue_token: Option<String>,
     resource_version: Option<String>,
+    resource_version_match: Option<String>,
+    send_initial_events: Option<String>,
     watch: Option<String>,
     allow_watch_bookmarks: Option<String>,
     timeout_seconds: Option<String>,
@@ -839,6 +863,7 @@ fn verb_of(
         ("PUT", true) => "update",
         ("PATCH", true) => "patch",
         ("DELETE", true) => "delete",
+        ("DELETE", false) => "deletecollection",
         (m, _) => {
             return Err(ApiError::method_not_allowed(format!(
                 "the server does not allow this method on the requested resource ({m})"
@@ -954,7 +979,16 @@ async fn serve_verb<R: Printable>(
     let table = wants_table(request.headers());
     let include = IncludeObject::parse(params.include_object.as_deref())?;
     let now = Time(chrono::Utc::now());
-    let registry = &state.registry;
+    let applying = verb == "patch" && apply::is_apply(request.headers());
+    if params.force.is_some() && !applying {
+        return Err(ApiError::bad_request(
+            "force: Invalid value: true: may not be specified for non-apply patch",
+        ));
+    }
+    let registry =
+        &state
+            .registry
+            .managed_by(&write_manager(&params, request.headers(), applying)?);
     let render_one = |object: &R| -> Value {
         if table {
             table::table(
@@ -969,7 +1003,7 @@ async fn serve_verb<R: Printable>(
     };
     match verb {
         "get" => {
-            let object = registry.get::<R>(namespace, &name).await?;
+            let object = lists::get::<R>(registry, namespace, &name, &params).await?;
             Ok(json_response(StatusCode::OK, &render_one(&object)))
         }
         "list" => {
@@ -984,16 +1018,7 @@ async fn serve_verb<R: Printable>(
                     .map_err(|_| ApiError::bad_request(format!("invalid limit: {l:?}")))?
                     .max(0) as usize,
             };
-            if let Some(rv) = params
-                .resource_version
-                .as_deref()
-                .filter(|rv| !rv.is_empty())
-            {
-                registry::parse_revision(rv)?;
-            }
-            let page = registry
-                .list::<R>(namespace, &filter, limit, params.continue_token.as_deref())
-                .await?;
+            let page = lists::list::<R>(registry, namespace, &filter, limit, &params).await?;
             let mut list_meta = json!({"resourceVersion": page.resource_version.to_string()});
             if let Some(token) = &page.continue_token {
                 list_meta["continue"] = json!(token);
@@ -1015,10 +1040,7 @@ async fn serve_verb<R: Printable>(
                 params.label_selector.as_deref(),
                 params.field_selector.as_deref(),
             )?;
-            let after = match params.resource_version.as_deref() {
-                None | Some("") | Some("0") => None,
-                Some(rv) => Some(registry::parse_revision(rv)?),
-            };
+            let (after, initial_events_end) = lists::watch_start(registry, &params).await?;
             let limits = &state.settings.limits;
             let (timeout, capped) = crate::limits::watch_timeout(
                 params.timeout_seconds.as_deref(),
@@ -1051,6 +1073,7 @@ async fn serve_verb<R: Printable>(
                     namespace: namespace.map(String::from),
                     filter,
                     after,
+                    initial_events_end,
                     bookmarks: flag(&params.allow_watch_bookmarks),
                     bookmark_interval: state.settings.bookmark_interval,
                     timeout,
@@ -1139,7 +1162,14 @@ async fn serve_verb<R: Printable>(
             let dry_run = parse_dry_run(&params.dry_run)?;
             let validation = FieldValidation::parse(params.field_validation.as_deref())?;
             let (headers, body) = read_body(request).await?;
-            let patch = if R::GROUP == fedingress_api::rbac::GROUP
+            if applying {
+                return apply::serve::<R>(
+                    registry, namespace, &name, scope, &params, &headers, &body, now,
+                )
+                .await;
+            }
+            let patch = if (R::GROUP == fedingress_api::rbac::GROUP
+                || namespaces::is_namespace::<R>())
                 && codec::media_type(content_type(&headers))
                     == "application/strategic-merge-patch+json"
             {
@@ -1206,7 +1236,29 @@ async fn serve_verb<R: Printable>(
                 &serde_json::to_value(&deleted).unwrap_or_default(),
             ))
         }
+        "deletecollection" => {
+            collection::serve::<R>(registry, namespace, &params, request, now).await
+        }
         _ => Err(ApiError::method_not_allowed("unsupported verb")),
+    }
+}
+
+/// The field manager of a write: `fieldManager`, required for apply, otherwise the
+/// User-Agent's product (kube's defaults and checks).
+fn write_manager(params: &Params, headers: &HeaderMap, applying: bool) -> Result<String, ApiError> {
+    match params.field_manager.as_deref().filter(|m| !m.is_empty()) {
+        Some(manager) => {
+            crate::registry::fields::validate_manager(manager)?;
+            Ok(manager.to_string())
+        }
+        None if applying => Err(ApiError::bad_request(
+            "fieldManager is required for apply requests",
+        )),
+        None => Ok(crate::registry::fields::manager_from_user_agent(
+            headers
+                .get(header::USER_AGENT)
+                .and_then(|v| v.to_str().ok()),
+        )),
     }
 }
 
@@ -1220,7 +1272,7 @@ async fn decode_write<R: Resource>(
     let validation = FieldValidation::parse(params.field_validation.as_deref())?;
     let (headers, body) = read_body(request).await?;
     // kubectl's typed clients send the RBAC kinds as protobuf.
-    let value = if R::GROUP == fedingress_api::rbac::GROUP
+    let value = if (R::GROUP == fedingress_api::rbac::GROUP || namespaces::is_namespace::<R>())
         && codec::media_type(content_type(&headers)) == crate::protobuf::MEDIA_TYPE
     {
         crate::protobuf::decode_rbac(&body)?
@@ -1267,11 +1319,6 @@ impl Patch {
                 serde_json::from_value(value)
                     .map(Self::Json)
                     .map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))
-            }
-            "application/apply-patch+yaml" | "application/apply-patch+cbor" => {
-                Err(ApiError::unsupported_media_type(
-                    "server-side apply is not supported yet; use client-side kubectl apply (without --server-side), or a merge or JSON patch",
-                ))
             }
             other => Err(ApiError::unsupported_media_type(format!(
                 "the body of the request was in an unknown format ({other}) - accepted media types include: application/json-patch+json, application/merge-patch+json"
@@ -1358,9 +1405,5 @@ mod tests {
             .err()
             .unwrap();
         assert_eq!(smp.code, StatusCode::UNSUPPORTED_MEDIA_TYPE);
-        let apply = Patch::parse(Some("application/apply-patch+yaml"), b"{}")
-            .err()
-            .unwrap();
-        assert_eq!(apply.code, StatusCode::UNSUPPORTED_MEDIA_TYPE);
     }
 }

@@ -6,14 +6,23 @@
 
 use std::sync::Arc;
 
-use base64::Engine;
 use bytes::Bytes;
 use fedingress_api::selector::{FieldSelector, LabelSelectorRequirements};
 use fedingress_api::{Resource, Time};
 use fedingress_store::{KeyValue, Precondition, Revision, Store, StoreError};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use crate::status::{ApiError, Target};
+
+mod apply;
+mod collection;
+pub mod fields;
+mod list;
+pub mod namespaces;
+
+pub use apply::{Applied, Apply};
+pub use collection::DeletedCollection;
+pub use list::{Page, REVISION_WAIT, ReadAt, too_large, wait_for_revision};
 
 /// How many times an update without a client resourceVersion is retried on a race.
 const UPDATE_RETRIES: usize = 8;
@@ -115,37 +124,6 @@ impl Filter {
     }
 }
 
-/// The opaque `continue` token of a paged list.
-#[derive(Serialize, Deserialize)]
-struct ContinueToken {
-    /// Revision of the first page (reported as the list's resourceVersion).
-    rv: Revision,
-    /// Last key returned; the next page starts after it.
-    start: String,
-}
-
-impl ContinueToken {
-    fn encode(&self) -> String {
-        let json = serde_json::to_vec(self).unwrap_or_default();
-        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json)
-    }
-
-    fn decode(token: &str) -> Result<Self, ApiError> {
-        let bad = || ApiError::bad_request("continue key is not valid: malformed token");
-        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
-            .decode(token)
-            .map_err(|_| bad())?;
-        serde_json::from_slice(&bytes).map_err(|_| bad())
-    }
-}
-
-/// One page of a list.
-pub struct Page<R> {
-    pub items: Vec<R>,
-    pub resource_version: Revision,
-    pub continue_token: Option<String>,
-}
-
 /// Parses a resourceVersion given by a client.
 pub fn parse_revision(value: &str) -> Result<Revision, ApiError> {
     value
@@ -187,11 +165,34 @@ pub fn store_error<R: Resource>(name: &str, error: StoreError) -> ApiError {
 #[derive(Clone)]
 pub struct Registry {
     store: Arc<dyn Store>,
+    /// Who writes through this registry: the manager of its writes' managedFields.
+    manager: Arc<str>,
+}
+
+/// Whether a write's managedFields are still to be computed (create, update, patch) or
+/// were computed by server-side apply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Tracking {
+    Update,
+    Applied,
 }
 
 impl Registry {
+    /// A registry whose writes are managed by [`fields::DEFAULT_MANAGER`].
     pub fn new(store: Arc<dyn Store>) -> Self {
-        Self { store }
+        Self {
+            store,
+            manager: Arc::from(fields::DEFAULT_MANAGER),
+        }
+    }
+
+    /// The same registry, its writes recorded in managedFields as `manager`'s (a
+    /// request's `fieldManager`, or a controller's name).
+    pub fn managed_by(&self, manager: &str) -> Self {
+        Self {
+            store: self.store.clone(),
+            manager: Arc::from(manager),
+        }
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {
@@ -230,101 +231,26 @@ impl Registry {
         Self::decode_stored(&kv)
     }
 
-    /// Lists objects matching `filter`, at most `limit` (0 = all), continuing a paged list.
-    pub async fn list<R: Resource>(
-        &self,
-        namespace: Option<&str>,
-        filter: &Filter,
-        limit: usize,
-        continue_token: Option<&str>,
-    ) -> Result<Page<R>, ApiError> {
-        let prefix = prefix::<R>(namespace);
-        let token = continue_token
-            .filter(|t| !t.is_empty())
-            .map(ContinueToken::decode)
-            .transpose()?;
-        if let Some(token) = &token {
-            if !token.start.starts_with(&prefix) {
-                return Err(ApiError::bad_request(
-                    "continue key is not valid: it belongs to another list",
-                ));
-            }
-            let compacted = self
-                .store
-                .compacted_revision()
-                .await
-                .map_err(|e| store_error::<R>("", e))?;
-            if token.rv < compacted {
-                return Err(ApiError::expired(
-                    "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
-                ));
-            }
-        }
-        let mut start = token.as_ref().map(|t| t.start.clone());
-        let mut items = Vec::new();
-        let mut revision = None;
-        loop {
-            // Read somewhat more than needed: the filter may drop some.
-            let batch = if limit == 0 {
-                0
-            } else {
-                (limit - items.len()).max(16)
-            };
-            let result = self
-                .store
-                .range(&prefix, start.as_deref(), batch)
-                .await
-                .map_err(|e| store_error::<R>("", e))?;
-            revision.get_or_insert(result.revision);
-            let mut last_key = None;
-            for kv in &result.kvs {
-                last_key = Some(kv.key.clone());
-                let object: R = Self::decode_stored(kv)?;
-                if filter.matches(&object) {
-                    items.push(object);
-                    if limit != 0 && items.len() == limit {
-                        break;
-                    }
-                }
-            }
-            let consumed_all = last_key.as_deref() == result.kvs.last().map(|kv| kv.key.as_str());
-            let more = result.more || !consumed_all;
-            if limit != 0 && items.len() == limit {
-                let continue_token = if more {
-                    let rv = token
-                        .as_ref()
-                        .map(|t| t.rv)
-                        .or(revision)
-                        .unwrap_or_default();
-                    last_key.map(|start| ContinueToken { rv, start }.encode())
-                } else {
-                    None
-                };
-                return Ok(Page {
-                    items,
-                    resource_version: token.map(|t| t.rv).or(revision).unwrap_or_default(),
-                    continue_token,
-                });
-            }
-            if !result.more {
-                return Ok(Page {
-                    items,
-                    resource_version: token.map(|t| t.rv).or(revision).unwrap_or_default(),
-                    continue_token: None,
-                });
-            }
-            start = last_key;
-        }
-    }
-
     /// Creates an object. The caller has decoded it; this sets server-owned metadata,
     /// defaults and validates it, and stores it unless `dry_run`.
     pub async fn create<R: Resource>(
         &self,
         namespace: Option<&str>,
+        object: R,
+        now: Time,
+        dry_run: bool,
+    ) -> Result<R, ApiError> {
+        self.create_tracked(namespace, object, now, dry_run, Tracking::Update)
+            .await
+    }
+
+    async fn create_tracked<R: Resource>(
+        &self,
+        namespace: Option<&str>,
         mut object: R,
         now: Time,
         dry_run: bool,
+        tracking: Tracking,
     ) -> Result<R, ApiError> {
         {
             let meta = object.metadata_mut();
@@ -352,10 +278,17 @@ impl Registry {
         }
         object.clear_status();
         object.apply_defaults();
+        if tracking == Tracking::Update {
+            fields::track_update(None, &mut object, Scope::Main, &self.manager)?;
+        }
         let name = object.metadata().name.clone().unwrap_or_default();
         let errors = object.validate();
         if !errors.is_empty() {
             return Err(ApiError::invalid(R::KIND, R::GROUP, &name, &errors));
+        }
+        if R::NAMESPACED {
+            namespaces::admit_create::<R>(self, object.metadata().namespace.as_deref(), &name)
+                .await?;
         }
         if dry_run {
             return Ok(object);
@@ -401,6 +334,19 @@ impl Registry {
         name: &str,
         scope: Scope,
         dry_run: bool,
+        desired: impl FnMut(&R) -> Result<R, ApiError>,
+    ) -> Result<R, ApiError> {
+        self.update_tracked(namespace, name, scope, dry_run, Tracking::Update, desired)
+            .await
+    }
+
+    async fn update_tracked<R: Resource>(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+        scope: Scope,
+        dry_run: bool,
+        tracking: Tracking,
         mut desired: impl FnMut(&R) -> Result<R, ApiError>,
     ) -> Result<R, ApiError> {
         let key = key::<R>(namespace, name);
@@ -441,6 +387,7 @@ impl Registry {
                     "the namespace of the provided object does not match the namespace sent on the request",
                 ));
             }
+            let applied_fields = wanted.metadata().managed_fields.clone();
             let mut next = match scope {
                 Scope::Main => {
                     let mut next = wanted;
@@ -470,6 +417,12 @@ impl Registry {
                 let meta = next.metadata_mut();
                 meta.generation = Some(meta.generation.unwrap_or(0) + 1);
             }
+            match tracking {
+                Tracking::Update => {
+                    fields::track_update(Some(&current), &mut next, scope, &self.manager)?;
+                }
+                Tracking::Applied => next.metadata_mut().managed_fields = applied_fields,
+            }
             let errors = next.validate();
             if !errors.is_empty() {
                 return Err(ApiError::invalid(R::KIND, R::GROUP, name, &errors));
@@ -483,7 +436,8 @@ impl Registry {
             }
             let precondition = Precondition::ModRevision(current_kv.mod_revision);
             let finished = next.metadata().deletion_timestamp.is_some()
-                && next.metadata().finalizers.is_empty();
+                && next.metadata().finalizers.is_empty()
+                && !next.holds_deletion();
             let result = if finished {
                 self.store
                     .delete(&key, precondition)
@@ -562,10 +516,11 @@ impl Registry {
                 return Ok(object);
             }
             let precondition = Precondition::ModRevision(kv.mod_revision);
-            if !object.metadata().finalizers.is_empty() {
+            if !object.metadata().finalizers.is_empty() || object.holds_deletion() {
                 if object.metadata().deletion_timestamp.is_some() {
                     return Ok(object);
                 }
+                object.begin_deletion();
                 let meta = object.metadata_mut();
                 meta.deletion_timestamp = Some(now);
                 meta.deletion_grace_period_seconds = Some(0);

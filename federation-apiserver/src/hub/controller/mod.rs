@@ -74,6 +74,9 @@ const WRITE_CONCURRENCY: usize = 32;
 /// Why a session ends when its Cluster's provider changed.
 const PROVIDER_CHANGED: &str = "the cluster's provider changed: reconnect for a new Welcome";
 
+/// The field manager of the controller's writes.
+pub const CONTROLLER_MANAGER: &str = "fedingress-controller";
+
 /// What the controller writes with, while it leads (built on the fenced store).
 struct Writers {
     store: Arc<dyn Store>,
@@ -86,7 +89,8 @@ struct Writers {
 
 impl Writers {
     fn new(store: Arc<dyn Store>) -> Self {
-        let registry = Registry::new(store.clone());
+        // Its writes (status, finalizers, Events) are recorded in managedFields as its own.
+        let registry = Registry::new(store.clone()).managed_by(CONTROLLER_MANAGER);
         Self {
             recorder: Recorder::new(registry.clone()),
             registry,
