@@ -2,7 +2,7 @@
 //! `rbac.authorization.k8s.io/v1`.
 
 use fedingress_api::rbac::{self, ClusterRole, ClusterRoleBinding, Role, RoleBinding};
-use fedingress_api::{Cluster, FederatedIngress, Resource};
+use fedingress_api::{Cluster, FederatedIngress, Namespace, Resource};
 use serde_json::{Value, json};
 
 /// The Kubernetes version we report. kubectl's dispatcher picks the kubectl binary that
@@ -13,6 +13,18 @@ pub const KUBE_MINOR: &str = "32";
 /// Verbs every served kind supports.
 const VERBS: &[&str] = &[
     "create", "delete", "get", "list", "patch", "update", "watch",
+];
+/// The verbs of the kinds that also serve deletecollection (all but Namespaces, as in
+/// kube).
+const COLLECTION_VERBS: &[&str] = &[
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
 ];
 const STATUS_VERBS: &[&str] = &["get", "patch", "update"];
 /// `kubectl get fedingress` lists every kind of ours.
@@ -44,19 +56,44 @@ pub fn core_versions() -> Value {
     json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []})
 }
 
-/// The core group: only Events (the history of routing changes).
+/// The core group: Events (the history of routing changes) and Namespaces, with the
+/// verbs, short names and subresources kube-apiserver lists for them.
 pub fn core_resources() -> Value {
     json!({
         "kind": "APIResourceList",
         "groupVersion": "v1",
-        "resources": [{
-            "name": "events",
-            "singularName": "event",
-            "namespaced": true,
-            "kind": "Event",
-            "verbs": VERBS,
-            "shortNames": ["ev"],
-        }],
+        "resources": [
+            {
+                "name": "events",
+                "singularName": "event",
+                "namespaced": true,
+                "kind": "Event",
+                "verbs": COLLECTION_VERBS,
+                "shortNames": ["ev"],
+            },
+            {
+                "name": Namespace::PLURAL,
+                "singularName": Namespace::SINGULAR,
+                "namespaced": false,
+                "kind": Namespace::KIND,
+                "verbs": VERBS,
+                "shortNames": Namespace::SHORT_NAMES,
+            },
+            {
+                "name": "namespaces/finalize",
+                "singularName": "",
+                "namespaced": false,
+                "kind": Namespace::KIND,
+                "verbs": ["update"],
+            },
+            {
+                "name": "namespaces/status",
+                "singularName": "",
+                "namespaced": false,
+                "kind": Namespace::KIND,
+                "verbs": STATUS_VERBS,
+            },
+        ],
     })
 }
 
@@ -121,7 +158,7 @@ fn rbac_entry<R: Resource>() -> Value {
         "singularName": R::SINGULAR,
         "namespaced": R::NAMESPACED,
         "kind": R::KIND,
-        "verbs": VERBS,
+        "verbs": COLLECTION_VERBS,
     })
 }
 
@@ -150,7 +187,7 @@ fn resource_entries<R: Resource>() -> [Value; 2] {
             "singularName": R::SINGULAR,
             "namespaced": R::NAMESPACED,
             "kind": R::KIND,
-            "verbs": VERBS,
+            "verbs": COLLECTION_VERBS,
             "shortNames": R::SHORT_NAMES,
             "categories": [CATEGORY],
         }),

@@ -12,7 +12,7 @@
 //! descriptor compiled into kubectl).
 
 use fedingress_api::rbac;
-use fedingress_api::{Cluster, FederatedIngress, Resource};
+use fedingress_api::{Cluster, FederatedIngress, Namespace, Resource};
 
 /// Content type of the response. kubectl asks for
 /// `application/com.github.proto-openapi.spec.v2@v1.0+protobuf`, which Go's media type
@@ -135,7 +135,7 @@ fn operation<R: Resource>(id: &str, action: &str, writes: bool, patch: bool) -> 
         if patch {
             m.string(OPERATION_CONSUMES, "application/json-patch+json")
                 .string(OPERATION_CONSUMES, "application/merge-patch+json");
-            if R::GROUP == fedingress_api::rbac::GROUP {
+            if R::GROUP == fedingress_api::rbac::GROUP || R::GROUP.is_empty() {
                 m.string(OPERATION_CONSUMES, "application/strategic-merge-patch+json");
             }
         }
@@ -174,7 +174,7 @@ fn operation<R: Resource>(id: &str, action: &str, writes: bool, patch: bool) -> 
 
 fn add_paths<R: Resource>(paths: &mut Message) {
     let kind = R::KIND;
-    let base = format!("/apis/{}", R::api_version());
+    let base = crate::openapi::api_base::<R>();
     let collection = if R::NAMESPACED {
         format!("{base}/namespaces/{{namespace}}/{}", R::PLURAL)
     } else {
@@ -183,6 +183,8 @@ fn add_paths<R: Resource>(paths: &mut Message) {
     let id = |verb: &str| {
         if R::GROUP == fedingress_api::rbac::GROUP {
             format!("{verb}RbacAuthorizationV1{kind}")
+        } else if R::GROUP.is_empty() {
+            format!("{verb}CoreV1{kind}")
         } else {
             format!("{verb}FedingressIoV1alpha1{kind}")
         }
@@ -263,6 +265,7 @@ pub fn document() -> Vec<u8> {
     add_paths::<rbac::ClusterRole>(&mut paths);
     add_paths::<rbac::RoleBinding>(&mut paths);
     add_paths::<rbac::ClusterRoleBinding>(&mut paths);
+    add_paths::<Namespace>(&mut paths);
     let info = built(|i| {
         i.string(INFO_TITLE, "fedingress")
             .string(INFO_VERSION, env!("CARGO_PKG_VERSION"));

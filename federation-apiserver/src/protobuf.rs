@@ -3,7 +3,8 @@
 //! kubectl's typed clients (`kubectl create role/clusterrole/rolebinding/
 //! clusterrolebinding`) send built-in kinds as `application/vnd.kubernetes.protobuf`:
 //! the `k8s\0` magic, then a `runtime.Unknown` (typeMeta, raw) whose raw bytes are the
-//! object in the field numbers of `k8s.io/api/rbac/v1/generated.proto`. Responses are
+//! object in the field numbers of `k8s.io/api/rbac/v1/generated.proto` (and a Namespace's,
+//! `kubectl create namespace`, in those of `k8s.io/api/core/v1/generated.proto`). Responses are
 //! always JSON, which those clients accept. Only what the four kinds carry is decoded;
 //! `metadata.ownerReferences` and `managedFields` are dropped.
 
@@ -194,6 +195,9 @@ pub fn decode_rbac(body: &[u8]) -> Result<Value, ApiError> {
             ("RoleBinding" | "ClusterRoleBinding", 2) => {
                 subjects.push(Value::Object(strings(b, SUBJECT, false)?));
             }
+            ("Namespace", 2) => {
+                object.insert("spec".into(), Value::Object(strings(b, &["finalizers"], true)?));
+            }
             ("RoleBinding" | "ClusterRoleBinding", 3) => {
                 object.insert(
                     "roleRef".into(),
@@ -210,6 +214,7 @@ pub fn decode_rbac(body: &[u8]) -> Result<Value, ApiError> {
         "RoleBinding" | "ClusterRoleBinding" => {
             object.insert("subjects".into(), Value::Array(subjects));
         }
+        "Namespace" => {}
         other => return Err(bad(&format!("kind {other:?} is not served as protobuf"))),
     }
     Ok(Value::Object(object))

@@ -200,6 +200,9 @@ impl Server {
             .as_ref()
             .map(|p| p.providers())
             .unwrap_or_default();
+        tokio::spawn(
+            crate::hub::namespaces::NamespaceController::new(registry.clone(), role.clone()).run(),
+        );
         let controller = Controller::start(Parts {
             registry: registry.clone(),
             sessions: hub.clone(),
@@ -246,6 +249,16 @@ impl Server {
                 .await
         {
             tracing::warn!("RBAC not loaded yet: requests are answered 503 until it is");
+        }
+        // Namespaces: kube's and those already holding objects, before anything is
+        // served (creates are admitted only in namespaces that exist).
+        let namespaces =
+            tokio::spawn(crate::hub::namespaces::bootstrap_until_done(registry.clone()));
+        if tokio::time::timeout(Duration::from_secs(10), namespaces)
+            .await
+            .is_err()
+        {
+            tracing::warn!("bootstrap namespaces not created yet: creates in them are refused until they are");
         }
         if let Some(oidc) = state.auth.oidc() {
             tokio::spawn(oidc.clone().warm_up());

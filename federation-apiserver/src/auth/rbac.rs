@@ -608,6 +608,9 @@ mod tests {
             "roleRef": {"apiGroup": rbac::GROUP, "kind": "ClusterRole", "name": "edit"},
         }))
         .unwrap();
+        crate::registry::namespaces::ensure(&registry, "shop", Time(chrono::Utc::now()))
+            .await
+            .unwrap();
         registry
             .create(Some("shop"), binding, Time(chrono::Utc::now()), false)
             .await

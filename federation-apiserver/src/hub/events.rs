@@ -118,6 +118,10 @@ impl Recorder {
                 tracing::info!(kind = %kind, name = %name, reason, message, "event recorded");
                 self.recent.insert(key, name);
             }
+            // Namespace lifecycle: no new Events in a namespace being deleted.
+            Err(e) if e.code == http::StatusCode::FORBIDDEN => {
+                tracing::debug!(reason, error = %e, "event not recorded: its namespace is being deleted");
+            }
             Err(e) => tracing::warn!(reason, error = %e, "recording an event failed"),
         }
     }

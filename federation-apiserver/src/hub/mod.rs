@@ -10,6 +10,8 @@
 //! - [`providers`] publishes the routing decisions to the configured cloud DNS
 //!   providers (`dns.providers`) while leading, and turns their syncs into status;
 //! - [`tokens`] issues, lists and revokes agent tokens;
+//! - [`namespaces`] deletes the content of Namespaces being deleted (leader only) and
+//!   creates the bootstrap namespaces at start;
 //! - with several replicas on one etcd: [`replication`] keeps the replica's lease and
 //!   elects the leader that runs the controller's writes, [`directory`] shares what
 //!   each replica's agents say, [`dns_state`] carries what DNS serves from the leader to
@@ -25,6 +27,7 @@ pub mod dns_state;
 pub mod events;
 pub mod gateway;
 pub mod gslb;
+pub mod namespaces;
 pub mod pki;
 pub mod providers;
 pub mod replication;
