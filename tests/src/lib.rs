@@ -316,6 +316,17 @@ impl Kubectl {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// Creates namespace `name` with `kubectl create namespace` (the API server refuses
+    /// objects in a namespace that does not exist); one that exists already is fine.
+    pub fn create_namespace(&self, name: &str) {
+        let out = self.run(&["create", "namespace", name]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() || stderr.contains("AlreadyExists"),
+            "kubectl create namespace {name}: {stderr}"
+        );
+    }
+
     /// Runs and requires failure; returns stderr.
     pub fn fails(&self, args: &[&str]) -> String {
         let out = self.run(args);

@@ -301,6 +301,11 @@ async fn lists_select_and_page() {
         );
     }
     let other = "/apis/fedingress.io/v1alpha1/namespaces/other/federatedingresses";
+    let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "other"}});
+    assert_eq!(
+        api.post("/api/v1/namespaces", &namespace).await.0,
+        StatusCode::CREATED
+    );
     assert_eq!(
         api.post(other, &ingress("elsewhere", 7000)).await.0,
         StatusCode::CREATED

@@ -127,6 +127,7 @@ impl Fed {
         );
         let path = dir.join(format!("{namespace}-{name}.yaml"));
         std::fs::write(&path, text).unwrap();
+        self.k.create_namespace(namespace);
         self.k.ok(&["apply", "-f", &path.display().to_string()]);
     }
 

@@ -355,6 +355,7 @@ fn federation(dir: &Path, block: u8, replicas: u8, etcd: &str) -> Federation {
         .collect();
     eventually(WAIT, "one elected leader", || leader(&replicas));
     let k = replicas[0].kubectl(dir);
+    k.create_namespace("load");
     let gateways = replicas
         .iter()
         .map(|r| r.agent.clone())

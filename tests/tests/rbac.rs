@@ -108,6 +108,8 @@ fn a_rolebinding_to_edit_scopes_a_user_to_one_namespace() {
     let admin = server.kubectl("admin", "admin-token");
     let dave = server.kubectl("dave", "dave-token");
     let echo = write(dir, "echo.yaml", ECHO);
+    admin.create_namespace("shop");
+    admin.create_namespace("team");
 
     // The bootstrap roles are there; the existing group is cluster-admin.
     let roles = admin.ok(&["get", "clusterroles"]);
@@ -724,6 +726,7 @@ fn older_and_newer_kubectl_manage_rbac_too() {
         write_kubeconfig(&path, &server.url(), Some(&server.ca), Some("admin-token"));
         let k = Kubectl::new(Some(version), path);
         let ns = format!("v{}", version.replace('.', "-"));
+        k.create_namespace(&ns);
         let out = k.ok(&[
             "create",
             "role",
