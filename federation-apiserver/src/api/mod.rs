@@ -1182,12 +1182,16 @@ async fn serve_verb<R: Printable>(
                 .update::<R>(namespace, &name, scope, dry_run, |current| {
                     let mut document = serde_json::to_value(current)
                         .map_err(|e| ApiError::internal(format!("encoding current object: {e}")))?;
-                    // Only a resourceVersion the patch itself sets is a precondition.
+                    // The patch sees the current resourceVersion (kubectl's managedFields
+                    // upgrade replaces it as a precondition); only one the patch changed
+                    // is a precondition, so an unrelated race is retried.
+                    patch.apply(&mut document)?;
+                    let current_rv = current.metadata().resource_version.as_deref();
                     if let Some(meta) = document.get_mut("metadata").and_then(Value::as_object_mut)
+                        && meta.get("resourceVersion").and_then(Value::as_str) == current_rv
                     {
                         meta.remove("resourceVersion");
                     }
-                    patch.apply(&mut document)?;
                     let (object, found) = codec::decode::<R>(document, validation)?;
                     warnings = found;
                     crate::auth::escalation::check::<R>(
