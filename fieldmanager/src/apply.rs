@@ -293,3 +293,376 @@ fn set_managed_fields(object: &mut Value, managed: &Managed) {
         meta.insert("managedFields".into(), managed.encode());
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::update::update;
+    use serde_json::json;
+
+    fn schema() -> Schema {
+        Schema::from_openapi(&json!({"type": "object", "properties": {
+            "apiVersion": {"type": "string"}, "kind": {"type": "string"},
+            "metadata": {"type": "object", "properties": {
+                "name": {"type": "string"}, "uid": {"type": "string"},
+                "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+                "annotations": {"type": "object", "additionalProperties": {"type": "string"}}}},
+            "spec": {"type": "object", "properties": {
+                "replicas": {"type": "integer"}, "image": {"type": "string"},
+                "rules": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"],
+                          "items": {"type": "object", "properties": {"name": {"type": "string"}, "port": {"type": "integer"}}}},
+                "hosts": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}}}},
+            "status": {"type": "object", "properties": {"ready": {"type": "integer"}}}}}))
+        .unwrap()
+    }
+
+    fn req(manager: &str) -> Request<'_> {
+        Request {
+            manager,
+            api_version: "v1",
+            subresource: None,
+            now: "2026-11-24T11:00:00Z",
+        }
+    }
+
+    fn obj(spec: Value) -> Value {
+        json!({"apiVersion": "v1", "kind": "K", "metadata": {"name": "a"}, "spec": spec})
+    }
+
+    fn fields(m: &Managed, manager: &str) -> Option<String> {
+        m.entries
+            .iter()
+            .find(|e| e.manager == manager)
+            .map(|e| serde_json::to_string(&e.fields.to_fields_v1()).unwrap())
+    }
+
+    fn live_with_uid(applied: &Applied) -> Value {
+        let mut o = applied.object.clone();
+        o["metadata"]["uid"] = json!("u");
+        o
+    }
+
+    #[test]
+    fn apply_creates_and_owns_what_it_sets() {
+        let a = apply(
+            &schema(),
+            None,
+            &obj(json!({"replicas": 1})),
+            Managed::default(),
+            &req("a"),
+            false,
+        )
+        .unwrap();
+        assert!(a.changed);
+        assert_eq!(
+            fields(&a.managed, "a").unwrap(),
+            r#"{"f:spec":{"f:replicas":{}}}"#
+        );
+        assert_eq!(a.object["metadata"]["managedFields"], a.managed.encode());
+        assert_eq!(
+            a.managed.entries[0].time.as_deref(),
+            Some("2026-11-24T11:00:00Z")
+        );
+    }
+
+    #[test]
+    fn conflicts_unless_forced_and_force_moves_ownership() {
+        let s = schema();
+        let a = apply(
+            &s,
+            None,
+            &obj(json!({"replicas": 1, "image": "x"})),
+            Managed::default(),
+            &req("a"),
+            false,
+        )
+        .unwrap();
+        let live = live_with_uid(&a);
+        let err = apply(
+            &s,
+            Some(&live),
+            &obj(json!({"replicas": 2, "image": "y"})),
+            a.managed.clone(),
+            &req("b"),
+            false,
+        )
+        .unwrap_err();
+        let ApplyError::Conflicts(c) = err else {
+            panic!("expected conflicts")
+        };
+        assert_eq!(
+            c.message(),
+            "Apply failed with 2 conflicts: conflicts with \"a\":\n- .spec.image\n- .spec.replicas"
+        );
+        let forced = apply(
+            &s,
+            Some(&live),
+            &obj(json!({"replicas": 2})),
+            a.managed,
+            &req("b"),
+            true,
+        )
+        .unwrap();
+        assert_eq!(
+            fields(&forced.managed, "a").unwrap(),
+            r#"{"f:spec":{"f:image":{}}}"#
+        );
+        assert_eq!(
+            fields(&forced.managed, "b").unwrap(),
+            r#"{"f:spec":{"f:replicas":{}}}"#
+        );
+        assert_eq!(forced.object["spec"], json!({"replicas": 2, "image": "x"}));
+    }
+
+    #[test]
+    fn same_value_is_shared_and_pruned_only_when_nobody_owns_it() {
+        let s = schema();
+        let a = apply(
+            &s,
+            None,
+            &obj(json!({"replicas": 1, "image": "x"})),
+            Managed::default(),
+            &req("a"),
+            false,
+        )
+        .unwrap();
+        let b = apply(
+            &s,
+            Some(&live_with_uid(&a)),
+            &obj(json!({"replicas": 1})),
+            a.managed,
+            &req("b"),
+            false,
+        )
+        .unwrap();
+        assert!(!b.changed);
+        assert_eq!(
+            fields(&b.managed, "b").unwrap(),
+            r#"{"f:spec":{"f:replicas":{}}}"#
+        );
+        assert_eq!(
+            b.managed
+                .entries
+                .iter()
+                .find(|e| e.manager == "b")
+                .unwrap()
+                .time,
+            None
+        );
+        // a stops applying replicas (still owned by b) and image (owned by nobody else).
+        let a2 = apply(
+            &s,
+            Some(&live_with_uid(&b)),
+            &obj(json!({})),
+            b.managed,
+            &req("a"),
+            false,
+        )
+        .unwrap();
+        assert_eq!(a2.object["spec"], json!({"replicas": 1}));
+        assert_eq!(fields(&a2.managed, "a").unwrap(), r#"{"f:spec":{}}"#);
+    }
+
+    #[test]
+    fn pruning_removes_list_items_whole() {
+        let s = schema();
+        let cfg = obj(
+            json!({"rules": [{"name": "r1", "port": 1}, {"name": "r2", "port": 2}], "hosts": ["h1", "h2"]}),
+        );
+        let a = apply(&s, None, &cfg, Managed::default(), &req("a"), false).unwrap();
+        let cfg = obj(json!({"rules": [{"name": "r2", "port": 2}], "hosts": ["h2"]}));
+        let a2 = apply(
+            &s,
+            Some(&live_with_uid(&a)),
+            &cfg,
+            a.managed,
+            &req("a"),
+            false,
+        )
+        .unwrap();
+        assert_eq!(
+            a2.object["spec"],
+            json!({"rules": [{"name": "r2", "port": 2}], "hosts": ["h2"]})
+        );
+    }
+
+    #[test]
+    fn update_then_apply_conflicts_with_the_updater() {
+        let s = schema();
+        let a = apply(
+            &s,
+            None,
+            &obj(json!({"replicas": 1})),
+            Managed::default(),
+            &req("a"),
+            false,
+        )
+        .unwrap();
+        let live = live_with_uid(&a);
+        let mut new = live.clone();
+        new["spec"]["replicas"] = json!(3);
+        let managed = update(&s, Some(&live), &new, a.managed, &req("hpa"));
+        assert_eq!(fields(&managed, "a"), None);
+        let err = apply(
+            &s,
+            Some(&new),
+            &obj(json!({"replicas": 1})),
+            managed,
+            &req("a"),
+            false,
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Apply failed with 1 conflict: conflict with \"hpa\" using v1: .spec.replicas"
+        );
+    }
+
+    #[test]
+    fn status_is_ignored_by_main_resource_applies() {
+        let s = schema();
+        let mut cfg = obj(json!({"replicas": 1}));
+        cfg["status"] = json!({"ready": 5});
+        let a = apply(&s, None, &cfg, Managed::default(), &req("a"), false).unwrap();
+        assert!(a.object.get("status").is_none());
+        assert_eq!(
+            fields(&a.managed, "a").unwrap(),
+            r#"{"f:spec":{"f:replicas":{}}}"#
+        );
+        let live = live_with_uid(&a);
+        let status_cfg = json!({"apiVersion": "v1", "kind": "K", "metadata": {"name": "a", "labels": {"x": "y"}}, "spec": {"replicas": 9}, "status": {"ready": 2}});
+        let r = Request {
+            subresource: Some("status"),
+            ..req("ctrl")
+        };
+        let st = apply(&s, Some(&live), &status_cfg, a.managed, &r, false).unwrap();
+        assert_eq!(st.object["spec"], json!({"replicas": 1}));
+        assert_eq!(st.object["status"], json!({"ready": 2}));
+        assert!(st.object["metadata"].get("labels").is_none());
+        assert_eq!(
+            fields(&st.managed, "ctrl").unwrap(),
+            r#"{"f:status":{"f:ready":{}}}"#
+        );
+    }
+
+    #[test]
+    fn invalid_configurations_are_refused_with_the_path() {
+        let s = schema();
+        let e = apply(
+            &s,
+            None,
+            &obj(json!({"rules": [{"port": 1}]})),
+            Managed::default(),
+            &req("a"),
+            false,
+        )
+        .unwrap_err();
+        assert_eq!(e, ApplyError::Invalid(r#".spec.rules: element 0: associative list with keys has an element that omits key field "name""#.into()));
+        let e = apply(
+            &s,
+            None,
+            &obj(json!({"hosts": ["a", "a"]})),
+            Managed::default(),
+            &req("a"),
+            false,
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains(".spec.hosts: duplicate entries"),
+            "{e}"
+        );
+        assert!(matches!(
+            apply(&s, None, &json!([]), Managed::default(), &req("a"), false),
+            Err(ApplyError::Invalid(_))
+        ));
+        let mut other = obj(json!({}));
+        other["apiVersion"] = json!("v2");
+        assert!(matches!(
+            apply(&s, None, &other, Managed::default(), &req("a"), false),
+            Err(ApplyError::Invalid(_))
+        ));
+    }
+
+    #[test]
+    fn objects_without_managers_get_before_first_apply() {
+        let s = schema();
+        let live = json!({"apiVersion": "v1", "kind": "K", "metadata": {"name": "a", "uid": "u"}, "spec": {"replicas": 1, "image": "x"}});
+        let err = apply(
+            &s,
+            Some(&live),
+            &obj(json!({"replicas": 2})),
+            Managed::default(),
+            &req("a"),
+            false,
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Apply failed with 1 conflict: conflict with \"before-first-apply\" using v1: .spec.replicas"
+        );
+        let ok = apply(
+            &s,
+            Some(&live),
+            &obj(json!({"image": "x"})),
+            Managed::default(),
+            &req("a"),
+            false,
+        )
+        .unwrap();
+        assert_eq!(
+            fields(&ok.managed, "before-first-apply").unwrap(),
+            r#"{"f:spec":{".":{},"f:image":{},"f:replicas":{}}}"#
+        );
+    }
+
+    #[test]
+    fn kubectl_forces_conflicts_on_its_last_applied_fields_and_keeps_the_annotation() {
+        let s = schema();
+        let last = r#"{"apiVersion":"v1","kind":"K","metadata":{"annotations":{},"name":"a"},"spec":{"replicas":1}}"#;
+        let live = json!({"apiVersion": "v1", "kind": "K",
+            "metadata": {"name": "a", "uid": "u", "annotations": {LAST_APPLIED: last}},
+            "spec": {"replicas": 1, "image": "x"}});
+        let new_managed = update(
+            &s,
+            None,
+            &live,
+            Managed::default(),
+            &req("kubectl-client-side-apply"),
+        );
+        let cfg = obj(json!({"replicas": 3}));
+        let ok = apply(
+            &s,
+            Some(&live),
+            &cfg,
+            new_managed.clone(),
+            &req("kubectl"),
+            false,
+        )
+        .unwrap();
+        assert_eq!(ok.object["spec"]["replicas"], json!(3));
+        assert_eq!(
+            ok.object["metadata"]["annotations"][LAST_APPLIED],
+            json!(
+                "{\"apiVersion\":\"v1\",\"kind\":\"K\",\"metadata\":{\"name\":\"a\"},\"spec\":{\"replicas\":3}}\n"
+            )
+        );
+        // image is not in the annotation: changing it still conflicts.
+        let err = apply(
+            &s,
+            Some(&live),
+            &obj(json!({"replicas": 3, "image": "y"})),
+            new_managed.clone(),
+            &req("kubectl"),
+            false,
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Apply failed with 1 conflict: conflict with \"kubectl-client-side-apply\" using v1: .spec.image"
+        );
+        // Other managers get no such allowance.
+        assert!(apply(&s, Some(&live), &cfg, new_managed, &req("other"), false).is_err());
+    }
+
+    const LAST_APPLIED: &str = crate::last_applied::LAST_APPLIED_ANNOTATION;
+}

@@ -180,7 +180,7 @@ mod tests {
 
     #[test]
     fn orders_fields_then_keys_then_values_then_indexes() {
-        let mut v = vec![
+        let mut v = [
             PathElement::Index(0),
             PathElement::Value(json!("x")),
             PathElement::key(vec![("name".into(), json!("a"))]),

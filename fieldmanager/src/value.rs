@@ -132,13 +132,12 @@ fn write_go_json(v: &Value, out: &mut String) {
 }
 
 fn go_number(n: &Number) -> String {
-    if n.is_f64() {
-        if let Some(f) = n.as_f64()
-            && f.fract() == 0.0
-            && f.abs() < 1e21
-        {
-            return format!("{f:.0}");
-        }
+    if n.is_f64()
+        && let Some(f) = n.as_f64()
+        && f.fract() == 0.0
+        && f.abs() < 1e21
+    {
+        return format!("{f:.0}");
     }
     n.to_string()
 }
