@@ -34,6 +34,9 @@ pub struct WatchRequest<R> {
     pub filter: Filter,
     /// Events after this revision; `None` starts with the current state as ADDED events.
     pub after: Option<Revision>,
+    /// Watch-list (`sendInitialEvents=true`): after the ADDED events of the current
+    /// state, a BOOKMARK at their revision annotated `k8s.io/initial-events-end`.
+    pub initial_events_end: bool,
     pub bookmarks: bool,
     pub bookmark_interval: Duration,
     pub timeout: Duration,
@@ -74,6 +77,20 @@ fn translate<R: Resource>(
     })
 }
 
+/// The BOOKMARK that ends a watch-list's initial events: the snapshot's revision,
+/// annotated `k8s.io/initial-events-end: "true"` (what client-go's reflector and
+/// kube-rs's watcher wait for).
+fn initial_events_end<R: Resource>(revision: Revision) -> Value {
+    json!({
+        "kind": R::KIND,
+        "apiVersion": R::api_version(),
+        "metadata": {
+            "resourceVersion": revision.to_string(),
+            "annotations": {"k8s.io/initial-events-end": "true"},
+        },
+    })
+}
+
 /// Starts a watch; the returned channel yields the response body's lines.
 ///
 /// Fails before anything is streamed when the start revision was compacted (410) or the
@@ -106,12 +123,21 @@ pub async fn start<R: Resource>(
             bookmark_interval,
             timeout,
             render,
+            initial_events_end: end_initial_events,
             ..
         } = request;
         for object in &initial {
             if tx.send(line("ADDED", render(object))).await.is_err() {
                 return;
             }
+        }
+        if end_initial_events
+            && tx
+                .send(line("BOOKMARK", initial_events_end::<R>(after)))
+                .await
+                .is_err()
+        {
+            return;
         }
         let mut last_revision = after;
         let deadline = tokio::time::sleep(timeout);
