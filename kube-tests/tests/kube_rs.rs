@@ -166,7 +166,7 @@ async fn server_side_apply_creates_updates_conflicts_and_forces() {
             "apiVersion": "fedingress.io/v1alpha1",
             "kind": "Cluster",
             "metadata": {"name": "ssa-cluster"},
-            "spec": {"region": region},
+            "spec": {"region": region, "location": {"latitude": 50.45, "longitude": 3.82}},
         }))
     };
     let created = cluster_api
@@ -238,7 +238,7 @@ async fn server_side_apply_on_the_status_subresource() {
             "apiVersion": "fedingress.io/v1alpha1",
             "kind": "Cluster",
             "metadata": {"name": "status-apply"},
-            "spec": {"region": "europe-west1"},
+            "spec": {"region": "europe-west1", "location": {"latitude": 50.45, "longitude": 3.82}},
         })),
     )
     .await

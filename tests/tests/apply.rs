@@ -1,5 +1,6 @@
-//! Server-side apply, managedFields, Namespaces and collection operations driven by the
-//! real, unmodified kubectl (1.27-1.33).
+//! Server-side apply, managedFields and collection operations (chunked lists, delete by
+//! label and --all) driven by the real, unmodified kubectl (1.27-1.33). Namespaces with
+//! kubectl: `namespaces.rs`.
 //!
 //! What is expected is what kube-apiserver does and documents:
 //! <https://kubernetes.io/docs/reference/using-api/server-side-apply/> (sections "Field
@@ -14,7 +15,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use fedingress_tests::{Kubectl, Process, binary, repo_path, write_kubeconfig};
+use fedingress_tests::{Kubectl, Process, binary, eventually, repo_path, write_kubeconfig};
 use serde_json::Value;
 
 const START: Duration = Duration::from_secs(30);
@@ -528,7 +529,7 @@ fn apply_to_the_status_subresource() {
             dir.path(),
             "cluster.yaml",
             &format!(
-                "apiVersion: fedingress.io/v1alpha1\nkind: Cluster\nmetadata:\n  name: {name}\nspec:\n  region: europe-west1\n"
+                "apiVersion: fedingress.io/v1alpha1\nkind: Cluster\nmetadata:\n  name: {name}\nspec:\n  region: europe-west1\n  location: {{latitude: 50.45, longitude: 3.82}}\n"
             ),
         );
         k.ok(&["apply", "--server-side", "-f", &cluster]);
@@ -753,39 +754,50 @@ fn golden_managed_fields_of_two_appliers() {
         .collect();
     placed.sort();
     assert_eq!(placed, ["eu-west", "us-east"]);
+
+    // Besides alice and bob, only the hub's controller writes: the status, as an
+    // Update entry of manager fedingress-controller with subresource status.
+    eventually(
+        Duration::from_secs(20),
+        "the controller's status entry",
+        || {
+            let object = get_json(&k, "fing", "golden");
+            let entries = object["metadata"]["managedFields"]
+                .as_array()
+                .unwrap()
+                .clone();
+            let others: Vec<&Value> = entries
+                .iter()
+                .filter(|e| e["manager"] != "alice" && e["manager"] != "bob")
+                .collect();
+            for entry in &others {
+                assert_eq!(
+                    (
+                        &entry["manager"],
+                        &entry["operation"],
+                        &entry["subresource"]
+                    ),
+                    (
+                        &Value::from("fedingress-controller"),
+                        &Value::from("Update"),
+                        &Value::from("status")
+                    ),
+                    "{entry}"
+                );
+            }
+            match owned(&object, "fedingress-controller", "Update", Some("status")) {
+                Some(fields) if holds(&fields, &["f:status", "f:conditions"]) => Ok(()),
+                _ => Err(format!("{entries:?}")),
+            }
+        },
+    );
 }
 
 #[test]
-fn namespaces_and_collections_with_kubectl() {
+fn chunked_lists_and_deletes_by_label_and_all() {
     let dir = tempfile::tempdir().unwrap();
     let server = apiserver(&dir.path().join("data"));
     let k = dev_kubectl(dir.path(), &server, None);
-
-    // Namespaces: default exists; objects need an existing namespace.
-    let ns = k.ok(&["get", "ns"]);
-    assert!(
-        ns.lines()
-            .any(|l| l.starts_with("default ") && l.contains("Active")),
-        "{ns}"
-    );
-    let file = write(dir.path(), "in-ns.yaml", &ingress("in-ns", 7000, 30));
-    let err = k.fails(&["apply", "-n", "team-b", "-f", &file]);
-    assert!(err.contains("namespaces \"team-b\" not found"), "{err}");
-    assert_eq!(
-        k.ok(&["create", "namespace", "team-b"]).trim(),
-        "namespace/team-b created"
-    );
-    let ns = k.ok(&["get", "ns", "team-b"]);
-    assert!(ns.contains("Active"), "{ns}");
-    k.ok(&["apply", "-n", "team-b", "-f", &file]);
-    // kubectl delete ns waits until the namespace is gone, its objects first.
-    assert!(k.ok(&["delete", "ns", "team-b"]).contains("deleted"));
-    assert!(k.fails(&["get", "ns", "team-b"]).contains("not found"));
-    let left = k.run(&["get", "fing", "-n", "team-b"]);
-    assert!(
-        String::from_utf8_lossy(&left.stderr).contains("No resources found"),
-        "{left:?}"
-    );
 
     // Seven objects, listed in chunks of two (kubectl follows the continue tokens).
     for i in 0..7 {
