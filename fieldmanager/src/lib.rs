@@ -30,7 +30,7 @@
 //! Nothing here does I/O, logs or knows about HTTP: the API server decodes requests,
 //! calls [`update`] or [`apply`], and stores the result.
 
-mod apply;
+pub mod apply;
 mod cap;
 mod compare;
 mod conflict;
@@ -46,7 +46,7 @@ mod scope;
 pub mod set;
 mod time;
 mod tofieldset;
-mod update;
+pub mod update;
 mod value;
 mod walk;
 

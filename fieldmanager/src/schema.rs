@@ -58,8 +58,22 @@ impl Schema {
     /// # Errors
     /// An unknown list or map type, a list-map without keys, or a schema that is not a
     /// JSON object or boolean.
+    ///
+    /// For a kind (an object schema at the root), `apiVersion` and `kind` are leaves and
+    /// `metadata`, when the schema leaves it out or untyped, is kube's ObjectMeta (as
+    /// kube-apiserver always types a custom resource's metadata).
     pub fn from_openapi(schema: &Value) -> Result<Schema, SchemaError> {
-        read(schema, "")
+        let mut root = read(schema, "")?;
+        if let Schema::Struct { fields, .. } = &mut root {
+            for top in ["apiVersion", "kind"] {
+                fields.entry(top.into()).or_insert(Schema::Scalar);
+            }
+            let meta = fields.entry("metadata".into()).or_insert(Schema::Untyped);
+            if *meta == Schema::Untyped {
+                *meta = object_meta();
+            }
+        }
+        Ok(root)
     }
 
     /// The schema of a struct field or map value; `Untyped` for anything else.
@@ -74,6 +88,67 @@ impl Schema {
     /// True when `key` is a declared field of this struct (not a map key).
     pub(crate) fn is_named_field(&self, key: &str) -> bool {
         matches!(self, Schema::Struct { fields, .. } if fields.contains_key(key))
+    }
+}
+
+/// kube's ObjectMeta merge schema: labels and annotations are granular maps,
+/// finalizers a set, ownerReferences a list-map keyed by uid (atomic items),
+/// managedFields atomic.
+fn object_meta() -> Schema {
+    let scalars = [
+        "name",
+        "generateName",
+        "namespace",
+        "selfLink",
+        "uid",
+        "resourceVersion",
+        "generation",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+    ];
+    let mut fields: BTreeMap<String, Schema> = scalars
+        .iter()
+        .map(|n| (n.to_string(), Schema::Scalar))
+        .collect();
+    for map in ["labels", "annotations"] {
+        fields.insert(
+            map.into(),
+            Schema::Map {
+                values: Box::new(Schema::Scalar),
+                atomic: false,
+            },
+        );
+    }
+    fields.insert(
+        "finalizers".into(),
+        Schema::List {
+            items: Box::new(Schema::Scalar),
+            list: ListType::Set,
+        },
+    );
+    fields.insert(
+        "ownerReferences".into(),
+        Schema::List {
+            items: Box::new(Schema::Map {
+                values: Box::new(Schema::Untyped),
+                atomic: true,
+            }),
+            list: ListType::Map {
+                keys: vec!["uid".into()],
+            },
+        },
+    );
+    fields.insert(
+        "managedFields".into(),
+        Schema::List {
+            items: Box::new(Schema::Untyped),
+            list: ListType::Atomic,
+        },
+    );
+    Schema::Struct {
+        fields,
+        atomic: false,
     }
 }
 
@@ -321,6 +396,28 @@ mod tests {
         ));
         assert_eq!(spec.child("any"), &Schema::Untyped);
         assert!(spec.is_named_field("rules"));
+    }
+
+    #[test]
+    fn kinds_get_object_meta_when_their_schema_has_none() {
+        let s = Schema::from_openapi(
+            &json!({"type": "object", "properties": {"spec": {"type": "object"}}}),
+        )
+        .unwrap();
+        assert_eq!(s.child("kind"), &Schema::Scalar);
+        let meta = s.child("metadata");
+        assert!(matches!(
+            meta.child("labels"),
+            Schema::Map { atomic: false, .. }
+        ));
+        assert!(matches!(
+            meta.child("finalizers"),
+            Schema::List {
+                list: ListType::Set,
+                ..
+            }
+        ));
+        assert!(meta.is_named_field("name"));
     }
 
     #[test]
