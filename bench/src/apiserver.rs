@@ -278,6 +278,9 @@ async fn run(args: &Args, store: Store) -> anyhow::Result<Results> {
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(256)
         .build()?;
+    fedingress_bench::Api::new(&base)?
+        .create_namespace("bench")
+        .await?;
     println!(
         "federation-apiserver pid {pid} at {base}; {} objects, {} clients, {} watchers",
         args.objects, args.clients, args.watchers

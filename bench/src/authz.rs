@@ -511,6 +511,12 @@ pub async fn run(binary: &Path, options: &Options, clients: usize) -> anyhow::Re
         ms(synced_empty),
         rss_mib(server.pid())?
     );
+    let namespaces = tenancy
+        .namespaces
+        .iter()
+        .map(|n| ("/api/v1/namespaces".to_string(), crate::namespace(n)))
+        .collect();
+    post_all(&client, &server.api, namespaces, clients).await?;
     let mut seeds = Vec::new();
     for namespace in &tenancy.namespaces {
         for name in ["seed", "other"] {

@@ -360,6 +360,7 @@ impl GeoFleet {
     /// each region of the table.
     pub async fn create(hub: &DnsHub, n: usize) -> anyhow::Result<Self> {
         let api = Api::new(&hub.api)?;
+        api.create_namespace(NS).await?;
         let stats = Arc::new(AgentStats::default());
         let mut fleet = Self {
             stats: stats.clone(),

@@ -353,6 +353,7 @@ async fn run(
         args.interval_ms, args.timeout_ms, args.healthy_threshold, args.unhealthy_threshold
     );
     let gateways = replicas.gateways();
+    api.create_namespace(NS).await?;
     let mut echoes = Vec::new();
     for (c, (region, _, lat, lon)) in REGIONS.iter().enumerate() {
         let cluster = format!("c{}", c + 1);

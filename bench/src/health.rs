@@ -124,6 +124,7 @@ async fn run(
     let api = Api::new(&hub.api)?;
     let backend: SocketAddr = BACKEND.parse()?;
     let mut echo = Echo::start(backend, false).await?;
+    api.create_namespace(NS).await?;
     api.create_cluster("c1", "europe-west1", 50.4, 3.8).await?;
     let token = api.issue_token("c1").await?;
     *agent = Some(

@@ -281,6 +281,7 @@ async fn run(
     println!("echo backend (in this process) at {BACKEND}; load generator in this process");
 
     // (b) setup: Cluster, token, agent, FederatedIngress with TCP+UDP on one port.
+    api.create_namespace("bench").await?;
     api.create_cluster("l4", "europe-west1", 50.4, 3.8).await?;
     let token = api.issue_token("l4").await?;
     let agent = Agent::start(

@@ -367,6 +367,7 @@ async fn run(
 
     // The agent, configured through the hub.
     let api = Api::new(&hub.api)?;
+    api.create_namespace("bench").await?;
     api.create_cluster("l7", "europe-west1", 50.4, 3.8).await?;
     let token = api.issue_token("l7").await?;
     let agent_dir = tempfile::tempdir()?;

@@ -200,6 +200,11 @@ impl Apiserver {
     }
 }
 
+/// The body that creates core/v1 Namespace `name`.
+pub fn namespace(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+}
+
 /// A small JSON REST client for the apiserver.
 #[derive(Clone)]
 pub struct Api {
@@ -266,6 +271,26 @@ impl Api {
             })
             .await?;
         Ok(response.json().await?)
+    }
+
+    /// Creates namespace `name` (the apiserver refuses objects in a namespace that does
+    /// not exist); one that exists already is fine.
+    pub async fn create_namespace(&self, name: &str) -> anyhow::Result<()> {
+        let body = namespace(name);
+        let response = self
+            .client
+            .post(format!("{}/api/v1/namespaces", self.base))
+            .json(&body)
+            .send()
+            .await?;
+        let status = response.status();
+        if !status.is_success() && status != reqwest::StatusCode::CONFLICT {
+            bail!(
+                "creating namespace {name}: {status} {}",
+                response.text().await?
+            );
+        }
+        Ok(())
     }
 
     /// Creates a Cluster.

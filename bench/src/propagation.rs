@@ -490,6 +490,7 @@ async fn run(args: &Args, replicas: &Replicas) -> anyhow::Result<Rounds> {
     let r1 = &replicas.replicas[0];
     let pid = r1.pid().context("r1 runs")?;
     let api = Api::new(&r1.api)?;
+    api.create_namespace(NS).await?;
     let gateways = replicas.gateways();
     println!(
         "propagation-bench {}: {}{}: federation-apiserver pids {:?}, api {} (REST requests go to r1), agent gateways {}; heartbeat 2000 ms, lease 6000 ms{}",
