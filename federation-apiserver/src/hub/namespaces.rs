@@ -512,6 +512,95 @@ mod tests {
         assert!(again.status.is_none(), "an unchanged status is not written");
     }
 
+    /// A registry on a fresh redb store, and an object written straight to the store
+    /// (as data stored before Namespaces existed, or content of a namespace).
+    mod stored {
+        use super::*;
+        use fedingress_api::ObjectMeta;
+        use fedingress_store::{Precondition, RedbStore};
+
+        pub fn registry(dir: &std::path::Path) -> Registry {
+            let store: Arc<dyn Store> =
+                Arc::new(RedbStore::open(&dir.join("db"), Default::default()).unwrap());
+            Registry::new(store)
+        }
+
+        pub async fn ingress(registry: &Registry, namespace: &str, name: &str) {
+            let ingress = FederatedIngress {
+                metadata: ObjectMeta::namespaced(namespace, name),
+                ..FederatedIngress::default()
+            };
+            registry
+                .store()
+                .put(
+                    &format!("{}{name}", prefix::<FederatedIngress>(Some(namespace))),
+                    serde_json::to_vec(&ingress).unwrap().into(),
+                    Precondition::Absent,
+                )
+                .await
+                .unwrap();
+        }
+    }
+
+    #[tokio::test]
+    async fn bootstrap_creates_kubes_namespaces_and_those_of_stored_objects_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let registry = stored::registry(dir.path());
+        stored::ingress(&registry, "legacy", "web").await;
+        bootstrap(&registry).await.unwrap();
+        bootstrap(&registry).await.unwrap();
+        let names: Vec<String> = registry
+            .list::<Namespace>(None, &Filter::default(), 0, None)
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .filter_map(|ns| ns.metadata.name.clone())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "default",
+                "kube-node-lease",
+                "kube-public",
+                "kube-system",
+                "legacy"
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_deleted_namespace_loses_its_content_then_goes() {
+        let dir = tempfile::tempdir().unwrap();
+        let registry = stored::registry(dir.path());
+        let now = Time(chrono::Utc::now());
+        crate::registry::namespaces::ensure(&registry, "shop", now)
+            .await
+            .unwrap();
+        stored::ingress(&registry, "shop", "web").await;
+        let deleting = registry
+            .delete::<Namespace>(None, "shop", &DeletePreconditions::default(), now, false)
+            .await
+            .unwrap();
+        assert!(deleting.is_terminating());
+        let (_role, receiver) = watch::channel(Role::Leader(registry.store().clone()));
+        let controller = NamespaceController::new(registry.clone(), receiver);
+        let (pending, _) = controller.pass(&registry).await.unwrap();
+        assert!(pending);
+        assert!(observe(&registry, "shop").await.unwrap().is_empty());
+        let status = registry
+            .get::<Namespace>(None, "shop")
+            .await
+            .unwrap()
+            .status
+            .unwrap();
+        assert_eq!(status.conditions.len(), 5, "{status:?}");
+        // The next pass finds nothing left: finalized, and the namespace is gone.
+        controller.pass(&registry).await.unwrap();
+        let gone = registry.get::<Namespace>(None, "shop").await.unwrap_err();
+        assert_eq!(gone.code, StatusCode::NOT_FOUND);
+    }
+
     #[test]
     fn objects_already_being_deleted_are_not_deleted_again() {
         let ns = terminating();
