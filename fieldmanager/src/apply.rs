@@ -464,6 +464,50 @@ mod tests {
     }
 
     #[test]
+    fn pruning_a_struct_keeps_it_while_someone_owns_something_in_it() {
+        let s = schema();
+        let a = apply(
+            &s,
+            None,
+            &obj(json!({"replicas": 1})),
+            Managed::default(),
+            &req("a"),
+            false,
+        )
+        .unwrap();
+        let live = live_with_uid(&a);
+        let mut new = live.clone();
+        new["spec"]["image"] = json!("x");
+        let managed = update(&s, Some(&live), &new, a.managed, &req("u"));
+        let cfg = json!({"apiVersion": "v1", "kind": "K", "metadata": {"name": "a"}});
+        let out = apply(&s, Some(&new), &cfg, managed.clone(), &req("a"), false).unwrap();
+        assert_eq!(out.object["spec"], json!({"image": "x"}));
+        assert_eq!(fields(&out.managed, "a"), None);
+        // Nobody else owns anything under spec: the struct goes with its last field.
+        let alone = apply(
+            &s,
+            Some(&live),
+            &cfg,
+            managed_without(&managed, "u"),
+            &req("a"),
+            false,
+        )
+        .unwrap();
+        assert!(alone.object.get("spec").is_none(), "{}", alone.object);
+    }
+
+    fn managed_without(m: &Managed, manager: &str) -> Managed {
+        Managed {
+            entries: m
+                .entries
+                .iter()
+                .filter(|e| e.manager != manager)
+                .cloned()
+                .collect(),
+        }
+    }
+
+    #[test]
     fn pruning_removes_list_items_whole() {
         let s = schema();
         let cfg = obj(

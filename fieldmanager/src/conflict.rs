@@ -84,6 +84,26 @@ impl Conflicts {
     }
 }
 
+impl Conflicts {
+    /// The `details.causes` of kube's 409 apply-conflict Status (`NewConflictError`):
+    /// one `{"type":"FieldManagerConflict","message":"conflict with <manager>","field":
+    /// "<path>"}` per conflict.
+    pub fn status_causes(&self) -> serde_json::Value {
+        serde_json::Value::Array(
+            self.0
+                .iter()
+                .map(|c| {
+                    serde_json::json!({
+                        "type": "FieldManagerConflict",
+                        "message": format!("conflict with {}", c.manager),
+                        "field": c.field,
+                    })
+                })
+                .collect(),
+        )
+    }
+}
+
 impl std::fmt::Display for Conflicts {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.message())
