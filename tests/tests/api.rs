@@ -251,12 +251,11 @@ async fn semantics_of_writes() {
             b"{}".to_vec(),
         )
         .await;
-    assert_eq!(code, StatusCode::UNSUPPORTED_MEDIA_TYPE);
-    assert!(
-        ssa["message"]
-            .as_str()
-            .unwrap()
-            .contains("server-side apply")
+    // Server-side apply is served; without a fieldManager it is refused as kube does.
+    assert_eq!(code, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        ssa["message"],
+        "fieldManager is required for apply requests"
     );
     let (code, _) = api
         .send(

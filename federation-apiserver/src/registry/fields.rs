@@ -172,7 +172,7 @@ fn apply_error(error: ApplyError) -> ApiError {
                 .iter()
                 .map(|c| {
                     json!({
-                        "type": "FieldManagerConflict",
+                        "reason": "FieldManagerConflict",
                         "message": format!("conflict with {}", c.manager),
                         "field": c.field,
                     })
