@@ -151,7 +151,18 @@ fn server_side_apply_creates_updates_and_leaves_unchanged() {
     assert_eq!(updated["spec"]["traffic"]["ttl"], 60);
     assert_eq!(updated["metadata"]["generation"], 2);
 
-    // Unchanged: nothing is written (same resourceVersion and generation).
+    // Unchanged: nothing is written (same resourceVersion and generation). The hub's
+    // controller writes the status for generation 2 first; wait for that write.
+    let updated = eventually(Duration::from_secs(20), "status for generation 2", || {
+        let object = get_json(&k, "fing", "ssa");
+        let conditions = object["status"]["conditions"].as_array().cloned();
+        match conditions {
+            Some(c) if !c.is_empty() && c.iter().all(|c| c["observedGeneration"] == 2) => {
+                Ok(object)
+            }
+            _ => Err(format!("{}", object["status"])),
+        }
+    });
     k.ok(&["apply", "--server-side", "-f", &file]);
     let unchanged = get_json(&k, "fing", "ssa");
     assert_eq!(
