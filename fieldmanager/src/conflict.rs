@@ -86,15 +86,15 @@ impl Conflicts {
 
 impl Conflicts {
     /// The `details.causes` of kube's 409 apply-conflict Status (`NewConflictError`):
-    /// one `{"type":"FieldManagerConflict","message":"conflict with <manager>","field":
-    /// "<path>"}` per conflict.
+    /// one `{"reason":"FieldManagerConflict","message":"conflict with <manager>","field":
+    /// "<path>"}` per conflict (a StatusCause's type is serialized as `reason`).
     pub fn status_causes(&self) -> serde_json::Value {
         serde_json::Value::Array(
             self.0
                 .iter()
                 .map(|c| {
                     serde_json::json!({
-                        "type": "FieldManagerConflict",
+                        "reason": "FieldManagerConflict",
                         "message": format!("conflict with {}", c.manager),
                         "field": c.field,
                     })

@@ -11,7 +11,7 @@ use std::sync::{Mutex, OnceLock};
 
 use fedingress_api::Resource;
 use fedingress_fieldmanager::{self as fieldmanager, ApplyError, Managed, Schema};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::Scope;
 use crate::status::ApiError;
@@ -167,17 +167,9 @@ fn apply_error(error: ApplyError) -> ApiError {
     match error {
         ApplyError::Conflicts(conflicts) => {
             let mut error = ApiError::apply_conflict(conflicts.message());
-            error.causes = conflicts
-                .0
-                .iter()
-                .map(|c| {
-                    json!({
-                        "reason": "FieldManagerConflict",
-                        "message": format!("conflict with {}", c.manager),
-                        "field": c.field,
-                    })
-                })
-                .collect();
+            if let Value::Array(causes) = conflicts.status_causes() {
+                error.causes = causes;
+            }
             error
         }
         ApplyError::Invalid(message) => ApiError::bad_request(message),
