@@ -25,6 +25,7 @@ use fedingress_store::{Revision, Store};
 use futures_util::StreamExt;
 use http::StatusCode;
 use tokio::sync::watch;
+use tracing::Instrument;
 
 use super::replication::Role;
 use crate::registry::{DeletePreconditions, Filter, Registry, Scope, group_resource, prefix};
@@ -220,8 +221,7 @@ impl NamespaceController {
             pending = true;
             let name = ns.metadata.name.clone().unwrap_or_default();
             let span = tracing::info_span!("namespace", namespace = %name);
-            let _entered = span.enter();
-            if let Err(error) = self.reconcile(writer, ns).await {
+            if let Err(error) = self.reconcile(writer, ns).instrument(span).await {
                 tracing::warn!(namespace = %name, %error, "deleting the namespace's content failed; retrying");
             }
         }
