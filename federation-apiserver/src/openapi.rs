@@ -270,7 +270,15 @@ fn add_paths<R: Resource>(paths: &mut Map<String, Value>) {
     if kind != "Namespace" {
         let mut params = list_params();
         params.retain(|p| matches!(p["name"].as_str(), Some("labelSelector" | "fieldSelector")));
-        collection_item["delete"] = operation("deletecollection", "deleteCollection", kind, format!("delete collection of {kind}"), params, None, schema_ref(R::LIST_KIND));
+        collection_item["delete"] = operation(
+            "deletecollection",
+            "deleteCollection",
+            kind,
+            format!("delete collection of {kind}"),
+            params,
+            None,
+            schema_ref(R::LIST_KIND),
+        );
     }
     paths.insert(collection.clone(), collection_item);
     if R::NAMESPACED {
@@ -327,7 +335,10 @@ pub fn core_document() -> Value {
     add_paths::<Namespace>(&mut paths);
     let mut schemas = Map::new();
     schemas.insert(schema_name(Namespace::KIND), kind_schema::<Namespace>());
-    schemas.insert(schema_name(Namespace::LIST_KIND), list_schema::<Namespace>());
+    schemas.insert(
+        schema_name(Namespace::LIST_KIND),
+        list_schema::<Namespace>(),
+    );
     json!({
         "openapi": "3.0.0",
         "info": {"title": "fedingress", "version": env!("CARGO_PKG_VERSION")},
