@@ -196,7 +196,10 @@ pub fn decode_rbac(body: &[u8]) -> Result<Value, ApiError> {
                 subjects.push(Value::Object(strings(b, SUBJECT, false)?));
             }
             ("Namespace", 2) => {
-                object.insert("spec".into(), Value::Object(strings(b, &["finalizers"], true)?));
+                object.insert(
+                    "spec".into(),
+                    Value::Object(strings(b, &["finalizers"], true)?),
+                );
             }
             ("RoleBinding" | "ClusterRoleBinding", 3) => {
                 object.insert(
