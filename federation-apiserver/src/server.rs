@@ -252,13 +252,16 @@ impl Server {
         }
         // Namespaces: kube's and those already holding objects, before anything is
         // served (creates are admitted only in namespaces that exist).
-        let namespaces =
-            tokio::spawn(crate::hub::namespaces::bootstrap_until_done(registry.clone()));
+        let namespaces = tokio::spawn(crate::hub::namespaces::bootstrap_until_done(
+            registry.clone(),
+        ));
         if tokio::time::timeout(Duration::from_secs(10), namespaces)
             .await
             .is_err()
         {
-            tracing::warn!("bootstrap namespaces not created yet: creates in them are refused until they are");
+            tracing::warn!(
+                "bootstrap namespaces not created yet: creates in them are refused until they are"
+            );
         }
         if let Some(oidc) = state.auth.oidc() {
             tokio::spawn(oidc.clone().warm_up());
