@@ -5,7 +5,8 @@
 //! `--compare` runs redb, etcd and etcd3 in one invocation and prints the ratios against
 //! redb). `--authz` measures issue 12's authorization instead: the admin token against
 //! 200 users under 10,000 RoleBindings, and OIDC ID tokens with `--oidc`
-//! ([`fedingress_bench::authz`]).
+//! ([`fedingress_bench::authz`]). `--apply` measures server-side apply and
+//! managedFields, each phase against its non-apply peer ([`fedingress_bench::apply`]).
 //!
 //! Run: `cargo build --release --bins && target/release/apiserver-bench`
 //! (see docs/benchmarks.md). It prints numbers; it asserts nothing.
@@ -28,9 +29,9 @@ use tokio::sync::Mutex;
 #[derive(Parser)]
 #[command(about = "Benchmark the federation-apiserver")]
 struct Args {
-    /// FederatedIngresses to create.
-    #[arg(long, default_value_t = 10_000)]
-    objects: usize,
+    /// FederatedIngresses to create [default: 10000; with --apply 3000 per set].
+    #[arg(long)]
+    objects: Option<usize>,
     /// Concurrent creating clients.
     #[arg(long, default_value_t = 16)]
     clients: usize,
@@ -62,6 +63,16 @@ struct Args {
     authz: bool,
     #[command(flatten)]
     authz_options: fedingress_bench::authz::Options,
+    /// Measure server-side apply instead: create, change, resync, a second manager and
+    /// status writes, each against its non-apply peer (--objects per set, --clients).
+    #[arg(long)]
+    apply: bool,
+}
+
+impl Args {
+    fn objects(&self) -> usize {
+        self.objects.unwrap_or(10_000)
+    }
 }
 
 /// What one run measured.
@@ -114,6 +125,11 @@ async fn main() -> anyhow::Result<()> {
     if args.authz {
         let binary = fedingress_bench::sibling(args.apiserver.clone(), "federation-apiserver")?;
         return fedingress_bench::authz::run(&binary, &args.authz_options, args.clients).await;
+    }
+    if args.apply {
+        let binary = fedingress_bench::sibling(args.apiserver.clone(), "federation-apiserver")?;
+        let objects = args.objects.unwrap_or(3_000);
+        return fedingress_bench::apply::run(&binary, objects, args.clients).await;
     }
     let stores = if args.compare {
         vec![Store::Redb, Store::Etcd, Store::Etcd3]
@@ -283,7 +299,9 @@ async fn run(args: &Args, store: Store) -> anyhow::Result<Results> {
         .await?;
     println!(
         "federation-apiserver pid {pid} at {base}; {} objects, {} clients, {} watchers",
-        args.objects, args.clients, args.watchers
+        args.objects(),
+        args.clients,
+        args.watchers
     );
 
     // A watch on the namespace from before the first create: when each object arrives.
@@ -291,7 +309,7 @@ async fn run(args: &Args, store: Store) -> anyhow::Result<Results> {
 
     // 1. Durable creates with concurrent clients.
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let latencies = Arc::new(Mutex::new(Vec::with_capacity(args.objects)));
+    let latencies = Arc::new(Mutex::new(Vec::with_capacity(args.objects())));
     let acks: Arc<Mutex<Vec<(String, Instant)>>> = Arc::default();
     let started = Instant::now();
     let mut tasks = Vec::new();
@@ -302,7 +320,7 @@ async fn run(args: &Args, store: Store) -> anyhow::Result<Results> {
             next.clone(),
             latencies.clone(),
             acks.clone(),
-            args.objects,
+            args.objects(),
         );
         tasks.push(tokio::spawn(async move {
             loop {
@@ -336,10 +354,10 @@ async fn run(args: &Args, store: Store) -> anyhow::Result<Results> {
     let elapsed = started.elapsed();
     let mut create = latencies.lock().await.clone();
     create.sort();
-    let creates_per_s = args.objects as f64 / elapsed.as_secs_f64();
+    let creates_per_s = args.objects() as f64 / elapsed.as_secs_f64();
     println!(
         "creates: {} in {:.2} s = {:.0} creates/s (p50 {}, p99 {})",
-        args.objects,
+        args.objects(),
         elapsed.as_secs_f64(),
         creates_per_s,
         ms(percentile(&create, 0.5)),
@@ -350,7 +368,11 @@ async fn run(args: &Args, store: Store) -> anyhow::Result<Results> {
     let ack_watch_loaded = ack_to_watch(&acks.lock().await, &added).await?;
     println!(
         "create acknowledged -> its ADDED event on a watch of the namespace, {} creates by {} clients: p50 {:.2} ms, p99 {:.2} ms ({:.1} % of the events arrived before the acknowledgement)",
-        args.objects, args.clients, ack_watch_loaded.0, ack_watch_loaded.1, ack_watch_loaded.2
+        args.objects(),
+        args.clients,
+        ack_watch_loaded.0,
+        ack_watch_loaded.1,
+        ack_watch_loaded.2
     );
 
     // 2. List latency.
@@ -366,7 +388,7 @@ async fn run(args: &Args, store: Store) -> anyhow::Result<Results> {
             .await?;
         full.push(t.elapsed());
         let count = list["items"].as_array().map(Vec::len).unwrap_or(0);
-        if count != args.objects {
+        if count != args.objects() {
             bail!("list returned {count} items");
         }
         let t = Instant::now();
@@ -382,7 +404,7 @@ async fn run(args: &Args, store: Store) -> anyhow::Result<Results> {
     paged.sort();
     println!(
         "list all {}: p50 {} (max {}); first page of 500: p50 {}",
-        args.objects,
+        args.objects(),
         ms(percentile(&full, 0.5)),
         ms(percentile(&full, 1.0)),
         ms(percentile(&paged, 0.5))
@@ -503,7 +525,8 @@ async fn run(args: &Args, store: Store) -> anyhow::Result<Results> {
     let rss_watches = rss_mib(pid)?;
     println!(
         "rss with {} objects and {} watches: {rss_watches:.1} MiB",
-        args.objects, args.watchers,
+        args.objects(),
+        args.watchers,
     );
     for watcher in watchers {
         watcher.abort();

@@ -35,7 +35,9 @@ use std::time::{Duration, Instant};
 use anyhow::bail;
 use serde_json::{Value, json};
 
-use crate::{CpuWindow, GROUP_PATH, Proc, ms, percentile, print_ratio_table, rss_mib};
+use crate::{
+    CpuWindow, GROUP_PATH, Proc, load_average, ms, percentile, print_ratio_table, rss_mib,
+};
 
 /// `apiserver-bench --authz` options.
 #[derive(clap::Args, Clone, Debug)]
@@ -439,13 +441,6 @@ async fn post_all(
         task.await??;
     }
     Ok(started.elapsed())
-}
-
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|l| l.split_whitespace().next().map(String::from))
-        .unwrap_or_default()
 }
 
 /// Runs the whole measurement and prints it.

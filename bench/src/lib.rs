@@ -7,8 +7,10 @@
 //! Modules: [`sim_agent`], a simulated cluster agent on the real protocol; [`etcd`], real
 //! etcd members and what they wrote; [`replicas`], several apiserver replicas on one
 //! etcd (or one on redb), to kill and restart; [`authz`], authorization at scale
-//! (`apiserver-bench --authz`).
+//! (`apiserver-bench --authz`); [`apply`], server-side apply and managedFields
+//! (`apiserver-bench --apply`).
 
+pub mod apply;
 pub mod authz;
 pub mod etcd;
 pub mod replicas;
@@ -651,6 +653,14 @@ impl Stop {
     pub fn is_set(&self) -> bool {
         self.0.load(Ordering::Relaxed)
     }
+}
+
+/// The 1-minute load average (`/proc/loadavg`), for the report.
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(String::from))
+        .unwrap_or_default()
 }
 
 /// Today's date as the machine says it (`date -u +%F`), for the report.
