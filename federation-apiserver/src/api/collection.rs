@@ -8,8 +8,7 @@ use fedingress_api::Time;
 use http::StatusCode;
 use serde_json::json;
 
-use super::{DeleteOptions, Params, content_type, json_response, parse_dry_run, read_body};
-use crate::codec::{self, BodyFormat};
+use super::{Params, json_response, read_delete_options};
 use crate::registry::{Filter, Registry};
 use crate::status::ApiError;
 use crate::table::Printable;
@@ -34,18 +33,7 @@ pub(super) async fn serve<R: Printable>(
         params.label_selector.as_deref(),
         params.field_selector.as_deref(),
     )?;
-    let (headers, body) = read_body(request).await?;
-    let options: DeleteOptions = if body.iter().all(u8::is_ascii_whitespace) {
-        DeleteOptions::default()
-    } else {
-        let value = codec::parse_body(
-            &body,
-            BodyFormat::from_content_type(content_type(&headers))?,
-        )?;
-        serde_json::from_value(value)
-            .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?
-    };
-    let dry_run = parse_dry_run(&params.dry_run)? || options.dry_run.iter().any(|d| d == "All");
+    let (options, dry_run) = read_delete_options(params, request).await?;
     let deleted = registry
         .delete_collection::<R>(
             namespace,

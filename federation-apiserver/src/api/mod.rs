@@ -1213,19 +1213,7 @@ async fn serve_verb<R: Printable>(
             ))
         }
         "delete" => {
-            let (headers, body) = read_body(request).await?;
-            let options: DeleteOptions = if body.iter().all(u8::is_ascii_whitespace) {
-                DeleteOptions::default()
-            } else {
-                let value = codec::parse_body(
-                    &body,
-                    BodyFormat::from_content_type(content_type(&headers))?,
-                )?;
-                serde_json::from_value(value)
-                    .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?
-            };
-            let dry_run =
-                parse_dry_run(&params.dry_run)? || options.dry_run.iter().any(|d| d == "All");
+            let (options, dry_run) = read_delete_options(&params, request).await?;
             let deleted = registry
                 .delete::<R>(
                     namespace,
@@ -1286,6 +1274,27 @@ async fn decode_write<R: Resource>(
     };
     let (object, warnings) = codec::decode::<R>(value, validation)?;
     Ok((object, warnings, dry_run))
+}
+
+/// The DeleteOptions body of a delete or deletecollection (none: defaults) and whether
+/// it is a dry run (the query's `dryRun` or the body's).
+async fn read_delete_options(
+    params: &Params,
+    request: Request,
+) -> Result<(DeleteOptions, bool), ApiError> {
+    let (headers, body) = read_body(request).await?;
+    let options: DeleteOptions = if body.iter().all(u8::is_ascii_whitespace) {
+        DeleteOptions::default()
+    } else {
+        let value = codec::parse_body(
+            &body,
+            BodyFormat::from_content_type(content_type(&headers))?,
+        )?;
+        serde_json::from_value(value)
+            .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?
+    };
+    let dry_run = parse_dry_run(&params.dry_run)? || options.dry_run.iter().any(|d| d == "All");
+    Ok((options, dry_run))
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -409,17 +409,8 @@ async fn used_namespaces<R: Resource>(
 
 /// Runs [`bootstrap`] until it succeeds (the store may not answer yet).
 pub async fn bootstrap_until_done(registry: Registry) {
-    let mut delay = Duration::from_millis(200);
-    loop {
-        match bootstrap(&registry).await {
-            Ok(()) => return,
-            Err(error) => {
-                tracing::warn!(%error, "creating the bootstrap namespaces failed; retrying");
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(10));
-            }
-        }
-    }
+    crate::registry::until_written("creating the bootstrap namespaces", || bootstrap(&registry))
+        .await;
 }
 
 #[cfg(test)]

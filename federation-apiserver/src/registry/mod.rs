@@ -552,6 +552,21 @@ impl Registry {
     }
 }
 
+/// Runs a bootstrap write until it succeeds (the store may not answer yet), backing off
+/// from 200 ms to 10 s; `what` names it in the log.
+pub async fn until_written<F, Fut>(what: &str, mut write: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), ApiError>>,
+{
+    let mut delay = std::time::Duration::from_millis(200);
+    while let Err(error) = write().await {
+        tracing::warn!(%error, what, "bootstrap write failed; retrying");
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(std::time::Duration::from_secs(10));
+    }
+}
+
 /// `DeleteOptions.preconditions`.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
