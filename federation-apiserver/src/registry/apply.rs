@@ -127,3 +127,86 @@ impl Registry {
         ))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use fedingress_api::namespace::Namespace;
+    use fedingress_api::{FederatedIngress, Resource, Time};
+    use serde_json::json;
+
+    use super::*;
+
+    async fn registry(dir: &tempfile::TempDir) -> Registry {
+        let store = fedingress_store::RedbStore::open(
+            &dir.path().join("store.redb"),
+            fedingress_store::RedbOptions::default(),
+        )
+        .unwrap();
+        let registry = Registry::new(Arc::new(store));
+        registry
+            .create(None, Namespace::named("default"), now(), false)
+            .await
+            .unwrap();
+        registry
+    }
+
+    fn now() -> Time {
+        Time::new(chrono::Utc::now())
+    }
+
+    fn apply(config: &serde_json::Value) -> Apply<'_> {
+        Apply {
+            namespace: Some("default"),
+            name: "web",
+            scope: Scope::Main,
+            config: config.clone(),
+            force: false,
+            validation: FieldValidation::Strict,
+            dry_run: false,
+            now: now(),
+        }
+    }
+
+    /// A GitOps resync re-applies configurations that leave out server defaults (an HTTP
+    /// rule's port, inside the atomic `rules`): nothing may be written.
+    #[tokio::test]
+    async fn an_unchanged_apply_leaving_out_defaults_writes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let registry = registry(&dir).await.managed_by("flux");
+        let config = json!({
+            "apiVersion": FederatedIngress::api_version(),
+            "kind": "FederatedIngress",
+            "metadata": {"name": "web"},
+            "spec": {
+                "rules": [{"protocol": "HTTP", "host": "web.example.com",
+                           "paths": [{"path": "/", "backend": {"service": "web", "port": 8080}}]}],
+                "traffic": {"dnsName": "web.example.com"},
+            },
+        });
+        let first: Applied<FederatedIngress> = registry.apply(apply(&config)).await.unwrap();
+        assert!(first.created);
+        assert_eq!(first.object.spec.rules[0].port, Some(80), "defaulted");
+        // managedFields times are whole seconds: let the clock move past the first's.
+        tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+        let again: Applied<FederatedIngress> = registry.apply(apply(&config)).await.unwrap();
+        assert_eq!(
+            again.object.metadata().resource_version,
+            first.object.metadata().resource_version,
+            "an unchanged apply is not written"
+        );
+        // A real change is written, and the manager's entry follows it.
+        let mut changed = config.clone();
+        changed["spec"]["traffic"]["ttl"] = json!(60);
+        let third: Applied<FederatedIngress> = registry.apply(apply(&changed)).await.unwrap();
+        assert_ne!(
+            third.object.metadata().resource_version,
+            first.object.metadata().resource_version
+        );
+        let entries = &third.object.metadata().managed_fields;
+        assert_eq!(entries.len(), 1, "{entries:?}");
+        assert_eq!(entries[0].manager.as_deref(), Some("flux"));
+        assert_eq!(entries[0].operation.as_deref(), Some("Apply"));
+    }
+}

@@ -163,6 +163,49 @@ pub fn apply<R: Resource>(
     Ok(object)
 }
 
+/// After an apply: when the result, defaults filled in, is the stored object and only the
+/// managers' times moved, keeps the stored managedFields, so nothing is written. (An
+/// applied configuration that leaves out a default inside an atomic list "changes" the
+/// list, then defaulting restores it; kube-apiserver writes a new time in that case,
+/// kubernetes#121404, and a GitOps resync would rewrite every object.)
+pub fn keep_times_when_unchanged<R: Resource>(live: &R, next: &mut R) {
+    fn without_times(object: &impl Resource) -> Vec<fedingress_api::ManagedFieldsEntry> {
+        let mut entries = object.metadata().managed_fields.clone();
+        entries.iter_mut().for_each(|entry| entry.time = None);
+        entries.sort_by(|a, b| {
+            let key = |e: &fedingress_api::ManagedFieldsEntry| {
+                (
+                    e.manager.clone(),
+                    e.operation.clone(),
+                    e.subresource.clone(),
+                    e.api_version.clone(),
+                )
+            };
+            key(a).cmp(&key(b))
+        });
+        entries
+    }
+    if without_times(live) != without_times(next) {
+        return;
+    }
+    let stored = live.metadata().managed_fields.clone();
+    let mut unchanged = next.clone();
+    unchanged.metadata_mut().managed_fields = stored.clone();
+    let same = |a: &R, b: &R| {
+        let mut a = serde_json::to_value(a).ok();
+        let mut b = serde_json::to_value(b).ok();
+        for value in [&mut a, &mut b].into_iter().flatten() {
+            if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
+                meta.remove("resourceVersion");
+            }
+        }
+        a == b
+    };
+    if same(live, &unchanged) {
+        next.metadata_mut().managed_fields = stored;
+    }
+}
+
 fn apply_error(error: ApplyError) -> ApiError {
     match error {
         ApplyError::Conflicts(conflicts) => {

@@ -421,7 +421,10 @@ impl Registry {
                 Tracking::Update => {
                     fields::track_update(Some(&current), &mut next, scope, &self.manager)?;
                 }
-                Tracking::Applied => next.metadata_mut().managed_fields = applied_fields,
+                Tracking::Applied => {
+                    next.metadata_mut().managed_fields = applied_fields;
+                    fields::keep_times_when_unchanged(&current, &mut next);
+                }
             }
             let errors = next.validate();
             if !errors.is_empty() {
