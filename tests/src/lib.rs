@@ -339,6 +339,37 @@ impl Kubectl {
     }
 }
 
+/// A federation-apiserver on loopback ports (API and agent gateway on port 0) with its
+/// data in `data_dir` and `extra` arguments (e.g. `--dev`), started and ready.
+pub fn start_apiserver(data_dir: &Path, extra: &[&str]) -> Process {
+    let mut command = Command::new(binary("federation-apiserver"));
+    command
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--agent-listen",
+            "127.0.0.1:0",
+            "--data-dir",
+        ])
+        .arg(data_dir)
+        .args(extra);
+    Process::start(command, "federation-apiserver", Duration::from_secs(30))
+        .expect("the federation-apiserver starts")
+}
+
+/// kubectl `version` (`None`: the default one) on a `--dev` apiserver (no credentials),
+/// its kubeconfig written into `dir`.
+pub fn dev_kubectl(dir: &Path, server: &Process, version: Option<&str>) -> Kubectl {
+    let kubeconfig = dir.join(format!("kubeconfig-{}", version.unwrap_or("default")));
+    write_kubeconfig(
+        &kubeconfig,
+        &format!("http://{}", server.addr("api")),
+        None,
+        None,
+    );
+    Kubectl::new(version, kubeconfig)
+}
+
 /// Writes a kubeconfig for `server` (with a CA and a token when given).
 pub fn write_kubeconfig(path: &Path, server: &str, ca: Option<&Path>, token: Option<&str>) {
     let cluster = match ca {

@@ -15,36 +15,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use fedingress_tests::{Kubectl, Process, binary, eventually, repo_path, write_kubeconfig};
+use fedingress_tests::{Kubectl, dev_kubectl, eventually, repo_path, start_apiserver};
 use serde_json::Value;
-
-const START: Duration = Duration::from_secs(30);
-
-fn apiserver(data_dir: &Path) -> Process {
-    let mut command = Command::new(binary("federation-apiserver"));
-    command
-        .args([
-            "--dev",
-            "--listen",
-            "127.0.0.1:0",
-            "--agent-listen",
-            "127.0.0.1:0",
-            "--data-dir",
-        ])
-        .arg(data_dir);
-    Process::start(command, "federation-apiserver", START).unwrap()
-}
-
-fn dev_kubectl(dir: &Path, server: &Process, version: Option<&str>) -> Kubectl {
-    let kubeconfig = dir.join(format!("kubeconfig-{}", version.unwrap_or("default")));
-    write_kubeconfig(
-        &kubeconfig,
-        &format!("http://{}", server.addr("api")),
-        None,
-        None,
-    );
-    Kubectl::new(version, kubeconfig)
-}
 
 fn write(dir: &Path, name: &str, text: &str) -> String {
     let path = dir.join(name);
@@ -133,7 +105,7 @@ fn run(k: &Kubectl, args: &[&str]) -> (Option<i32>, String) {
 #[test]
 fn server_side_apply_creates_updates_and_leaves_unchanged() {
     let dir = tempfile::tempdir().unwrap();
-    let server = apiserver(&dir.path().join("data"));
+    let server = start_apiserver(&dir.path().join("data"), &["--dev"]);
     let k = dev_kubectl(dir.path(), &server, None);
 
     let file = write(dir.path(), "ssa.yaml", &ingress("ssa", 7000, 30));
@@ -195,7 +167,7 @@ fn server_side_apply_creates_updates_and_leaves_unchanged() {
 #[test]
 fn non_apply_writes_record_update_entries() {
     let dir = tempfile::tempdir().unwrap();
-    let server = apiserver(&dir.path().join("data"));
+    let server = start_apiserver(&dir.path().join("data"), &["--dev"]);
     let k = dev_kubectl(dir.path(), &server, None);
     let file = write(dir.path(), "up.yaml", &ingress("up", 7000, 30));
     // kubectl create/label/patch send fieldManager=kubectl-create, -label, -patch.
@@ -260,7 +232,7 @@ fn non_apply_writes_record_update_entries() {
 #[test]
 fn two_managers_conflict_force_share_and_release() {
     let dir = tempfile::tempdir().unwrap();
-    let server = apiserver(&dir.path().join("data"));
+    let server = start_apiserver(&dir.path().join("data"), &["--dev"]);
     let k = dev_kubectl(dir.path(), &server, None);
     let alice = write(dir.path(), "alice.yaml", &ingress("shared", 7000, 30));
     k.ok(&[
@@ -401,7 +373,7 @@ fn two_managers_conflict_force_share_and_release() {
 #[test]
 fn map_lists_merge_by_key() {
     let dir = tempfile::tempdir().unwrap();
-    let server = apiserver(&dir.path().join("data"));
+    let server = start_apiserver(&dir.path().join("data"), &["--dev"]);
     let k = dev_kubectl(dir.path(), &server, None);
     let base = ingress("merged", 7000, 30);
     let with = |cluster: &str, class: &str| {
@@ -480,7 +452,7 @@ fn map_lists_merge_by_key() {
 #[test]
 fn client_side_apply_migrates_to_server_side_apply() {
     let dir = tempfile::tempdir().unwrap();
-    let server = apiserver(&dir.path().join("data"));
+    let server = start_apiserver(&dir.path().join("data"), &["--dev"]);
     let k = dev_kubectl(dir.path(), &server, None);
     migrate(&k, dir.path(), "migrated");
 }
@@ -531,7 +503,7 @@ fn migrate(k: &Kubectl, dir: &Path, name: &str) {
 #[test]
 fn apply_to_the_status_subresource() {
     let dir = tempfile::tempdir().unwrap();
-    let server = apiserver(&dir.path().join("data"));
+    let server = start_apiserver(&dir.path().join("data"), &["--dev"]);
     // --subresource for apply exists from kubectl 1.32 (1.27-1.31: unknown flag).
     for version in ["1.32", "1.33"] {
         let k = dev_kubectl(dir.path(), &server, Some(version));
@@ -583,7 +555,7 @@ fn apply_to_the_status_subresource() {
 #[test]
 fn invalid_applied_objects_get_the_field_errors_of_create() {
     let dir = tempfile::tempdir().unwrap();
-    let server = apiserver(&dir.path().join("data"));
+    let server = start_apiserver(&dir.path().join("data"), &["--dev"]);
     let k = dev_kubectl(dir.path(), &server, None);
     let bad = write(
         dir.path(),
@@ -615,7 +587,7 @@ fn invalid_applied_objects_get_the_field_errors_of_create() {
 #[test]
 fn every_kubectl_version_applies_server_side() {
     let dir = tempfile::tempdir().unwrap();
-    let server = apiserver(&dir.path().join("data"));
+    let server = start_apiserver(&dir.path().join("data"), &["--dev"]);
     for version in ["1.27", "1.28", "1.29", "1.30", "1.31", "1.32", "1.33"] {
         let k = dev_kubectl(dir.path(), &server, Some(version));
         let tag = version.replace('.', "-");
@@ -706,7 +678,7 @@ fn assert_golden(k: &Kubectl, step: &str) -> Value {
 #[test]
 fn golden_managed_fields_of_two_appliers() {
     let dir = tempfile::tempdir().unwrap();
-    let server = apiserver(&dir.path().join("data"));
+    let server = start_apiserver(&dir.path().join("data"), &["--dev"]);
     let k = dev_kubectl(dir.path(), &server, None);
     let step = |manager: &str, file: &str, extra: &[&str]| {
         let path = repo_path(&format!("tests/golden/apply/{file}"))
@@ -807,7 +779,7 @@ fn golden_managed_fields_of_two_appliers() {
 #[test]
 fn chunked_lists_and_deletes_by_label_and_all() {
     let dir = tempfile::tempdir().unwrap();
-    let server = apiserver(&dir.path().join("data"));
+    let server = start_apiserver(&dir.path().join("data"), &["--dev"]);
     let k = dev_kubectl(dir.path(), &server, None);
 
     // Seven objects, listed in chunks of two (kubectl follows the continue tokens).

@@ -2,29 +2,12 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::path::Path;
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fedingress_tests::{Process, binary};
+use fedingress_tests::start_apiserver;
 use futures_util::StreamExt;
 use serde_json::{Value, json};
-
-fn apiserver(data_dir: &Path) -> Process {
-    let mut command = Command::new(binary("federation-apiserver"));
-    command
-        .args([
-            "--dev",
-            "--listen",
-            "127.0.0.1:0",
-            "--agent-listen",
-            "127.0.0.1:0",
-            "--data-dir",
-        ])
-        .arg(data_dir);
-    Process::start(command, "federation-apiserver", Duration::from_secs(30)).unwrap()
-}
 
 fn ingress(name: &str) -> Value {
     json!({
@@ -81,7 +64,7 @@ async fn watch_until(
 async fn acknowledged_writes_and_watch_history_survive_kill_9() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let server = apiserver(&data);
+    let server = start_apiserver(&data, &["--dev"]);
     let base = format!("http://{}", server.addr("api"));
     let client = reqwest::Client::new();
 
@@ -141,7 +124,7 @@ async fn acknowledged_writes_and_watch_history_survive_kill_9() {
     }
     let acked = acked.lock().unwrap().clone();
 
-    let server = apiserver(&data);
+    let server = start_apiserver(&data, &["--dev"]);
     let base = format!("http://{}", server.addr("api"));
     // Every acknowledged create is there, unchanged but for the status the hub's
     // controller writes (which moves the resourceVersion on).
@@ -198,7 +181,7 @@ async fn acknowledged_writes_and_watch_history_survive_kill_9() {
         settled = again;
     }
     server.kill9();
-    let server = apiserver(&data);
+    let server = start_apiserver(&data, &["--dev"]);
     let base = format!("http://{}", server.addr("api"));
     assert_eq!(
         versions(base.clone(), client.clone()).await,

@@ -8,37 +8,10 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use fedingress_tests::{
-    Kubectl, Process, TestPki, binary, eventually, repo_path, write_kubeconfig,
+    Kubectl, TestPki, dev_kubectl, eventually, repo_path, start_apiserver, write_kubeconfig,
 };
 
-const START: Duration = Duration::from_secs(30);
 const SLOW: Duration = Duration::from_secs(20);
-
-fn apiserver(data_dir: &Path, extra: &[&str]) -> Process {
-    let mut command = Command::new(binary("federation-apiserver"));
-    command
-        .args([
-            "--listen",
-            "127.0.0.1:0",
-            "--agent-listen",
-            "127.0.0.1:0",
-            "--data-dir",
-        ])
-        .arg(data_dir)
-        .args(extra);
-    Process::start(command, "federation-apiserver", START).unwrap()
-}
-
-fn dev_kubectl(dir: &Path, server: &Process, version: Option<&str>) -> Kubectl {
-    let kubeconfig = dir.join(format!("kubeconfig-{}", version.unwrap_or("default")));
-    write_kubeconfig(
-        &kubeconfig,
-        &format!("http://{}", server.addr("api")),
-        None,
-        None,
-    );
-    Kubectl::new(version, kubeconfig)
-}
 
 fn example(name: &str) -> String {
     repo_path(&format!("deploy/examples/{name}"))
@@ -73,7 +46,7 @@ spec:
 #[test]
 fn kubectl_drives_the_whole_lifecycle() {
     let dir = tempfile::tempdir().unwrap();
-    let server = apiserver(&dir.path().join("data"), &["--dev"]);
+    let server = start_apiserver(&dir.path().join("data"), &["--dev"]);
     let k = dev_kubectl(dir.path(), &server, None);
 
     // apply: create, then configured, then unchanged.
@@ -326,7 +299,7 @@ fn kubectl_drives_the_whole_lifecycle() {
 #[test]
 fn older_and_newer_kubectl_work_too() {
     let dir = tempfile::tempdir().unwrap();
-    let server = apiserver(&dir.path().join("data"), &["--dev"]);
+    let server = start_apiserver(&dir.path().join("data"), &["--dev"]);
     for version in ["1.27", "1.33"] {
         let k = dev_kubectl(dir.path(), &server, Some(version));
         // kubectl 1.27 finds fieldValidation support in the protobuf OpenAPI v2
@@ -389,7 +362,7 @@ fn tls_tokens_and_groups() {
         "admin-token,alice,1,\"fedingress:admins\"\nviewer-token,bob,2,fedingress:viewers\nnobody-token,carol,3\n",
     )
     .unwrap();
-    let server = apiserver(
+    let server = start_apiserver(
         &dir.path().join("data"),
         &[
             "--tls-cert-file",

@@ -7,30 +7,12 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
-use fedingress_tests::{Kubectl, Process, binary, write_kubeconfig};
+use fedingress_tests::{Kubectl, Process, start_apiserver, write_kubeconfig};
 
-const START: Duration = Duration::from_secs(30);
 const STABLE: usize = 7;
-
-fn apiserver(data_dir: &Path) -> Process {
-    let mut command = Command::new(binary("federation-apiserver"));
-    command
-        .args([
-            "--listen",
-            "127.0.0.1:0",
-            "--agent-listen",
-            "127.0.0.1:0",
-            "--dev",
-            "--data-dir",
-        ])
-        .arg(data_dir);
-    Process::start(command, "federation-apiserver", START).unwrap()
-}
 
 fn kubectl(dir: &Path, server: &Process) -> Kubectl {
     let kubeconfig = dir.join("kubeconfig");
@@ -86,7 +68,7 @@ fn names(k: &Kubectl, args: &[&str]) -> Vec<String> {
 #[test]
 fn chunked_get_while_writing_and_collection_deletes() {
     let dir = tempfile::tempdir().unwrap();
-    let server = apiserver(&dir.path().join("data"));
+    let server = start_apiserver(&dir.path().join("data"), &["--dev"]);
     let k = Arc::new(kubectl(dir.path(), &server));
     for i in 0..STABLE {
         k.ok(&[
