@@ -429,6 +429,17 @@ fn render(rng: &mut Rng, plan: &Plan) -> Vec<u8> {
         PathChoice::Traversal => format!("{GROUP}/../../../etc/passwd"),
     };
     let mut query = Vec::new();
+    // A DELETE on a collection is a deletecollection: it is soaked too, limited to the
+    // objects the soak labelled (`soak`, set by its merge patches on soak-* names), so the
+    // kept objects stay. The first value of a parameter wins, so later selectors cannot
+    // widen it.
+    let collection = matches!(
+        plan.path,
+        PathChoice::Ingresses | PathChoice::Clusters | PathChoice::Events
+    );
+    if matches!(plan.method, MethodChoice::Delete) && collection {
+        query.push("labelSelector=soak".to_string());
+    }
     for part in plan.query.iter().take(8) {
         query.push(match part {
             QueryPart::LabelSelector(s) => {

@@ -822,6 +822,28 @@ struct Params {
     include_object: Option<String>,
 }
 
+/// The query parameters of a resource request. A parameter given twice counts once, by
+/// its first value (Go's `url.Values.Get`, as kube-apiserver reads them); a query that
+/// still does not parse is a 400, never ignored: a deletecollection whose selectors were
+/// dropped would delete everything.
+fn parse_params(uri: &http::Uri) -> Result<Params, ApiError> {
+    let mut seen = std::collections::HashSet::new();
+    let query: Vec<&str> = uri
+        .query()
+        .unwrap_or_default()
+        .split('&')
+        .filter(|part| !part.is_empty())
+        .filter(|part| seen.insert(part.split('=').next().unwrap_or_default()))
+        .collect();
+    let uri = http::Uri::builder()
+        .path_and_query(format!("/?{}", query.join("&")))
+        .build()
+        .map_err(|e| ApiError::bad_request(format!("invalid query: {e}")))?;
+    axum::extract::Query::<Params>::try_from_uri(&uri)
+        .map(|q| q.0)
+        .map_err(|e| ApiError::bad_request(format!("invalid query: {}", e.body_text())))
+}
+
 fn flag(value: &Option<String>) -> bool {
     matches!(value.as_deref(), Some("true" | "1"))
 }
@@ -930,9 +952,10 @@ async fn serve<R: Printable>(
         Some(sub) => format!("{}/{sub}", R::PLURAL),
         None => R::PLURAL.to_string(),
     };
-    let params: Params = axum::extract::Query::<Params>::try_from_uri(request.uri())
-        .map(|q| q.0)
-        .unwrap_or_default();
+    let params = match parse_params(request.uri()) {
+        Ok(params) => params,
+        Err(e) => return Err(("", resource, e)),
+    };
     let verb = match verb_of(request.method(), &target, &params) {
         Ok(verb) => verb,
         Err(e) => return Err(("", resource, e)),
@@ -1388,6 +1411,22 @@ mod tests {
         assert_eq!((t.namespace, t.name), (None, None));
         assert!(parse_target("namespaces/default/a/b/c/d").is_err());
         assert!(parse_target("clusters//status").is_err());
+    }
+
+    #[test]
+    fn query_parameters_take_the_first_of_duplicates_and_refuse_garbage() {
+        let uri: http::Uri = "/x?labelSelector=a%3Db&labelSelector=&limit=5"
+            .parse()
+            .unwrap();
+        let params = parse_params(&uri).unwrap();
+        assert_eq!(params.label_selector.as_deref(), Some("a=b"));
+        assert_eq!(params.limit.as_deref(), Some("5"));
+        // The same key spelled two ways still collides after decoding: refused.
+        let uri: http::Uri = "/x?labelSelector=a&label%53elector=b".parse().unwrap();
+        assert_eq!(
+            parse_params(&uri).unwrap_err().code,
+            StatusCode::BAD_REQUEST
+        );
     }
 
     #[test]
