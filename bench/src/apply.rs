@@ -281,6 +281,70 @@ async fn run_ops(
 
 /// Waits until the apiserver used under 5 % of a core over 300 ms (its controller done
 /// with the status writes the last phase caused), at most 60 s.
+/// Phase 3: a GitOps resync, the same writes again: a no-op merge patch (peer) vs the
+/// unchanged configuration applied again, with or without the server's defaults spelled
+/// out; counts the objects whose resourceVersion moved.
+struct Resync<'a> {
+    api: &'a Api,
+    pid: u32,
+    peers: &'a [String],
+    appliers: &'a [String],
+    peer_patch: &'a Value,
+    clients: usize,
+}
+
+impl Resync<'_> {
+    /// The pair measured, and the objects as they were before it.
+    async fn run(&self, defaults: bool) -> anyhow::Result<(Pair, HashMap<String, Value>)> {
+        settle(self.pid).await;
+        let before = list(self.api).await?;
+        let peer = run_ops(
+            self.api,
+            self.pid,
+            "no-op merge patch",
+            self.peers
+                .iter()
+                .map(|n| Op::merge(n, "", MERGE_MANAGER, self.peer_patch))
+                .collect(),
+            self.clients,
+        )
+        .await?;
+        settle(self.pid).await;
+        let (label, what, by) = if defaults {
+            (
+                "apply unchanged, defaults spelled out",
+                "resync, defaults spelled out",
+                "the apply with defaults",
+            )
+        } else {
+            (
+                "apply unchanged",
+                "resync, nothing changed",
+                "the unchanged apply",
+            )
+        };
+        let apply = run_ops(
+            self.api,
+            self.pid,
+            label,
+            self.appliers
+                .iter()
+                .map(|n| Op::apply(n, APPLY_MANAGER, &config(n, CHANGED_TTL, defaults)))
+                .collect(),
+            self.clients,
+        )
+        .await?;
+        let objects = self.peers.len();
+        println!(
+            "  resourceVersion moved: {} of {objects} by the no-op merge patch, {} of {} by {by}",
+            moved(&before, self.peers, &peer),
+            moved(&before, self.appliers, &apply),
+            self.appliers.len(),
+        );
+        Ok((Pair { what, peer, apply }, before))
+    }
+}
+
 async fn settle(pid: u32) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while Instant::now() < deadline {
@@ -443,78 +507,19 @@ async fn measure(api: &Api, pid: u32, objects: usize, clients: usize) -> anyhow:
     });
 
     println!("3. resync: the same again (nothing changes)");
-    settle(pid).await;
-    let before = list(api).await?;
-    let peer = run_ops(
+    let resync = Resync {
         api,
         pid,
-        "no-op merge patch",
-        peers
-            .iter()
-            .map(|n| Op::merge(n, "", MERGE_MANAGER, &ttl_patch))
-            .collect(),
+        peers: &peers,
+        appliers: &appliers,
+        peer_patch: &ttl_patch,
         clients,
-    )
-    .await?;
-    settle(pid).await;
-    let apply = run_ops(
-        api,
-        pid,
-        "apply unchanged",
-        appliers
-            .iter()
-            .map(|n| Op::apply(n, APPLY_MANAGER, &config(n, CHANGED_TTL, false)))
-            .collect(),
-        clients,
-    )
-    .await?;
-    println!(
-        "  resourceVersion moved: {} of {objects} by the no-op merge patch, {} of {objects} by the unchanged apply",
-        moved(&before, &peers, &peer),
-        moved(&before, &appliers, &apply)
-    );
-    pairs.push(Pair {
-        what: "resync, nothing changed",
-        peer,
-        apply,
-    });
-
+    };
+    let (pair, _) = resync.run(false).await?;
+    pairs.push(pair);
     println!("3b. resync with the server's defaults spelled out in the configuration");
-    settle(pid).await;
-    let before = list(api).await?;
-    let peer = run_ops(
-        api,
-        pid,
-        "no-op merge patch",
-        peers
-            .iter()
-            .map(|n| Op::merge(n, "", MERGE_MANAGER, &ttl_patch))
-            .collect(),
-        clients,
-    )
-    .await?;
-    settle(pid).await;
-    let apply = run_ops(
-        api,
-        pid,
-        "apply unchanged, defaults spelled out",
-        appliers
-            .iter()
-            .map(|n| Op::apply(n, APPLY_MANAGER, &config(n, CHANGED_TTL, true)))
-            .collect(),
-        clients,
-    )
-    .await?;
-    println!(
-        "  resourceVersion moved: {} of {objects} by the no-op merge patch, {} of {objects} by the apply with defaults",
-        moved(&before, &peers, &peer),
-        moved(&before, &appliers, &apply)
-    );
-    pairs.push(Pair {
-        what: "resync, defaults spelled out",
-        peer,
-        apply,
-    });
+    let (pair, before) = resync.run(true).await?;
+    pairs.push(pair);
 
     println!("4. a second manager adds an override for {SECOND_CLUSTER}");
     print_sizes(

@@ -56,48 +56,10 @@ impl Registry {
             object.metadata_mut().resource_version = precondition.clone();
             Ok(object)
         };
-        // Create and update race with other writers: a create that finds the object
-        // applies to it, an update that finds it gone creates it.
+        // One read per apply: the update finds the object or says it is missing. Create
+        // and update race with other writers: a create that finds the object applies to
+        // it again.
         for _ in 0..2 {
-            let exists = match self.get::<R>(request.namespace, request.name).await {
-                Ok(_) => true,
-                Err(e) if e.code == http::StatusCode::NOT_FOUND => false,
-                Err(e) => return Err(e),
-            };
-            if !exists {
-                // As kube: a subresource is never created, nor an object whose
-                // configuration names a resourceVersion.
-                if request.scope == Scope::Status || precondition.is_some() {
-                    return Err(ApiError::not_found(
-                        &group_resource::<R>(),
-                        target::<R>(request.name),
-                    ));
-                }
-                let mut object = decode(fields::apply::<R>(None, &config, &apply)?)?;
-                let meta = object.metadata_mut();
-                meta.name = Some(request.name.to_string());
-                meta.namespace = request.namespace.map(String::from);
-                match self
-                    .create_tracked(
-                        request.namespace,
-                        object,
-                        request.now,
-                        request.dry_run,
-                        Tracking::Applied,
-                    )
-                    .await
-                {
-                    Ok(object) => {
-                        return Ok(Applied {
-                            object,
-                            warnings,
-                            created: true,
-                        });
-                    }
-                    Err(e) if e.reason == "AlreadyExists" => continue,
-                    Err(e) => return Err(e),
-                }
-            }
             match self
                 .update_tracked(
                     request.namespace,
@@ -116,7 +78,39 @@ impl Registry {
                         created: false,
                     });
                 }
-                Err(e) if e.code == http::StatusCode::NOT_FOUND => continue,
+                Err(e) if e.code == http::StatusCode::NOT_FOUND => {}
+                Err(e) => return Err(e),
+            }
+            // Missing: created, as kube does, but never through a subresource nor for a
+            // configuration that names a resourceVersion.
+            if request.scope == Scope::Status || precondition.is_some() {
+                return Err(ApiError::not_found(
+                    &group_resource::<R>(),
+                    target::<R>(request.name),
+                ));
+            }
+            let mut object = decode(fields::apply::<R>(None, &config, &apply)?)?;
+            let meta = object.metadata_mut();
+            meta.name = Some(request.name.to_string());
+            meta.namespace = request.namespace.map(String::from);
+            match self
+                .create_tracked(
+                    request.namespace,
+                    object,
+                    request.now,
+                    request.dry_run,
+                    Tracking::Applied,
+                )
+                .await
+            {
+                Ok(object) => {
+                    return Ok(Applied {
+                        object,
+                        warnings,
+                        created: true,
+                    });
+                }
+                Err(e) if e.reason == "AlreadyExists" => continue,
                 Err(e) => return Err(e),
             }
         }
