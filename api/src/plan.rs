@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cluster::Address;
 use crate::conflict::{Conflict, PlacedIngress};
-use crate::ingress::{ClusterOverride, FederatedIngress, IngressRule, IngressTls};
+use crate::ingress::{ClusterOverride, FederatedIngress, IngressRule, IngressTls, StrategyType};
 
 /// Identifies a FederatedIngress.
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -58,6 +58,10 @@ pub struct IngressShare {
     pub tls: Vec<IngressTls>,
     /// The override for this cluster, if any.
     pub cluster_override: Option<ClusterOverride>,
+    /// Anycast strategy only: the addresses the cluster announces while it serves the
+    /// share (applied, healthy, not draining, not cordoned); empty otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub anycast_addresses: Vec<IpAddr>,
 }
 
 impl IngressShare {
@@ -76,8 +80,24 @@ impl IngressShare {
                 .iter()
                 .find(|o| o.cluster == cluster)
                 .cloned(),
+            anycast_addresses: anycast_addresses(ingress),
         }
     }
+}
+
+/// The anycast addresses of `ingress` when its strategy is Anycast (validation has
+/// checked that they parse; one that does not is left out).
+fn anycast_addresses(ingress: &FederatedIngress) -> Vec<IpAddr> {
+    let strategy = &ingress.spec.traffic.strategy;
+    if strategy.type_ != StrategyType::Anycast {
+        return Vec::new();
+    }
+    strategy
+        .anycast_addresses
+        .iter()
+        .flatten()
+        .filter_map(|a| a.parse().ok())
+        .collect()
 }
 
 /// A plan's shares by key, read like a `BTreeMap<IngressKey, Arc<IngressShare>>`
@@ -420,6 +440,30 @@ pub struct IngressReport {
     /// balancer, say), by rule index; rules not listed are served on `addresses`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rules: Vec<RuleAddresses>,
+    /// Anycast shares: each anycast address's route on this cluster.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub anycast: Vec<AnycastRoute>,
+}
+
+/// One anycast address of a share, as the cluster's BGP speaker carries it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AnycastRoute {
+    pub address: IpAddr,
+    /// The route is in the speaker's RIB, announced to its peers.
+    pub announced: bool,
+    /// Why it is announced or withdrawn, for people.
+    pub reason: String,
+}
+
+/// The agent's BGP speaker.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpeakerReport {
+    /// The speaker answers its API and is configured.
+    pub up: bool,
+    pub peers: u32,
+    pub established_peers: u32,
+    /// What is wrong, for people (empty when nothing is).
+    pub message: String,
 }
 
 /// Where one rule of a share is served, when that differs from the share's addresses.
@@ -437,6 +481,9 @@ pub struct AgentReport {
     pub addresses: Vec<Address>,
     pub requests_per_second: f64,
     pub active_connections: u64,
+    /// The BGP speaker; `None` when the agent has no anycast configuration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speaker: Option<SpeakerReport>,
 }
 
 impl AgentReport {
@@ -462,6 +509,7 @@ mod tests {
             rules: vec![rule],
             tls: Vec::new(),
             cluster_override: None,
+            anycast_addresses: Vec::new(),
         }
     }
 

@@ -134,6 +134,7 @@ pub fn report(plan: &Applied, ip: Ipv4Addr, load: &Load) -> pb::AgentMessage {
             listeners: Vec::new(),
             rule_errors: Vec::new(),
             rules: Vec::new(),
+            anycast: Vec::new(),
         })
         .collect();
     pb::AgentMessage {
@@ -142,6 +143,7 @@ pub fn report(plan: &Applied, ip: Ipv4Addr, load: &Load) -> pb::AgentMessage {
             addresses: vec![ip_address(ip)],
             requests_per_second: load.requests_per_second,
             active_connections: load.active_connections,
+            speaker: None,
         })),
     }
 }

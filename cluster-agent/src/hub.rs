@@ -989,12 +989,14 @@ impl Agent {
                 heartbeat_interval_ms,
                 lease_ms,
                 provider,
+                cordoned,
             } => {
                 tracing::info!(
                     cluster = %cluster,
                     version = self.applied_version(),
                     heartbeat_interval_ms,
                     lease_ms,
+                    cordoned,
                     provider = provider.map(|p| p.as_str()).unwrap_or(""),
                     "hub welcomed the agent"
                 );

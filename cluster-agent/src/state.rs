@@ -201,6 +201,7 @@ mod tests {
             rules: vec![rule],
             tls: Vec::new(),
             cluster_override: None,
+            anycast_addresses: Vec::new(),
         };
         let plan = ClusterPlan::from(vec![share]);
         PersistedPlan {

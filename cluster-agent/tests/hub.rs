@@ -473,6 +473,7 @@ fn share(name: &str, port: i32) -> IngressShare {
         rules: vec![rule],
         tls: Vec::new(),
         cluster_override: None,
+        anycast_addresses: Vec::new(),
     }
 }
 
@@ -502,6 +503,7 @@ fn welcome(heartbeat_interval_ms: u32) -> HubToAgent {
         heartbeat_interval_ms,
         lease_ms: heartbeat_interval_ms * 3,
         provider: None,
+        cordoned: false,
     }
 }
 

@@ -178,6 +178,7 @@ fn share() -> IngressShare {
         rules,
         tls: Vec::new(),
         cluster_override: None,
+        anycast_addresses: Vec::new(),
     }
 }
 

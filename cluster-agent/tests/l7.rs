@@ -500,6 +500,7 @@ fn share(
             })
             .collect(),
         cluster_override: None,
+        anycast_addresses: Vec::new(),
     }
 }
 

@@ -195,6 +195,7 @@ fn ready_line_health_and_fail_static_without_a_hub() {
         rules: vec![rule],
         tls: Vec::new(),
         cluster_override: None,
+        anycast_addresses: Vec::new(),
     }]);
     PlanStore::new(dir.path().join("state/plan.json"))
         .save(&PersistedPlan {

@@ -187,6 +187,7 @@ fn share(name: &str, generation: i64, rules: Vec<IngressRule>) -> IngressShare {
         rules,
         tls: Vec::new(),
         cluster_override: None,
+        anycast_addresses: Vec::new(),
     }
 }
 

@@ -10,8 +10,8 @@ use fedingress_api::ingress::{
     Backend, ClusterOverride, HttpPath, IngressRule, IngressTls, PathType, Protocol, TlsMode,
 };
 use fedingress_api::plan::{
-    AgentReport, BackendHealth, ClusterPlan, IngressKey, IngressReport, IngressShare, ListenerLoad,
-    PlanDelta, RuleAddresses, RuleError,
+    AgentReport, AnycastRoute, BackendHealth, ClusterPlan, IngressKey, IngressReport, IngressShare,
+    ListenerLoad, PlanDelta, RuleAddresses, RuleError, SpeakerReport,
 };
 
 use crate::{AgentToHub, Hello, HubToAgent, IssuedCertificate, JoinRequest, RenewRequest, pb};
@@ -184,6 +184,11 @@ fn share_to_pb(share: &IngressShare) -> pb::IngressShare {
             ingress_class_name: o.ingress_class_name.clone(),
             annotations: o.annotations.clone().into_iter().collect(),
         }),
+        anycast_addresses: share
+            .anycast_addresses
+            .iter()
+            .map(ToString::to_string)
+            .collect(),
     }
 }
 
@@ -213,7 +218,25 @@ fn share_from_pb(share: pb::IngressShare, field: &str) -> Result<IngressShare, C
             ingress_class_name: o.ingress_class_name,
             annotations: o.annotations.into_iter().collect(),
         }),
+        anycast_addresses: ips_from_pb(
+            share.anycast_addresses,
+            &format!("{field}.anycastAddresses"),
+        )?,
     })
+}
+
+fn ips_from_pb(ips: Vec<String>, field: &str) -> Result<Vec<IpAddr>, ConvertError> {
+    ips.into_iter()
+        .enumerate()
+        .map(|(i, ip)| {
+            ip.parse().map_err(|_| {
+                ConvertError::new(
+                    &format!("{field}[{i}]"),
+                    format!("{ip:?} is not an IP address"),
+                )
+            })
+        })
+        .collect()
 }
 
 fn shares_from_pb(
@@ -323,11 +346,26 @@ fn report_to_pb(report: &AgentReport) -> pb::Report {
                         addresses: rule.addresses.iter().map(address_to_pb).collect(),
                     })
                     .collect(),
+                anycast: r
+                    .anycast
+                    .iter()
+                    .map(|a| pb::AnycastRoute {
+                        address: a.address.to_string(),
+                        announced: a.announced,
+                        reason: a.reason.clone(),
+                    })
+                    .collect(),
             })
             .collect(),
         addresses: report.addresses.iter().map(address_to_pb).collect(),
         requests_per_second: report.requests_per_second,
         active_connections: report.active_connections,
+        speaker: report.speaker.as_ref().map(|s| pb::SpeakerReport {
+            up: s.up,
+            peers: s.peers,
+            established_peers: s.established_peers,
+            message: s.message.clone(),
+        }),
     }
 }
 
@@ -397,6 +435,7 @@ fn report_from_pb(report: pb::Report) -> Result<AgentReport, ConvertError> {
             listeners,
             rule_errors: rule_errors_from_pb(r.rule_errors, &format!("{field}.ruleErrors"))?,
             rules: rule_addresses_from_pb(r.rules, &format!("{field}.rules"))?,
+            anycast: anycast_from_pb(r.anycast, &format!("{field}.anycast"))?,
         });
     }
     if !report.requests_per_second.is_finite() || report.requests_per_second < 0.0 {
@@ -410,7 +449,36 @@ fn report_from_pb(report: pb::Report) -> Result<AgentReport, ConvertError> {
         addresses: addresses_from_pb(report.addresses, "report.addresses")?,
         requests_per_second: report.requests_per_second,
         active_connections: report.active_connections,
+        speaker: report.speaker.map(|s| SpeakerReport {
+            up: s.up,
+            peers: s.peers,
+            established_peers: s.established_peers,
+            message: s.message,
+        }),
     })
+}
+
+fn anycast_from_pb(
+    routes: Vec<pb::AnycastRoute>,
+    field: &str,
+) -> Result<Vec<AnycastRoute>, ConvertError> {
+    routes
+        .into_iter()
+        .enumerate()
+        .map(|(i, route)| {
+            let address = route.address.parse().map_err(|_| {
+                ConvertError::new(
+                    &format!("{field}[{i}].address"),
+                    format!("{:?} is not an IP address", route.address),
+                )
+            })?;
+            Ok(AnycastRoute {
+                address,
+                announced: route.announced,
+                reason: route.reason,
+            })
+        })
+        .collect()
 }
 
 // --- whole messages --------------------------------------------------------------------
@@ -545,6 +613,7 @@ pub fn hub_to_pb(message: &HubToAgent) -> pb::HubMessage {
             heartbeat_interval_ms,
             lease_ms,
             provider,
+            cordoned,
         } => Kind::Welcome(pb::Welcome {
             heartbeat_interval_ms: *heartbeat_interval_ms,
             lease_ms: *lease_ms,
@@ -552,6 +621,7 @@ pub fn hub_to_pb(message: &HubToAgent) -> pb::HubMessage {
                 .map(Provider::as_str)
                 .unwrap_or_default()
                 .to_owned(),
+            cordoned: *cordoned,
         }),
         HubToAgent::Snapshot {
             version,
@@ -596,6 +666,7 @@ pub fn hub_from_pb(message: pb::HubMessage) -> Result<HubToAgent, ConvertError> 
                 // "" (not known) and values of a newer hub this build does not know are
                 // both `None`: never an error, so a new cloud never breaks old agents.
                 provider: welcome.provider.parse().ok(),
+                cordoned: welcome.cordoned,
             }
         }
         Kind::Snapshot(snapshot) => HubToAgent::Snapshot {
@@ -687,6 +758,10 @@ mod tests {
                 ingress_class_name: Some("nginx".into()),
                 annotations: [("a".to_string(), "b".to_string())].into(),
             }),
+            anycast_addresses: vec![
+                "192.0.2.100".parse().unwrap(),
+                "2001:db8::100".parse().unwrap(),
+            ],
         }
     }
 
@@ -698,11 +773,13 @@ mod tests {
                 heartbeat_interval_ms: 2000,
                 lease_ms: 6000,
                 provider: Some(Provider::Gcp),
+                cordoned: true,
             },
             HubToAgent::Welcome {
                 heartbeat_interval_ms: 2000,
                 lease_ms: 6000,
                 provider: None,
+                cordoned: false,
             },
             HubToAgent::Snapshot {
                 version: 7,
@@ -765,10 +842,21 @@ mod tests {
                         ],
                     },
                 ],
+                anycast: vec![AnycastRoute {
+                    address: "192.0.2.100".parse().unwrap(),
+                    announced: false,
+                    reason: "draining".into(),
+                }],
             }],
             addresses: vec![Address::hostname("lb.example.com")],
             requests_per_second: 3.0,
             active_connections: 4,
+            speaker: Some(SpeakerReport {
+                up: true,
+                peers: 2,
+                established_peers: 1,
+                message: String::new(),
+            }),
         };
         for message in [
             AgentToHub::Hello(Hello {
@@ -908,6 +996,7 @@ mod tests {
                     heartbeat_interval_ms: 1,
                     lease_ms: 3,
                     provider: text.into(),
+                    cordoned: false,
                 })),
             };
             match hub_from_pb(welcome).unwrap() {
@@ -919,6 +1008,7 @@ mod tests {
             heartbeat_interval_ms: 1,
             lease_ms: 3,
             provider: Some(Provider::OnPrem),
+            cordoned: false,
         });
         match sent.kind {
             Some(pb::hub_message::Kind::Welcome(w)) => assert_eq!(w.provider, "onprem"),

@@ -129,6 +129,10 @@ pub enum HubToAgent {
         /// clouds). A change of the Cluster's provider ends the session, so the agent
         /// learns the new value on its next connection.
         provider: Option<Provider>,
+        /// The Cluster's `spec.cordoned` when the session started (a change ends the
+        /// session, like a provider change): a cordoned cluster withdraws its anycast
+        /// routes.
+        cordoned: bool,
     },
     /// The whole plan.
     Snapshot {

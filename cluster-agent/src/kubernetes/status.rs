@@ -89,6 +89,7 @@ pub fn report(plan: &ClusterPlan, input: &ReportInput<'_>) -> AgentReport {
         // The cluster's own load balancers carry the traffic: no counters here.
         requests_per_second: 0.0,
         active_connections: 0,
+        speaker: None,
     }
 }
 
@@ -150,6 +151,7 @@ fn share_report(
         listeners: Vec::new(),
         rule_errors: errors,
         rules,
+        anycast: Vec::new(),
     }
 }
 

@@ -650,6 +650,7 @@ mod tests {
             rules,
             tls: Vec::new(),
             cluster_override: None,
+            anycast_addresses: Vec::new(),
         }
     }
 

@@ -704,6 +704,7 @@ impl Standalone {
                     rule_errors: share.errors.clone(),
                     // Every rule is served on the agent's own addresses.
                     rules: Vec::new(),
+                    anycast: Vec::new(),
                 },
             })
             .collect();
@@ -712,6 +713,7 @@ impl Standalone {
             addresses: self.addresses.clone(),
             requests_per_second,
             active_connections,
+            speaker: None,
         }
     }
 

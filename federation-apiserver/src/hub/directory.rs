@@ -493,6 +493,7 @@ mod tests {
                 addresses: Vec::new(),
                 requests_per_second: 1.5,
                 active_connections: 3,
+                speaker: None,
             })),
         }
     }

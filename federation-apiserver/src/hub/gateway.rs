@@ -388,17 +388,18 @@ impl AgentGateway for Gateway {
             &hello.driver,
             &hello.capabilities,
         );
-        // Read after the session is registered: a provider change stored later ends this
-        // session (the controller sees it after this read), one stored earlier is read here.
-        let provider = match self
+        // Read after the session is registered: a provider or cordon change stored later
+        // ends this session (the controller sees it after this read), one stored earlier is
+        // read here.
+        let (provider, cordoned) = match self
             .registry
             .get::<fedingress_api::Cluster>(None, &cluster)
             .await
         {
-            Ok(object) => Some(object.spec.provider),
+            Ok(object) => (Some(object.spec.provider), object.spec.unschedulable),
             Err(e) => {
-                tracing::warn!(cluster, error = %e.message, "reading the cluster's provider failed; Welcome says none");
-                None
+                tracing::warn!(cluster, error = %e.message, "reading the cluster's provider failed; Welcome says none, not cordoned");
+                (None, false)
             }
         };
         tracing::info!(cluster, session, peer = ?peer, auth = method, agent_version = %hello.agent_version, driver = %hello.driver, capabilities = ?hello.capabilities, applied_version = hello.applied_version, "agent connected");
@@ -410,7 +411,7 @@ impl AgentGateway for Gateway {
                 &cluster,
                 session,
                 &hello,
-                provider,
+                (provider, cordoned),
                 inbound,
                 &tx,
                 kill,
@@ -440,7 +441,7 @@ async fn session_loop(
     cluster: &str,
     session: u64,
     hello: &fedingress_proto::Hello,
-    provider: Option<Provider>,
+    (provider, cordoned): (Option<Provider>, bool),
     mut inbound: Streaming<AgentMessage>,
     tx: &mpsc::Sender<Result<HubMessage, Status>>,
     mut kill: tokio::sync::watch::Receiver<&'static str>,
@@ -452,6 +453,7 @@ async fn session_loop(
             .unwrap_or(u32::MAX),
         lease_ms: u32::try_from(settings.lease.as_millis()).unwrap_or(u32::MAX),
         provider,
+        cordoned,
     };
     if let Err(e) = send(tx, &welcome).await {
         return e;

@@ -145,6 +145,7 @@ impl FakeAgent {
             heartbeat_interval_ms,
             lease_ms,
             provider,
+            ..
         } = hub_from_pb(first).expect("the hub sent an invalid message")
         else {
             panic!("the hub's first message is not a Welcome");
@@ -241,6 +242,7 @@ impl FakeAgent {
                     })
                     .collect(),
                 rules: rules.clone(),
+                anycast: Vec::new(),
             })
             .collect();
         self.send(AgentToHub::Report(AgentReport {
@@ -248,6 +250,7 @@ impl FakeAgent {
             addresses: vec![Address::ip(ip)],
             requests_per_second: 0.0,
             active_connections: 0,
+            speaker: None,
         }));
     }
 

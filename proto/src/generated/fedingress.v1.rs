@@ -109,6 +109,10 @@ pub struct Welcome {
     /// a Welcome with the new value.
     #[prost(string, tag = "3")]
     pub provider: ::prost::alloc::string::String,
+    /// The Cluster's spec.cordoned as stored when the session started; a change ends the
+    /// session like a provider change. A cordoned cluster withdraws its anycast routes.
+    #[prost(bool, tag = "4")]
+    pub cordoned: bool,
 }
 /// The cluster's whole plan.
 #[derive(Clone, PartialEq, ::prost::Message)]
@@ -174,6 +178,10 @@ pub struct IngressShare {
     pub tls: ::prost::alloc::vec::Vec<Tls>,
     #[prost(message, optional, tag = "6")]
     pub r#override: ::core::option::Option<Override>,
+    /// Anycast strategy only: the addresses this cluster announces (over BGP) while it
+    /// serves the share: applied, healthy, not draining, not cordoned. Empty otherwise.
+    #[prost(string, repeated, tag = "7")]
+    pub anycast_addresses: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
 }
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct Backend {
@@ -300,6 +308,35 @@ pub struct IngressReport {
     /// Rules served elsewhere than `addresses`; rules not listed are served on `addresses`.
     #[prost(message, repeated, tag = "7")]
     pub rules: ::prost::alloc::vec::Vec<RuleAddresses>,
+    /// Anycast shares: the state of each anycast address's route on this cluster.
+    #[prost(message, repeated, tag = "8")]
+    pub anycast: ::prost::alloc::vec::Vec<AnycastRoute>,
+}
+/// One anycast address of a share, as this cluster's BGP speaker carries it.
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct AnycastRoute {
+    #[prost(string, tag = "1")]
+    pub address: ::prost::alloc::string::String,
+    /// The route is in the speaker's RIB (announced to its peers).
+    #[prost(bool, tag = "2")]
+    pub announced: bool,
+    /// Why the route is announced or withdrawn, for people.
+    #[prost(string, tag = "3")]
+    pub reason: ::prost::alloc::string::String,
+}
+/// The agent's BGP speaker, when it has one.
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct SpeakerReport {
+    /// The speaker answers its API and the agent has configured it.
+    #[prost(bool, tag = "1")]
+    pub up: bool,
+    #[prost(uint32, tag = "2")]
+    pub peers: u32,
+    #[prost(uint32, tag = "3")]
+    pub established_peers: u32,
+    /// What is wrong, for people ("" when nothing is).
+    #[prost(string, tag = "4")]
+    pub message: ::prost::alloc::string::String,
 }
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct Report {
@@ -311,6 +348,9 @@ pub struct Report {
     pub requests_per_second: f64,
     #[prost(uint64, tag = "4")]
     pub active_connections: u64,
+    /// Absent when the agent has no anycast (BGP) configuration.
+    #[prost(message, optional, tag = "5")]
+    pub speaker: ::core::option::Option<SpeakerReport>,
 }
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
 #[repr(i32)]

@@ -26,6 +26,7 @@ fn share(name: &str, yaml: &str) -> IngressShare {
         rules: rules(yaml),
         tls: Vec::new(),
         cluster_override: None,
+        anycast_addresses: Vec::new(),
     }
 }
 

@@ -72,7 +72,8 @@ const DEBOUNCE: Duration = Duration::from_millis(20);
 /// Status writes in flight at once.
 const WRITE_CONCURRENCY: usize = 32;
 /// Why a session ends when its Cluster's provider changed.
-const PROVIDER_CHANGED: &str = "the cluster's provider changed: reconnect for a new Welcome";
+const WELCOME_CHANGED: &str =
+    "the cluster's provider or cordon changed: reconnect for a new Welcome";
 
 /// The field manager of the controller's writes.
 pub const CONTROLLER_MANAGER: &str = "fedingress-controller";
@@ -473,12 +474,12 @@ impl Controller {
                 }
             }
         }
-        for cluster in observed.provider_changed {
+        for cluster in observed.welcome_changed {
             tracing::info!(
                 cluster,
-                "cluster provider changed: ending its agent's session"
+                "cluster provider or cordon changed: ending its agent's session"
             );
-            self.sessions.end_session(&cluster, PROVIDER_CHANGED);
+            self.sessions.end_session(&cluster, WELCOME_CHANGED);
         }
         self.pending.merge(observed.dirty);
     }
@@ -490,9 +491,9 @@ impl Controller {
             match Cache::list(&self.registry).await {
                 Ok(cache) => {
                     for (name, cluster) in &cache.clusters {
-                        let before = self.cache.clusters.get(name).map(|c| c.spec.provider);
-                        if before.is_some_and(|p| p != cluster.spec.provider) {
-                            self.sessions.end_session(name, PROVIDER_CHANGED);
+                        let before = self.cache.clusters.get(name);
+                        if before.is_some_and(|b| observe::welcome_changed(b, cluster)) {
+                            self.sessions.end_session(name, WELCOME_CHANGED);
                         }
                     }
                     let gone: Vec<String> = self

@@ -27,9 +27,9 @@ pub struct Observed {
     pub dirty: Dirty,
     /// Clusters deleted (their agents' tokens are revoked).
     pub deleted_clusters: Vec<String>,
-    /// Clusters whose `spec.provider` changed: their agents' sessions end, so that they
-    /// reconnect and are welcomed with the new provider.
-    pub provider_changed: Vec<String>,
+    /// Clusters whose `spec.provider` or `spec.unschedulable` (cordon) changed: their
+    /// agents' sessions end, so that they reconnect and are welcomed with the new values.
+    pub welcome_changed: Vec<String>,
 }
 
 impl Cache {
@@ -97,8 +97,8 @@ impl Cache {
                 let placement_inputs = before.spec != after.spec
                     || before.metadata.labels != after.metadata.labels
                     || before.metadata.deletion_timestamp != after.metadata.deletion_timestamp;
-                if before.spec.provider != after.spec.provider {
-                    observed.provider_changed.push(name.clone());
+                if welcome_changed(before, after) {
+                    observed.welcome_changed.push(name.clone());
                 }
                 if placement_inputs {
                     observed.dirty.all = true;
@@ -154,4 +154,11 @@ impl Cache {
         observed.dirty.ingresses.insert(key);
         observed
     }
+}
+
+/// Whether what a Welcome tells the agent (provider, cordon) differs between `before`
+/// and `after`.
+pub fn welcome_changed(before: &Cluster, after: &Cluster) -> bool {
+    before.spec.provider != after.spec.provider
+        || before.spec.unschedulable != after.spec.unschedulable
 }

@@ -243,6 +243,7 @@ mod tests {
                     rules: Vec::new(),
                     tls: Vec::new(),
                     cluster_override: None,
+                    anycast_addresses: Vec::new(),
                 },
             );
         }
@@ -261,6 +262,7 @@ mod tests {
                     listeners: Vec::new(),
                     rule_errors: Vec::new(),
                     rules: Vec::new(),
+                    anycast: Vec::new(),
                 }],
                 ..AgentReport::default()
             })

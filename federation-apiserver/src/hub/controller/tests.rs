@@ -64,6 +64,7 @@ fn agent(ip: &str, shares: &[(&str, i64)], ready: u32, connected: bool) -> Agent
                 rules: Vec::new(),
                 tls: Vec::new(),
                 cluster_override: None,
+                anycast_addresses: Vec::new(),
             },
         );
         reports.push(IngressReport {
@@ -79,6 +80,7 @@ fn agent(ip: &str, shares: &[(&str, i64)], ready: u32, connected: bool) -> Agent
             listeners: Vec::new(),
             rule_errors: Vec::new(),
             rules: Vec::new(),
+            anycast: Vec::new(),
         });
     }
     AgentState {
@@ -447,6 +449,7 @@ fn agent_of(
                 })
                 .collect(),
             rules,
+            anycast: Vec::new(),
         }],
         ..AgentReport::default()
     }));
