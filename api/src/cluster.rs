@@ -162,6 +162,12 @@ pub struct ClusterStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub load: Option<ClusterLoad>,
 
+    /// The agent's BGP speaker (it announces the anycast addresses of the Anycast
+    /// ingresses placed here), as the agent last reported it; absent when the agent has
+    /// no BGP speaker configured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speaker: Option<SpeakerStatus>,
+
     /// Observed state: `Connected`, `Ready`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
@@ -235,6 +241,25 @@ pub struct ClusterLoad {
     /// CPU use of the data plane, as a share of what it may use (0 to 1, may exceed 1).
     #[serde(default)]
     pub cpu: f64,
+}
+
+/// A cluster agent's BGP speaker, as the agent reports it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SpeakerStatus {
+    /// The speaker answers the agent and is configured. While it is not, the cluster
+    /// announces no anycast address.
+    #[serde(default)]
+    pub up: bool,
+    /// BGP peers configured.
+    #[serde(default)]
+    pub peers: i32,
+    /// Peers whose BGP session is established.
+    #[serde(default)]
+    pub established_peers: i32,
+    /// What is wrong, in the agent's words (empty when nothing is).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
 }
 
 impl Cluster {
@@ -374,6 +399,21 @@ impl ClusterStatus {
                 ));
             }
         }
+        if let Some(speaker) = &self.speaker {
+            let at = path.child("speaker");
+            for (field, value) in [
+                ("peers", speaker.peers),
+                ("establishedPeers", speaker.established_peers),
+            ] {
+                if value < 0 {
+                    errs.push(FieldError::invalid(
+                        at.child(field),
+                        value,
+                        "must be greater than or equal to 0",
+                    ));
+                }
+            }
+        }
         errs
     }
 }
@@ -449,6 +489,7 @@ mod tests {
                 "lastHeartbeatTime": "2026-11-21T10:00:00Z",
                 "addresses": [{"ip": "127.0.0.12"}, {"ip": "::1"}, {"hostname": "abc.elb.amazonaws.com"}],
                 "load": {"rps": 1200, "activeConnections": 340, "cpu": 0.41},
+                "speaker": {"up": true, "peers": 2, "establishedPeers": 1},
                 "conditions": [{"type": "Connected", "status": "True"}, {"type": "Ready", "status": "True"}],
             },
         }))
@@ -471,6 +512,9 @@ mod tests {
         assert!(json["spec"].get("unschedulable").is_none());
         assert_eq!(json["status"]["addresses"][1]["ip"], "::1");
         assert_eq!(json["status"]["lastHeartbeatTime"], "2026-11-21T10:00:00Z");
+        assert_eq!(json["status"]["speaker"]["establishedPeers"], 1);
+        // An empty message is omitted.
+        assert!(json["status"]["speaker"].get("message").is_none());
         let back: Cluster = serde_json::from_value(json).unwrap();
         assert_eq!(back, c);
     }
@@ -568,6 +612,12 @@ mod tests {
             active_connections: -2,
             cpu: 0.5,
         });
+        status.speaker = Some(SpeakerStatus {
+            up: false,
+            peers: -1,
+            established_peers: 0,
+            message: String::new(),
+        });
         let errs = errors(&c);
         let fields: Vec<&str> = errs.iter().map(|e| e.split(':').next().unwrap()).collect();
         assert_eq!(
@@ -578,6 +628,7 @@ mod tests {
                 "status.addresses[2].hostname",
                 "status.load.rps",
                 "status.load.activeConnections",
+                "status.speaker.peers",
             ]
         );
     }

@@ -16,6 +16,7 @@
 //! failover tier naming a cluster that is not placed) become status conditions instead.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::net::IpAddr;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -635,6 +636,13 @@ pub struct ClusterIngressStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub backends: Vec<BackendStatus>,
 
+    /// Anycast strategy: each anycast address's BGP route on this cluster, as the
+    /// cluster's agent last reported it (kept while the agent is away or has not
+    /// reported the current generation yet). Absent when the agent reports no BGP state
+    /// (it has no BGP speaker configured, or predates anycast).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub anycast: Vec<AnycastRouteStatus>,
+
     /// Whether this cluster takes traffic for the ingress (listeners up, a ready backend
     /// behind every rule, agent connected).
     #[serde(default)]
@@ -660,6 +668,23 @@ pub struct RuleAddressStatus {
     /// Addresses the rule is served on: IPs or load balancer host names.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub addresses: Vec<Address>,
+}
+
+/// One anycast address's route on one cluster, as the cluster's BGP speaker carries it
+/// (reported by the cluster's agent).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AnycastRouteStatus {
+    /// The anycast address (one of `spec.traffic.strategy.anycastAddresses`), announced
+    /// as a /32 or /128.
+    pub address: IpAddr,
+    /// Whether the cluster's BGP speaker announces the route to its peers.
+    #[serde(default)]
+    pub announced: bool,
+    /// Why the route is announced or withdrawn, in the agent's words (e.g. a backend
+    /// without ready endpoints, the cluster cordoned, the speaker down).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
 }
 
 /// Readiness of one backend on one cluster.

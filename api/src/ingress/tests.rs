@@ -1033,6 +1033,9 @@ clusters:
   phase: applied
   addresses: [{ip: 127.0.0.11}]
   backends: [{service: web, port: 8080, ready: 2, total: 2}]
+  anycast:
+  - {address: 192.0.2.10, announced: true, reason: healthy}
+  - {address: "2001:db8::10", announced: false}
   healthy: true
   message: ""
 dns:
@@ -1048,6 +1051,9 @@ conditions:
     assert_eq!(json["clusters"][0]["phase"], "Applied");
     assert_eq!(json["dns"]["records"][0]["type"], "A");
     assert!(json["clusters"][0].get("message").is_none());
+    assert_eq!(json["clusters"][0]["anycast"][0]["address"], "192.0.2.10");
+    assert_eq!(json["clusters"][0]["anycast"][1]["announced"], false);
+    assert!(json["clusters"][0]["anycast"][1].get("reason").is_none());
     let back: FederatedIngressStatus = serde_json::from_value(json).unwrap();
     assert_eq!(back, status);
 
