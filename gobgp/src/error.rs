@@ -48,6 +48,8 @@ pub enum SpeakerError {
         endpoint: SocketAddr,
         reason: String,
     },
+    #[error("cannot use {api} for gobgpd's API: {reason}")]
+    ApiAddress { api: SocketAddr, reason: String },
     #[error("{}", not_found(program))]
     NotInstalled { program: PathBuf },
     #[error("cannot start {program}: {reason}", program = program.display())]

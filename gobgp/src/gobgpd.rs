@@ -1,6 +1,6 @@
 //! [`Gobgpd`]: a gobgpd child process (Debian's `gobgpd`, GoBGP 3.10.0) with its API on
 //! a given address, no config file (everything goes through the API), no pprof, and
-//! its warnings forwarded to `tracing`. Used by the agent to run a managed speaker and
+//! its log lines forwarded to `tracing`. Used by the agent to run a managed speaker and
 //! by tests.
 //!
 //! # Guarantees
@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::{ExitStatus, Stdio};
+use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -70,9 +70,22 @@ impl GobgpdCommand {
     /// forwarding runs as tasks).
     ///
     /// # Errors
+    /// [`SpeakerError::ApiAddress`] when the API address is in use or not local,
     /// [`SpeakerError::NotInstalled`] when the program does not exist,
     /// [`SpeakerError::Spawn`] when it cannot be started.
     pub fn spawn(self) -> Result<Gobgpd, SpeakerError> {
+        // gobgpd would exit on an address in use, but only after a client may have
+        // reached the other process listening there: refuse it up front.
+        if let Err(e) = std::net::TcpListener::bind(self.api) {
+            let reason = match e.kind() {
+                std::io::ErrorKind::AddrInUse => "it is in use (another gobgpd?)".to_string(),
+                _ => chain(&e),
+            };
+            return Err(SpeakerError::ApiAddress {
+                api: self.api,
+                reason,
+            });
+        }
         let mut command = Command::new(&self.program);
         command
             .arg("--api-hosts")
@@ -115,7 +128,10 @@ impl GobgpdCommand {
 
 /// Asks Linux to SIGKILL the child when this process's spawning thread dies.
 #[cfg(target_os = "linux")]
-#[allow(unsafe_code)]
+#[expect(
+    unsafe_code,
+    reason = "Command::pre_exec is unsafe; see the SAFETY comment"
+)]
 fn die_with_parent(command: &mut Command) {
     let parent = rustix::process::getpid();
     // SAFETY: `pre_exec` runs the closure in the forked child before `exec`, where only
@@ -134,8 +150,9 @@ fn die_with_parent(command: &mut Command) {
     }
 }
 
-/// Forwards gobgpd's log lines to `tracing` (gobgpd runs at `-l warn`: whatever it
-/// prints is worth a warning) and keeps the last few for exit errors.
+/// Forwards gobgpd's log lines to `tracing` at their own level (gobgpd runs at
+/// `-l warn`; it still says "gobgpd started" at info) and keeps the last few for exit
+/// errors.
 async fn forward(
     output: impl AsyncRead + Unpin,
     api: SocketAddr,
@@ -143,7 +160,18 @@ async fn forward(
 ) {
     let mut lines = BufReader::new(output).lines();
     while let Ok(Some(line)) = lines.next_line().await {
-        tracing::warn!(api = %api, line = %line, "gobgpd");
+        // Plain format: `time="…" level=warning msg="…" Key=…`.
+        match line
+            .split_whitespace()
+            .find_map(|f| f.strip_prefix("level="))
+        {
+            Some("debug" | "trace") => tracing::debug!(api = %api, line = %line, "gobgpd"),
+            Some("info") => tracing::info!(api = %api, line = %line, "gobgpd"),
+            Some("error" | "fatal" | "panic") => {
+                tracing::error!(api = %api, line = %line, "gobgpd")
+            }
+            _ => tracing::warn!(api = %api, line = %line, "gobgpd"),
+        }
         if let Ok(mut last) = last_lines.lock() {
             if last.len() == KEPT_LINES {
                 last.pop_front();
@@ -241,7 +269,7 @@ impl Gobgpd {
 
     fn exit_status(&mut self) -> Option<String> {
         match self.child.try_wait() {
-            Ok(Some(status)) => Some(describe(status)),
+            Ok(Some(status)) => Some(status.to_string()),
             Ok(None) => None,
             Err(e) => Some(format!("cannot wait for it: {}", chain(&e))),
         }
@@ -266,8 +294,4 @@ impl Gobgpd {
             format!("{status}; it said: {}", lines.join(" | "))
         }
     }
-}
-
-fn describe(status: ExitStatus) -> String {
-    status.to_string()
 }

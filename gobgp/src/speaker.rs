@@ -157,7 +157,17 @@ impl Speaker {
 
     /// Originates `route` in the global RIB (sent to every neighbor). Announcing the
     /// same prefix again replaces the earlier route.
+    ///
+    /// # Errors
+    /// [`SpeakerError::Invalid`] for a route peers would drop (a loopback or multicast
+    /// next hop: [`Route::unannounceable`]).
     pub async fn announce(&mut self, route: &Route) -> Result<(), SpeakerError> {
+        if let Some(reason) = route.unannounceable() {
+            return Err(SpeakerError::Invalid {
+                endpoint: self.endpoint,
+                reason: format!("route {}: {reason}", route.prefix),
+            });
+        }
         let request = pb::AddPathRequest {
             table_type: pb::TableType::Global as i32,
             vrf_id: String::new(),

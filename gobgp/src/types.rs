@@ -125,6 +125,31 @@ pub struct Route {
     pub communities: Vec<Community>,
 }
 
+impl Route {
+    /// Why a peer would drop this route, if it would: GoBGP (like RFC 4271 §6.3 asks)
+    /// treats an UPDATE whose next hop is a loopback or multicast address as a
+    /// withdrawal, so such a route would sit in the local RIB and reach no one. The
+    /// unspecified address is fine: it means "this session's local address".
+    pub fn unannounceable(&self) -> Option<String> {
+        let next_hop = self.next_hop;
+        if next_hop.is_loopback() {
+            Some(format!(
+                "next hop {next_hop} is a loopback address, which BGP peers drop (RFC 4271 §6.3)"
+            ))
+        } else if match next_hop {
+            // Classes D and E, as GoBGP checks (multicast, reserved, broadcast).
+            IpAddr::V4(v4) => v4.octets()[0] >= 224,
+            IpAddr::V6(v6) => v6.is_multicast(),
+        } {
+            Some(format!(
+                "next hop {next_hop} is not a host address, which BGP peers drop"
+            ))
+        } else {
+            None
+        }
+    }
+}
+
 /// A standard BGP community (RFC 1997), written `ASN:VALUE` (`65000:100`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Community(pub u32);
@@ -227,6 +252,34 @@ mod tests {
             let err = bad.parse::<Community>().unwrap_err();
             assert!(err.to_string().contains("ASN:VALUE"), "{bad}: {err}");
         }
+    }
+
+    #[test]
+    fn loopback_and_multicast_next_hops_are_unannounceable() {
+        let route = |next_hop: &str| Route {
+            prefix: "192.0.2.10/32".parse().unwrap(),
+            next_hop: next_hop.parse().unwrap(),
+            communities: vec![],
+        };
+        for bad in [
+            "127.0.0.2",
+            "::1",
+            "224.0.0.1",
+            "240.0.0.1",
+            "255.255.255.255",
+            "ff02::1",
+        ] {
+            assert!(route(bad).unannounceable().is_some(), "{bad}");
+        }
+        for good in ["192.0.2.1", "0.0.0.0", "2001:db8::1", "::", "10.0.0.1"] {
+            assert_eq!(route(good).unannounceable(), None, "{good}");
+        }
+        assert!(
+            route("127.0.0.2")
+                .unannounceable()
+                .unwrap()
+                .contains("loopback")
+        );
     }
 
     fn global(asn: u32, router_id: [u8; 4], port: i32, addresses: &[&str]) -> Global {
