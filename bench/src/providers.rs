@@ -382,6 +382,7 @@ fn view(c: usize, ingress: usize, unhealthy: &str) -> ClusterView {
         load: 0.0,
         capacity: None,
         cloud: Cloud::Aws,
+        anycast: Vec::new(),
     }
 }
 

@@ -65,6 +65,11 @@ pub struct ClusterView {
     /// region). Not used by routing.
     #[serde(default)]
     pub cloud: fedingress_api::cluster::Provider,
+    /// Anycast strategy: the BGP routes of this ingress's anycast addresses as the
+    /// cluster's agent reports them; empty when it reports none (no BGP speaker, an
+    /// older agent, not reported yet). See [`routing`] (Anycast).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub anycast: Vec<fedingress_api::ingress::AnycastRouteStatus>,
 }
 
 /// An L4 rule that carries a `name`: served as SRV `_<name>._tcp|_udp.<dnsName>`.

@@ -110,6 +110,28 @@ pub struct Reason {
     /// Measured RTT from the client's subnet (Latency).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rtt_ms: Option<f64>,
+    /// Anycast: each anycast address on this cluster (in `anycastAddresses` order).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub anycast: Vec<AnycastAnnouncement>,
+}
+
+/// One anycast address on one placed cluster, as the Anycast strategy counts it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AnycastAnnouncement {
+    pub address: IpAddr,
+    /// The cluster counts as announcing the address: it is eligible (healthy, not
+    /// cordoned) and its agent reports the route announced — or reports no BGP state at
+    /// all for the ingress (an agent without a speaker, or an older one), when that is
+    /// assumed from its health.
+    pub announcing: bool,
+    /// The route as the cluster's agent reports it (`true`: announced); `None` when it
+    /// reports none for this address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reported: Option<bool>,
+    /// The agent's reason for the route (empty when it reports none).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
 }
 
 /// The outcome of [`decide`].
@@ -306,6 +328,7 @@ impl<'a> Ctx<'a> {
                 weight: None,
                 load: None,
                 rtt_ms: None,
+                anycast: Vec::new(),
             })
             .collect();
         Ctx {
@@ -737,43 +760,228 @@ fn overflow(ctx: &mut Ctx<'_>) -> Picked {
     Ok((Answer::Weighted(answer), summary))
 }
 
+/// The Anycast strategy: the anycast addresses that some placed cluster announces, to
+/// every client; the network (BGP) then carries each client to the nearest announcing
+/// site. A cluster counts as announcing an address when it is eligible (healthy, not
+/// cordoned) and — when its agent reports BGP state for the ingress — it reports the
+/// route announced (see [`anycast_announcements`]). Addresses nobody announces are left
+/// out of the answer; with none left, `whenAllUnhealthy` applies.
 fn anycast(ctx: &mut Ctx<'_>) -> Picked {
-    let configured = ctx
-        .traffic
-        .strategy
-        .anycast_addresses
-        .clone()
-        .unwrap_or_default();
-    let addresses: Vec<IpAddr> = configured.iter().filter_map(|a| a.parse().ok()).collect();
-    let healthy = ctx.eligible();
+    let addresses = anycast_addresses(ctx.traffic);
     if addresses.is_empty() {
         return Err("no usable anycastAddresses".to_owned());
     }
-    if healthy.is_empty() {
-        return Err("no placed cluster is healthy to announce the anycast addresses".to_owned());
-    }
-    for &i in &healthy {
-        ctx.set(
-            i,
-            true,
-            "healthy: announces the anycast addresses".to_owned(),
-        );
-    }
+    // Per address (in anycastAddresses order): the clusters counted as announcing it.
+    let mut announcers: Vec<Vec<&str>> = vec![Vec::new(); addresses.len()];
+    // Clusters counted without BGP state of their own (their health stands for it).
+    let mut assumed: Vec<&str> = Vec::new();
     for i in 0..ctx.clusters.len() {
-        if ctx.status[i] == Status::Unhealthy {
-            ctx.set(
-                i,
-                false,
-                "unhealthy: withdraws the anycast addresses".to_owned(),
-            );
+        let cluster = ctx.clusters[i];
+        let status = ctx.status[i];
+        let routes = anycast_announcements(cluster, status == Status::Eligible, &addresses);
+        for (k, route) in routes.iter().enumerate() {
+            if route.announcing {
+                announcers[k].push(ctx.name(i));
+            }
+        }
+        let detail = anycast_detail(status, cluster, &routes);
+        if status == Status::Eligible && cluster.anycast.is_empty() {
+            assumed.push(ctx.name(i));
+        }
+        let included = routes.iter().any(|r| r.announcing);
+        ctx.set(i, included, detail);
+        ctx.reasons[i].anycast = routes;
+    }
+    let answered: Vec<IpAddr> = addresses
+        .iter()
+        .zip(&announcers)
+        .filter(|(_, who)| !who.is_empty())
+        .map(|(a, _)| *a)
+        .collect();
+    if answered.is_empty() {
+        return Err(if ctx.eligible().is_empty() {
+            "no placed cluster is healthy to announce the anycast addresses".to_owned()
+        } else {
+            "no healthy cluster announces the anycast addresses (their agents report the routes withdrawn)".to_owned()
+        });
+    }
+    // "192.0.2.10 announced by eu-west, us-east": one group per set of announcers.
+    let mut groups: Vec<(Vec<IpAddr>, &Vec<&str>)> = Vec::new();
+    for (address, who) in addresses.iter().zip(&announcers) {
+        match groups.iter_mut().find(|(_, w)| *w == who) {
+            Some((list, _)) => list.push(*address),
+            None => groups.push((vec![*address], who)),
         }
     }
+    let mut parts: Vec<String> = groups
+        .iter()
+        .map(|(list, who)| {
+            let list = join(list);
+            if who.is_empty() {
+                format!("{list} announced by no cluster")
+            } else {
+                format!("{list} announced by {}", who.join(", "))
+            }
+        })
+        .collect();
+    match assumed.as_slice() {
+        [] => {}
+        [one] => parts.push(format!(
+            "{one} counted from its health alone (its agent reports no BGP state)"
+        )),
+        many => parts.push(format!(
+            "{} counted from their health alone (their agents report no BGP state)",
+            many.join(", ")
+        )),
+    }
     let summary = format!(
-        "the anycast addresses, announced by {} healthy cluster{}",
-        healthy.len(),
-        if healthy.len() == 1 { "" } else { "s" }
+        "{}; the network (BGP) carries each client to the nearest announcing site",
+        parts.join("; ")
     );
-    Ok((Answer::Addresses(addresses), summary))
+    Ok((Answer::Addresses(answered), summary))
+}
+
+/// The addresses the Anycast strategy answers for `clusters`: those of
+/// `anycastAddresses` that some placed cluster counts as announcing (see
+/// [`anycast_announcements`]), in their configured order; empty when nobody announces
+/// any (then `whenAllUnhealthy` applies). DNS providers publish the same.
+pub fn anycast_answer(traffic: &Traffic, clusters: &[ClusterView]) -> Vec<IpAddr> {
+    let addresses = anycast_addresses(traffic);
+    let mut announced = vec![false; addresses.len()];
+    for cluster in clusters {
+        let eligible = Status::of(cluster, false) == Status::Eligible;
+        for (k, route) in anycast_announcements(cluster, eligible, &addresses)
+            .iter()
+            .enumerate()
+        {
+            announced[k] |= route.announcing;
+        }
+    }
+    addresses
+        .into_iter()
+        .zip(announced)
+        .filter_map(|(address, announced)| announced.then_some(address))
+        .collect()
+}
+
+/// The strategy's `anycastAddresses` that parse (validation has checked them).
+fn anycast_addresses(traffic: &Traffic) -> Vec<IpAddr> {
+    traffic
+        .strategy
+        .anycast_addresses
+        .iter()
+        .flatten()
+        .filter_map(|a| a.parse().ok())
+        .collect()
+}
+
+/// Each of `addresses` on `cluster`: whether it counts as announcing it and what its
+/// agent reported.
+///
+/// # Guarantees
+/// - Only an `eligible` cluster counts as announcing.
+/// - An eligible cluster whose agent reports BGP state for the ingress counts only for
+///   the addresses it reports announced (not for one it reports nothing for); one whose
+///   agent reports no BGP state at all counts for every address.
+pub fn anycast_announcements(
+    cluster: &ClusterView,
+    eligible: bool,
+    addresses: &[IpAddr],
+) -> Vec<AnycastAnnouncement> {
+    let reports = !cluster.anycast.is_empty();
+    addresses
+        .iter()
+        .map(|address| {
+            let route = cluster.anycast.iter().find(|r| r.address == *address);
+            AnycastAnnouncement {
+                address: *address,
+                announcing: eligible && route.map_or(!reports, |r| r.announced),
+                reported: route.map(|r| r.announced),
+                reason: match route {
+                    Some(route) => route.reason.clone(),
+                    None if reports => "the agent reports no route for it".to_owned(),
+                    None => String::new(),
+                },
+            }
+        })
+        .collect()
+}
+
+/// Why one cluster counts as announcing (some of) the anycast addresses or not.
+fn anycast_detail(status: Status, cluster: &ClusterView, routes: &[AnycastAnnouncement]) -> String {
+    let announced: Vec<IpAddr> = routes
+        .iter()
+        .filter(|r| r.reported == Some(true))
+        .map(|r| r.address)
+        .collect();
+    let withdrawn: Vec<&AnycastAnnouncement> =
+        routes.iter().filter(|r| r.reported != Some(true)).collect();
+    match status {
+        Status::Eligible | Status::NoAddress if cluster.anycast.is_empty() => {
+            "healthy; the agent reports no BGP announcement".to_owned()
+        }
+        Status::Eligible | Status::NoAddress => {
+            match (announced.is_empty(), withdrawn.is_empty()) {
+                (false, true) => format!("healthy: announces {}", join(&announced)),
+                (true, _) => format!("withdrawn: {}", withdrawn_reasons(&withdrawn, routes.len())),
+                (false, false) => format!(
+                    "healthy: announces {}; withdrawn {}",
+                    join(&announced),
+                    withdrawn_reasons(&withdrawn, 0)
+                ),
+            }
+        }
+        Status::Cordoned | Status::Unhealthy => {
+            let mut detail = status.detail().to_owned();
+            if !announced.is_empty() {
+                // Traffic still arrives until the agent withdraws the route.
+                let _ = write!(
+                    detail,
+                    "; its agent still reports {} announced",
+                    join(&announced)
+                );
+            } else if !cluster.anycast.is_empty() {
+                let _ = write!(
+                    detail,
+                    "; withdrawn: {}",
+                    withdrawn_reasons(&withdrawn, routes.len())
+                );
+            }
+            detail
+        }
+    }
+}
+
+/// The agent's reasons for `withdrawn` routes: one reason when they share it and are all
+/// of the `total` addresses, else `address: reason` each.
+fn withdrawn_reasons(withdrawn: &[&AnycastAnnouncement], total: usize) -> String {
+    let reason = |r: &AnycastAnnouncement| {
+        if r.reason.is_empty() {
+            "no reason given".to_owned()
+        } else {
+            r.reason.clone()
+        }
+    };
+    match withdrawn.first() {
+        Some(first)
+            if withdrawn.len() == total && withdrawn.iter().all(|r| r.reason == first.reason) =>
+        {
+            reason(first)
+        }
+        _ => withdrawn
+            .iter()
+            .map(|r| format!("{}: {}", r.address, reason(r)))
+            .collect::<Vec<_>>()
+            .join("; "),
+    }
+}
+
+fn join(addresses: &[IpAddr]) -> String {
+    addresses
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 // ---------------------------------------------------------------------------------------

@@ -2904,6 +2904,7 @@ mod tests {
             load: 0.0,
             capacity: None,
             cloud: Default::default(),
+            anycast: Vec::new(),
         }
     }
 

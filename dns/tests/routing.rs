@@ -6,11 +6,13 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use fedingress_api::ingress::{Strategy, StrategyType, Traffic, WhenAllUnhealthy};
+use fedingress_api::ingress::{
+    AnycastRouteStatus, Strategy, StrategyType, Traffic, WhenAllUnhealthy,
+};
 use fedingress_dns::location::{LocationEntry, Locator, RttRow, RttTable};
 use fedingress_dns::routing::{
-    Answer, ClientInfo, Decision, FailoverState, PointRouter, RouteKey, decide, distance_km,
-    failover_step, next_failover_change_ms, pick_weighted,
+    Answer, ClientInfo, Decision, FailoverState, PointRouter, RouteKey, anycast_answer, decide,
+    distance_km, failover_step, next_failover_change_ms, pick_weighted,
 };
 use fedingress_dns::{ClusterView, Location};
 
@@ -33,6 +35,7 @@ fn cluster(name: &str, location: Location, ip: &str) -> ClusterView {
         load: 0.0,
         capacity: None,
         cloud: Default::default(),
+        anycast: Vec::new(),
     }
 }
 
@@ -891,7 +894,180 @@ fn anycast_answers_its_addresses_while_a_cluster_is_healthy() {
         ])
     );
     assert!(reason(&d, "asia").included);
-    assert!(reason(&d, "eu-west").detail.contains("withdraws"));
+    // No agent reports BGP state here: health alone counts, and the texts say so.
+    assert_eq!(
+        reason(&d, "asia").detail,
+        "healthy; the agent reports no BGP announcement"
+    );
+    assert_eq!(reason(&d, "eu-west").detail, "unhealthy");
+    assert!(!reason(&d, "eu-west").included);
+}
+
+fn route(address: &str, announced: bool, reason: &str) -> AnycastRouteStatus {
+    AnycastRouteStatus {
+        address: address.parse().unwrap(),
+        announced,
+        reason: reason.to_owned(),
+    }
+}
+
+#[test]
+fn anycast_counts_a_cluster_only_while_its_agent_reports_the_route_announced() {
+    let mut clusters = fleet();
+    set(&mut clusters, "eu-west", |c| {
+        c.anycast = vec![
+            route("192.0.2.10", true, "healthy"),
+            route("2001:db8::10", true, "healthy"),
+        ];
+    });
+    set(&mut clusters, "us-east", |c| {
+        c.anycast = vec![
+            route(
+                "192.0.2.10",
+                false,
+                "backend echo:9000 has no ready endpoint",
+            ),
+            route(
+                "2001:db8::10",
+                false,
+                "backend echo:9000 has no ready endpoint",
+            ),
+        ];
+    });
+    // Cordoned, and its agent has not withdrawn yet: not counted, and said so.
+    set(&mut clusters, "us-west", |c| {
+        c.cordoned = true;
+        c.anycast = vec![
+            route("192.0.2.10", true, "healthy"),
+            route("2001:db8::10", true, "healthy"),
+        ];
+    });
+    let d = run(&anycast(), &clusters, &paris());
+    assert_eq!(
+        d.answer,
+        Answer::Addresses(vec![
+            "192.0.2.10".parse().unwrap(),
+            "2001:db8::10".parse().unwrap()
+        ])
+    );
+    let eu = reason(&d, "eu-west");
+    assert!(eu.included);
+    assert_eq!(eu.detail, "healthy: announces 192.0.2.10, 2001:db8::10");
+    assert!(
+        eu.anycast
+            .iter()
+            .all(|a| a.announcing && a.reported == Some(true))
+    );
+    let us = reason(&d, "us-east");
+    assert!(!us.included, "a healthy cluster whose agent withdrew");
+    assert_eq!(
+        us.detail,
+        "withdrawn: backend echo:9000 has no ready endpoint"
+    );
+    assert_eq!(us.anycast[0].reported, Some(false));
+    let west = reason(&d, "us-west");
+    assert!(!west.included);
+    assert_eq!(
+        west.detail,
+        "cordoned; its agent still reports 192.0.2.10, 2001:db8::10 announced"
+    );
+    let asia = reason(&d, "asia");
+    assert!(asia.included);
+    assert_eq!(
+        asia.detail,
+        "healthy; the agent reports no BGP announcement"
+    );
+    assert_eq!(asia.anycast[0].reported, None);
+    assert_eq!(
+        d.summary,
+        "Anycast: 192.0.2.10, 2001:db8::10 announced by asia, eu-west; asia counted from its \
+         health alone (its agent reports no BGP state); the network (BGP) carries each \
+         client to the nearest announcing site"
+    );
+    let json = serde_json::to_value(&d).unwrap();
+    assert_eq!(json["reasons"][1]["anycast"][0]["address"], "192.0.2.10");
+    assert_eq!(json["reasons"][1]["anycast"][0]["announcing"], true);
+}
+
+#[test]
+fn anycast_answers_only_the_addresses_someone_announces() {
+    let mut clusters = health(&["eu-west"]);
+    set(&mut clusters, "eu-west", |c| {
+        c.anycast = vec![
+            route("192.0.2.10", true, "healthy"),
+            route("2001:db8::10", false, "not configured on this site"),
+        ];
+    });
+    set(&mut clusters, "us-east", |c| {
+        c.anycast = vec![route("192.0.2.10", false, "backend down")];
+    });
+    let d = run(&anycast(), &clusters, &paris());
+    assert_eq!(
+        d.answer,
+        Answer::Addresses(vec!["192.0.2.10".parse().unwrap()])
+    );
+    // What DNS providers publish is the same.
+    assert_eq!(
+        anycast_answer(&anycast(), &clusters),
+        vec!["192.0.2.10".parse::<IpAddr>().unwrap()]
+    );
+    assert_eq!(
+        reason(&d, "eu-west").detail,
+        "healthy: announces 192.0.2.10; withdrawn 2001:db8::10: not configured on this site"
+    );
+    assert_eq!(
+        reason(&d, "us-east").detail,
+        "unhealthy; withdrawn: 192.0.2.10: backend down; 2001:db8::10: the agent reports no route for it"
+    );
+    assert!(
+        d.summary
+            .contains("192.0.2.10 announced by eu-west; 2001:db8::10 announced by no cluster"),
+        "{}",
+        d.summary
+    );
+}
+
+#[test]
+fn anycast_with_every_route_withdrawn_is_whenallunhealthy() {
+    let mut clusters = fleet();
+    for c in &mut clusters {
+        c.anycast = vec![
+            route(
+                "192.0.2.10",
+                false,
+                "the BGP speaker is down: connection refused",
+            ),
+            route(
+                "2001:db8::10",
+                false,
+                "the BGP speaker is down: connection refused",
+            ),
+        ];
+    }
+    let d = run(&anycast(), &clusters, &paris());
+    assert_eq!(
+        d.answer,
+        Answer::All(names(&["asia", "eu-west", "us-east", "us-west"])),
+        "ServeAll: the clusters' own addresses"
+    );
+    assert!(
+        d.summary
+            .contains("no healthy cluster announces the anycast addresses"),
+        "{}",
+        d.summary
+    );
+    assert!(
+        reason(&d, "eu-west")
+            .detail
+            .starts_with("withdrawn: the BGP speaker is down: connection refused"),
+        "{}",
+        reason(&d, "eu-west").detail
+    );
+    let t = Traffic {
+        when_all_unhealthy: WhenAllUnhealthy::NoData,
+        ..anycast()
+    };
+    assert_eq!(run(&t, &clusters, &paris()).answer, Answer::NoData);
 }
 
 #[test]

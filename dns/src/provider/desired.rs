@@ -381,14 +381,9 @@ fn choose(routed: &RoutedIngress) -> Option<Choice<'_>> {
             })
         }
         StrategyType::Anycast => {
-            let addresses: Vec<IpAddr> = strategy
-                .anycast_addresses
-                .iter()
-                .flatten()
-                .filter_map(|a| a.parse().ok())
-                .collect();
-            let announced = sorted.iter().any(|c| eligible(c, false));
-            (announced && !addresses.is_empty()).then_some(Choice {
+            // The addresses some cluster announces, as the embedded server answers.
+            let addresses = crate::routing::anycast_answer(&routed.traffic, &routed.clusters);
+            (!addresses.is_empty()).then_some(Choice {
                 policy: Policy::Simple,
                 clusters: Vec::new(),
                 anycast: Some(addresses),
@@ -477,6 +472,7 @@ mod tests {
             load: 0.0,
             capacity: None,
             cloud: Cloud::Aws,
+            anycast: Vec::new(),
         }
     }
 

@@ -41,6 +41,7 @@ fn clusters() -> Vec<ClusterView> {
         load: 0.0,
         capacity: None,
         cloud: Default::default(),
+        anycast: Vec::new(),
     })
     .collect()
 }

@@ -34,6 +34,7 @@ fn cluster(name: &str, at: Location, ips: &[String]) -> ClusterView {
         load: 0.0,
         capacity: None,
         cloud: Default::default(),
+        anycast: Vec::new(),
     }
 }
 

@@ -80,6 +80,7 @@ pub fn cluster(name: &str, at: Location, ips: &[&str], hostnames: &[&str]) -> Cl
         load: 0.0,
         capacity: None,
         cloud: Default::default(),
+        anycast: Vec::new(),
     }
 }
 

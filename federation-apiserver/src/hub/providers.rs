@@ -972,6 +972,7 @@ mod tests {
                 load: 0.0,
                 capacity: None,
                 cloud: Default::default(),
+                anycast: Vec::new(),
             }],
             srv: Vec::new(),
             failover: Default::default(),

@@ -3,10 +3,10 @@
 //!
 //! Per (ingress, cluster) a [`Serving`] entry says that the cluster's listener for the
 //! ingress has been applied (at some generation) and not removed since, where it serves
-//! (addresses), whether it was healthy, and until when a recovered cluster is held out
-//! of answers (`failbackDelaySeconds`). Per ingress, the Failover strategy's tier memory
-//! rides along. A cluster without an entry has never served the ingress (or stopped):
-//! it is never answered.
+//! (addresses), whether it was healthy, until when a recovered cluster is held out of
+//! answers (`failbackDelaySeconds`), and, for Anycast, the BGP routes its agent
+//! reported. Per ingress, the Failover strategy's tier memory rides along. A cluster
+//! without an entry has never served the ingress (or stopped): it is never answered.
 //!
 //! Stored under `/fedingress/routing/<namespace>/<name>` as JSON, outside
 //! `/registry/` (no API object, no watch of the controller's own input). Written only
@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use fedingress_api::cluster::Address;
-use fedingress_api::ingress::{IngressRule, Protocol};
+use fedingress_api::ingress::{AnycastRouteStatus, IngressRule, Protocol};
 use fedingress_api::plan::IngressKey;
 use fedingress_dns::routing::FailoverState;
 use fedingress_store::{Precondition, Store, StoreError};
@@ -53,6 +53,11 @@ pub struct Serving {
     /// TCP/UDP load balancer), or failed (the agent reported an error for them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rules: Vec<RuleServing>,
+    /// Anycast: each anycast address's BGP route on the cluster, as its agent last
+    /// reported it (with its BGP speaker down: every route withdrawn); kept while the
+    /// agent reports nothing newer. Empty when it reports none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub anycast: Vec<AnycastRouteStatus>,
 }
 
 /// One rule of an ingress on one cluster, when it is not simply served on the share's
@@ -237,6 +242,11 @@ mod tests {
                     host: None,
                     addresses: vec![Address::hostname("udp.elb.example.com")],
                     failed: false,
+                }],
+                anycast: vec![AnycastRouteStatus {
+                    address: "192.0.2.10".parse().unwrap(),
+                    announced: false,
+                    reason: "backend echo:9000 has no ready endpoint".into(),
                 }],
             },
         );

@@ -687,6 +687,7 @@ fn cluster_entry(
     }
     if let Some(serving) = serving {
         entry.addresses = serving.addresses.clone();
+        entry.anycast = serving.anycast.clone();
         entry.rules = rules
             .iter()
             .enumerate()
@@ -824,6 +825,7 @@ fn routed_ingress(
         .trim_end_matches('.')
         .to_ascii_lowercase();
     let overflow = ingress.spec.traffic.strategy.type_ == StrategyType::Overflow;
+    let anycast = ingress.spec.traffic.strategy.type_ == StrategyType::Anycast;
     let views = routing
         .clusters
         .iter()
@@ -869,6 +871,13 @@ fn routed_ingress(
                     .filter(|_| overflow)
                     .map(|r| r as f64),
                 cloud: cluster.spec.provider,
+                // Only where it matters (Anycast), so that route reports of other
+                // strategies' ingresses do not rebuild answers.
+                anycast: if anycast {
+                    serving.anycast.clone()
+                } else {
+                    Vec::new()
+                },
             })
         })
         .collect();

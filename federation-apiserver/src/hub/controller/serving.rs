@@ -18,12 +18,17 @@
 //! from the TCP one) and a rule the agent failed (a rule error). A cluster that failed
 //! some rules still serves the others (it stays healthy, and leaves only the SRV answers
 //! of the failed rules); one that failed every rule is unhealthy.
+//!
+//! For Anycast, the serving state keeps each anycast address's BGP route as the agent
+//! last reported it (`IngressReport.anycast`); an agent reporting its BGP speaker down
+//! has every route withdrawn, whatever the routes say. Routing counts a cluster as
+//! announcing from that (`fedingress_dns::routing`, Anycast).
 
 use std::collections::BTreeSet;
 
 use fedingress_api::cluster::Address;
-use fedingress_api::ingress::{StrategyType, Traffic};
-use fedingress_api::plan::{IngressKey, IngressReport, IngressShare};
+use fedingress_api::ingress::{AnycastRouteStatus, StrategyType, Traffic};
+use fedingress_api::plan::{IngressKey, IngressReport, IngressShare, SpeakerReport};
 
 use super::super::AgentState;
 use super::super::routing_state::{RuleServing, Serving};
@@ -112,6 +117,17 @@ pub fn serving(
         (Some(share), Some(report)) => rules_of(share, report, &failed, &addresses),
         _ => previous.map(|p| p.rules.clone()).unwrap_or_default(),
     };
+    let speaker = agent
+        .and_then(|a| a.report.as_deref())
+        .and_then(|r| r.speaker.as_ref());
+    // From a connected agent's report; otherwise (not reported yet, lost, restoring)
+    // the routes last reported stand.
+    let anycast = match (knowledge, report) {
+        (AgentKnowledge::Connected(_), Some(report)) => {
+            anycast_of(share.map(|s| &**s), report, speaker)
+        }
+        _ => previous.map(|p| p.anycast.clone()).unwrap_or_default(),
+    };
     // Every rule of the share failed (a share without rules: any error).
     let all_failed = !failed.is_empty()
         && share.is_none_or(|s| {
@@ -146,7 +162,53 @@ pub fn serving(
         held_until_ms,
         was_healthy,
         rules,
+        anycast,
     })
+}
+
+/// The anycast routes of a share as its agent's `report` gives them, with the agent's
+/// BGP `speaker` down counting as every route of the `share`'s anycast addresses
+/// withdrawn (the speaker's words as the reason, unless the agent already gave one for
+/// a withdrawn route).
+fn anycast_of(
+    share: Option<&IngressShare>,
+    report: &IngressReport,
+    speaker: Option<&SpeakerReport>,
+) -> Vec<AnycastRouteStatus> {
+    let mut routes: Vec<AnycastRouteStatus> = report
+        .anycast
+        .iter()
+        .map(|r| AnycastRouteStatus {
+            address: r.address,
+            announced: r.announced,
+            reason: r.reason.clone(),
+        })
+        .collect();
+    let Some(down) = speaker.filter(|s| !s.up) else {
+        return routes;
+    };
+    let why = if down.message.is_empty() {
+        "the BGP speaker is down".to_owned()
+    } else {
+        format!("the BGP speaker is down: {}", down.message)
+    };
+    for route in routes.iter_mut().filter(|r| r.announced) {
+        route.announced = false;
+        route.reason.clone_from(&why);
+    }
+    for address in share
+        .map(|s| s.anycast_addresses.as_slice())
+        .unwrap_or_default()
+    {
+        if !routes.iter().any(|r| r.address == *address) {
+            routes.push(AnycastRouteStatus {
+                address: *address,
+                announced: false,
+                reason: why.clone(),
+            });
+        }
+    }
+    routes
 }
 
 /// The rules of `share` not simply served on `addresses`, from the agent's `report` and
@@ -214,7 +276,7 @@ mod tests {
     use fedingress_api::Time;
     use fedingress_api::cluster::Address;
     use fedingress_api::plan::{
-        AgentReport, BackendHealth, ClusterPlan, IngressReport, IngressShare,
+        AgentReport, AnycastRoute, BackendHealth, ClusterPlan, IngressReport, IngressShare,
     };
 
     use super::*;
@@ -333,6 +395,11 @@ mod tests {
             held_until_ms: None,
             was_healthy: true,
             rules: Vec::new(),
+            anycast: vec![AnycastRouteStatus {
+                address: "192.0.2.10".parse().unwrap(),
+                announced: true,
+                reason: "healthy".into(),
+            }],
         };
         let restored = serving(
             &key(),
@@ -363,6 +430,121 @@ mod tests {
         )
         .unwrap();
         assert_eq!(state.healthy, Some(false));
+        assert_eq!(
+            state.anycast, previous.anycast,
+            "the last reported routes stand while the agent is away"
+        );
+    }
+
+    fn route(address: &str, announced: bool, reason: &str) -> AnycastRoute {
+        AnycastRoute {
+            address: address.parse().unwrap(),
+            announced,
+            reason: reason.into(),
+        }
+    }
+
+    /// [`agent`] (generation 1, healthy, connected) whose share has the anycast addresses
+    /// 192.0.2.10 and 192.0.2.11, reporting `routes` and `speaker`.
+    fn anycast_agent(routes: Vec<AnycastRoute>, speaker: Option<SpeakerReport>) -> AgentState {
+        let mut a = agent(Some(1), Some(1), true);
+        let applied = a.applied.as_mut().unwrap();
+        let mut share = (**applied.plan.ingresses.get(&key()).unwrap()).clone();
+        share.anycast_addresses =
+            vec!["192.0.2.10".parse().unwrap(), "192.0.2.11".parse().unwrap()];
+        let mut plan = ClusterPlan::default();
+        plan.ingresses.insert(key(), share);
+        applied.plan = Arc::new(plan);
+        let mut report = (**a.report.as_ref().unwrap()).clone();
+        report.ingresses[0].anycast = routes;
+        report.speaker = speaker;
+        a.report = Some(Arc::new(report));
+        a
+    }
+
+    #[test]
+    fn anycast_routes_come_from_the_report_and_stand_until_the_next_one() {
+        let a = anycast_agent(
+            vec![
+                route("192.0.2.10", true, "healthy"),
+                route("192.0.2.11", false, "backend echo:7 has no ready endpoint"),
+            ],
+            Some(SpeakerReport {
+                up: true,
+                peers: 1,
+                established_peers: 1,
+                message: String::new(),
+            }),
+        );
+        let first = serving(&key(), &traffic(0), AgentKnowledge::Connected(&a), None, 0).unwrap();
+        assert_eq!(
+            first.anycast,
+            vec![
+                AnycastRouteStatus {
+                    address: "192.0.2.10".parse().unwrap(),
+                    announced: true,
+                    reason: "healthy".into(),
+                },
+                AnycastRouteStatus {
+                    address: "192.0.2.11".parse().unwrap(),
+                    announced: false,
+                    reason: "backend echo:7 has no ready endpoint".into(),
+                },
+            ]
+        );
+        // Connected, but no report of the share since (a reconnect): what was known stands.
+        let mut quiet = a.clone();
+        quiet.report = None;
+        let next = serving(
+            &key(),
+            &traffic(0),
+            AgentKnowledge::Connected(&quiet),
+            Some(&first),
+            1,
+        )
+        .unwrap();
+        assert_eq!(next.anycast, first.anycast);
+        // An agent without BGP state: none.
+        let plain = anycast_agent(Vec::new(), None);
+        let none = serving(
+            &key(),
+            &traffic(0),
+            AgentKnowledge::Connected(&plain),
+            Some(&first),
+            2,
+        )
+        .unwrap();
+        assert!(none.anycast.is_empty());
+    }
+
+    #[test]
+    fn a_speaker_down_withdraws_every_route_of_the_share() {
+        let a = anycast_agent(
+            vec![route("192.0.2.10", true, "healthy")],
+            Some(SpeakerReport {
+                up: false,
+                peers: 1,
+                established_peers: 0,
+                message: "gobgpd at 127.0.0.1:50051: connection refused".into(),
+            }),
+        );
+        let state = serving(&key(), &traffic(0), AgentKnowledge::Connected(&a), None, 0).unwrap();
+        let why = "the BGP speaker is down: gobgpd at 127.0.0.1:50051: connection refused";
+        assert_eq!(
+            state.anycast,
+            vec![
+                AnycastRouteStatus {
+                    address: "192.0.2.10".parse().unwrap(),
+                    announced: false,
+                    reason: why.into(),
+                },
+                AnycastRouteStatus {
+                    address: "192.0.2.11".parse().unwrap(),
+                    announced: false,
+                    reason: why.into(),
+                },
+            ]
+        );
     }
 
     #[test]
