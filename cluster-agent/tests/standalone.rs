@@ -816,6 +816,74 @@ async fn shutdown_closes_every_listener() {
     assert_eq!(standalone.report(&plan).active_connections, 0);
 }
 
+/// A share's anycast addresses are served like the bind addresses (issue 15), also one
+/// that is on no interface (IP_FREEBIND); other shares are not served there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anycast_addresses_of_a_share_are_bound_too() {
+    let ip = test_ip(25);
+    let anycast = IpAddr::from([127, 0, 77, 125]);
+    // TEST-NET-1: on no interface of this host.
+    let elsewhere = IpAddr::from([192, 0, 2, 125]);
+    let port = test_port(25, 0);
+    let other_port = test_port(25, 1);
+    let echo = Echo::start(IpAddr::from([127, 0, 0, 1])).await;
+    let standalone = Standalone::new(&config(Setup {
+        binds: vec![bind(ip)],
+        services: vec![("echo", vec![echo.addr])],
+        extra: "",
+    }));
+    let mut anycast_share = share(
+        "echo",
+        1,
+        vec![
+            rule(Protocol::Tcp, port, "echo", 1),
+            rule(Protocol::Udp, port, "echo", 1),
+        ],
+    );
+    anycast_share.anycast_addresses = vec![anycast, elsewhere];
+    let plain = share("plain", 1, vec![rule(Protocol::Tcp, other_port, "echo", 1)]);
+    let plan = ClusterPlan::from(vec![anycast_share, plain]);
+    assert_eq!(standalone.apply(&plan).await, vec![]);
+    for addr in [ip, anycast] {
+        let listener = SocketAddr::new(addr, port);
+        assert_eq!(tcp_echo(listener, "hello\n").await, "HELLO\n", "{listener}");
+        let client = udp_client(listener).await;
+        assert_eq!(udp_exchange(&client, "hi").await, "HI", "{listener}");
+    }
+    let labels = [format!("address=\"{elsewhere}:{port}\"")];
+    let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
+    assert_eq!(
+        metric(
+            &standalone,
+            "fedingress_agent_listener_active_connections",
+            &labels
+        ),
+        0.0,
+        "the address on no interface is bound (freebind)"
+    );
+    tcp_echo(SocketAddr::new(ip, other_port), "x").await;
+    assert!(
+        TcpStream::connect(SocketAddr::new(anycast, other_port))
+            .await
+            .is_err(),
+        "a share without anycast addresses is not served on another's"
+    );
+    // Without the anycast addresses the listeners there close.
+    let plan = ClusterPlan::from(vec![share(
+        "echo",
+        2,
+        vec![rule(Protocol::Tcp, port, "echo", 1)],
+    )]);
+    assert_eq!(standalone.apply(&plan).await, vec![]);
+    assert!(
+        TcpStream::connect(SocketAddr::new(anycast, port))
+            .await
+            .is_err()
+    );
+    tcp_echo(SocketAddr::new(ip, port), "x").await;
+    standalone.shutdown().await;
+}
+
 // ---------------------------------------------------------------------------------------
 // Limits (issue 12): caps, evictions and timeouts, as counted in `/metrics`.
 

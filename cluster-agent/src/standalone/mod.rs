@@ -233,6 +233,8 @@ impl Standalone {
     ///   listener per port (shared by every ingress with HTTP rules there), HTTPS and TLS
     ///   rules a TLS listener per port, TCP and UDP rules one listener each. A TCP and a
     ///   UDP listener on one address and port coexist.
+    /// - The listeners of a share with anycast addresses are bound on those addresses
+    ///   too (`IP_FREEBIND`: the address need not be on an interface yet).
     /// - A listener whose kind, port and bind address are unchanged keeps running,
     ///   connections and requests in flight untouched; only its routes are swapped,
     ///   atomically. In-flight requests finish on the route they started on.
@@ -397,11 +399,24 @@ impl Standalone {
         state.share_loads = kept_loads;
 
         // Listeners: close the ones no longer wanted, re-route the kept, queue the new.
+        // A share's anycast addresses are bound too, for its listeners.
+        let mut anycast: BTreeMap<ListenerKey, BTreeSet<IpAddr>> = BTreeMap::new();
+        for (key, share) in &desired.shares {
+            let addresses = plan.ingresses.get(key).map(|s| &s.anycast_addresses);
+            for &(_, listener) in &share.listeners {
+                anycast
+                    .entry(listener)
+                    .or_default()
+                    .extend(addresses.into_iter().flatten());
+            }
+        }
         let wanted: BTreeSet<ListenerId> = seeds
             .keys()
             .flat_map(|&(kind, port)| {
+                let extra = anycast.get(&(kind, port)).into_iter().flatten();
                 self.binds
                     .iter()
+                    .chain(extra)
                     .map(move |&bind| ListenerId { kind, port, bind })
             })
             .collect();
@@ -529,13 +544,16 @@ impl Standalone {
 
     fn start(&self, id: ListenerId, seed: Seed) -> std::io::Result<Running> {
         let addr = SocketAddr::new(id.bind, id.port);
+        // An anycast address may not be on an interface yet (or ever, behind a router
+        // that delivers it): bind it anyway.
+        let freebind = !self.binds.contains(&id.bind);
         let label = id.label();
         let load = LoadCounters::new();
         let tracker = Tracker::new();
         let (stop, stop_rx) = oneshot::channel();
         let (routing, task) = match seed {
             Seed::L4(route) if id.kind == Kind::Udp => {
-                let socket = udp::bind(addr)?;
+                let socket = udp::bind(addr, freebind)?;
                 let (routes, routes_rx) = watch::channel(route);
                 let task = tokio::spawn(udp::serve(
                     socket,
@@ -548,7 +566,7 @@ impl Standalone {
                 (Routing::L4(routes), task)
             }
             Seed::L4(route) => {
-                let listener = tcp::bind(addr)?;
+                let listener = tcp::bind(addr, freebind)?;
                 let (routes, routes_rx) = watch::channel(route);
                 let handler = tcp::l4_handler(
                     routes_rx,
@@ -568,7 +586,7 @@ impl Standalone {
                 (Routing::L4(routes), task)
             }
             Seed::Http(table) => {
-                let listener = tcp::bind(addr)?;
+                let listener = tcp::bind(addr, freebind)?;
                 let table = Arc::new(ArcSwap::new(table));
                 let shared = Arc::new(http::HttpListener {
                     label: label.clone().into(),
@@ -589,7 +607,7 @@ impl Standalone {
                 (Routing::Http(table), task)
             }
             Seed::Tls(table) => {
-                let listener = tcp::bind(addr)?;
+                let listener = tcp::bind(addr, freebind)?;
                 let table = Arc::new(ArcSwap::new(table));
                 let shared: Arc<str> = label.clone().into();
                 let tls_listener = Arc::new(tls::TlsListener {

@@ -33,8 +33,9 @@ use super::load::{Active, LoadCounters};
 const BACKLOG: i32 = 1024;
 
 /// Binds a TCP listener (address reuse for quick restarts; IPv6 sockets are IPv6-only,
-/// so `0.0.0.0` and `::` can both be bound).
-pub(crate) fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
+/// so `0.0.0.0` and `::` can both be bound). `freebind` (Linux `IP_FREEBIND`) binds an
+/// address that is on no interface yet, as anycast addresses may be.
+pub(crate) fn bind(addr: SocketAddr, freebind: bool) -> io::Result<TcpListener> {
     let socket = Socket::new(
         Domain::for_address(addr),
         Type::STREAM,
@@ -43,11 +44,28 @@ pub(crate) fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
     if addr.is_ipv6() {
         socket.set_only_v6(true)?;
     }
+    if freebind {
+        set_freebind(&socket, addr)?;
+    }
     socket.set_reuse_address(true)?;
     socket.set_nonblocking(true)?;
     socket.bind(&addr.into())?;
     socket.listen(BACKLOG)?;
     TcpListener::from_std(socket.into())
+}
+
+/// `IP_FREEBIND` (`IPV6_FREEBIND`) on `socket` for a bind to `addr` (Linux; elsewhere
+/// the bind needs the address to be local).
+pub(crate) fn set_freebind(socket: &Socket, addr: SocketAddr) -> io::Result<()> {
+    #[cfg(target_os = "linux")]
+    if addr.is_ipv6() {
+        socket.set_freebind_v6(true)?;
+    } else {
+        socket.set_freebind_v4(true)?;
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (socket, addr);
+    Ok(())
 }
 
 /// One accepted connection with its guards: it counts as active for the listener's

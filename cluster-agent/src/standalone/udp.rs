@@ -42,7 +42,8 @@ const MAX_DATAGRAM: usize = 65_535;
 
 /// Binds a UDP listener (IPv6 sockets are IPv6-only, so `0.0.0.0` and `::` can both be
 /// bound; no address reuse, so two listeners never share a port by accident).
-pub(crate) fn bind(addr: SocketAddr) -> io::Result<UdpSocket> {
+/// `freebind` binds an address that is on no interface yet (see [`super::tcp::bind`]).
+pub(crate) fn bind(addr: SocketAddr, freebind: bool) -> io::Result<UdpSocket> {
     let socket = Socket::new(
         Domain::for_address(addr),
         Type::DGRAM,
@@ -50,6 +51,9 @@ pub(crate) fn bind(addr: SocketAddr) -> io::Result<UdpSocket> {
     )?;
     if addr.is_ipv6() {
         socket.set_only_v6(true)?;
+    }
+    if freebind {
+        super::tcp::set_freebind(&socket, addr)?;
     }
     socket.set_nonblocking(true)?;
     socket.bind(&addr.into())?;
