@@ -1,14 +1,16 @@
 //! The hub's GSLB step: turns the routed FederatedIngresses (serving clusters, routing
 //! health, failover memory: decided by the controller) into a DNS snapshot for the
-//! embedded server, and says which clusters entered or left an ingress's answers (the
-//! controller records those as Events).
+//! embedded server, and says which clusters entered or left an ingress's answers and,
+//! for Anycast, which clusters announced or withdrew an anycast address (the controller
+//! records those as Events).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use fedingress_api::ingress::StrategyType;
 use fedingress_dns::location::{LocationEntry, Locator, RttRow, RttTable};
 use fedingress_dns::routing::{self, ClientInfo};
 use fedingress_dns::server::DnsServer;
@@ -17,13 +19,31 @@ use fedingress_dns::{Location, RoutedIngress};
 
 use crate::config::DnsConfig;
 
-/// A cluster entering or leaving an ingress's answers.
+/// A cluster entering or leaving an ingress's answers, or (Anycast) starting or
+/// stopping to announce one of its anycast addresses.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AnswerChange {
     pub ingress: String,
     pub cluster: String,
     pub joined: bool,
+    /// Why; for an anycast change the rest of the sentence after the cluster's name
+    /// (`withdrew 192.0.2.10: backend echo:9000 has no ready endpoint`).
     pub detail: String,
+    /// Anycast: the address whose route on the cluster changed (`joined`: it is now
+    /// announced); `None` for a change of the DNS answers.
+    pub anycast: Option<IpAddr>,
+}
+
+/// One anycast address on one cluster, as the events follow it.
+#[derive(Clone, Debug, PartialEq)]
+struct RouteState {
+    /// Announced, as the agent reports it (or, when it reports no BGP state, as
+    /// routing counts it from the cluster's health).
+    announced: bool,
+    /// The agent reports the route.
+    reported: bool,
+    /// The agent's reason, or the cluster's routing detail when it reports none.
+    why: String,
 }
 
 /// What one GSLB step produced for the controller.
@@ -42,6 +62,8 @@ pub struct Gslb {
     server: Arc<DnsServer>,
     /// Per ingress: clusters in any answer, with why.
     answers: HashMap<String, BTreeMap<String, String>>,
+    /// Per Anycast ingress: each (cluster, anycast address) route.
+    routes: HashMap<String, BTreeMap<(String, IpAddr), RouteState>>,
     serial: u32,
 }
 
@@ -107,6 +129,7 @@ impl Gslb {
                 locator,
                 server: server.clone(),
                 answers: HashMap::new(),
+                routes: HashMap::new(),
                 serial: 1,
             },
             server,
@@ -165,6 +188,7 @@ impl Gslb {
                             cluster: cluster.clone(),
                             joined: true,
                             detail: detail.clone(),
+                            anycast: None,
                         });
                     }
                 }
@@ -175,14 +199,27 @@ impl Gslb {
                         cluster: cluster.clone(),
                         joined: false,
                         detail: why,
+                        anycast: None,
                     });
                 }
             }
             self.answers.insert(ingress.ingress.clone(), now_in);
+            let routes = self.anycast_routes(ingress);
+            if !first {
+                let empty = BTreeMap::new();
+                let before = self.routes.get(&ingress.ingress).unwrap_or(&empty);
+                changes.extend(route_changes(ingress, before, &routes));
+            }
+            if routes.is_empty() {
+                self.routes.remove(&ingress.ingress);
+            } else {
+                self.routes.insert(ingress.ingress.clone(), routes);
+            }
         }
         // Ingresses no longer served leave no memory.
         let served: BTreeSet<&str> = routed.iter().map(|r| r.ingress.as_str()).collect();
         self.answers.retain(|k, _| served.contains(k.as_str()));
+        self.routes.retain(|k, _| served.contains(k.as_str()));
         GslbStep {
             problems: by_ingress,
             changes,
@@ -224,19 +261,254 @@ impl Gslb {
         if !ingress.clusters.iter().any(|c| c.name == cluster) {
             return "no longer serving this ingress".into();
         }
-        let located = self.locator.locate(std::net::IpAddr::from([0, 0, 0, 0]));
-        let client = ClientInfo::from_located(None, &located);
-        let decision = routing::decide(
-            &ingress.traffic,
-            &ingress.clusters,
-            &client,
-            &ingress.failover,
-        );
-        decision
+        self.default_decision(ingress)
             .reasons
             .iter()
             .find(|r| r.cluster == cluster)
             .map(|r| r.detail.clone())
             .unwrap_or_default()
+    }
+
+    /// The decision for a client at the default location.
+    fn default_decision(&self, ingress: &RoutedIngress) -> routing::Decision {
+        let located = self.locator.locate(IpAddr::from([0, 0, 0, 0]));
+        let client = ClientInfo::from_located(None, &located);
+        routing::decide(
+            &ingress.traffic,
+            &ingress.clusters,
+            &client,
+            &ingress.failover,
+        )
+    }
+
+    /// Anycast: every (cluster, anycast address) route of `ingress` (none for other
+    /// strategies). Anycast does not depend on the client: one decision says it all.
+    fn anycast_routes(&self, ingress: &RoutedIngress) -> BTreeMap<(String, IpAddr), RouteState> {
+        if ingress.traffic.strategy.type_ != StrategyType::Anycast {
+            return BTreeMap::new();
+        }
+        route_states(&self.default_decision(ingress))
+    }
+}
+
+/// Every (cluster, anycast address) route of an Anycast `decision`: as the agent reports
+/// it, or as routing counts it where the agent reports no BGP state.
+fn route_states(decision: &routing::Decision) -> BTreeMap<(String, IpAddr), RouteState> {
+    let mut out = BTreeMap::new();
+    for reason in &decision.reasons {
+        for route in &reason.anycast {
+            let state = match route.reported {
+                Some(announced) => RouteState {
+                    announced,
+                    reported: true,
+                    why: if route.reason.is_empty() {
+                        "no reason given".to_owned()
+                    } else {
+                        route.reason.clone()
+                    },
+                },
+                None => RouteState {
+                    announced: route.announcing,
+                    reported: false,
+                    why: reason.detail.clone(),
+                },
+            };
+            out.insert((reason.cluster.clone(), route.address), state);
+        }
+    }
+    out
+}
+
+/// What changed between two sets of anycast routes of `ingress`, in words: what the
+/// agents reported (`eu-west withdrew 192.0.2.10: …`), or, for a cluster whose agent
+/// reports no BGP state, whether routing still counts it as announcing.
+///
+/// # Guarantees
+/// - One change per (cluster, address) whose announced state differs; a route first
+///   seen withdrawn is no change.
+/// - A route that was announced and is gone (the cluster stopped serving the ingress,
+///   or the address left the spec) is a change to "not announcing".
+fn route_changes(
+    ingress: &RoutedIngress,
+    before: &BTreeMap<(String, IpAddr), RouteState>,
+    now: &BTreeMap<(String, IpAddr), RouteState>,
+) -> Vec<AnswerChange> {
+    let change = |cluster: &str, address: IpAddr, joined: bool, detail: String| AnswerChange {
+        ingress: ingress.ingress.clone(),
+        cluster: cluster.to_owned(),
+        joined,
+        detail,
+        anycast: Some(address),
+    };
+    let mut out = Vec::new();
+    for ((cluster, address), state) in now {
+        let was = before.get(&(cluster.clone(), *address));
+        if was.map_or(!state.announced, |w| w.announced == state.announced) {
+            continue;
+        }
+        let detail = match (state.reported, state.announced) {
+            (true, true) => format!("announced {address}: {}", state.why),
+            (true, false) => format!("withdrew {address}: {}", state.why),
+            (false, true) => format!(
+                "counts as announcing {address} (its agent reports no BGP state): {}",
+                state.why
+            ),
+            (false, false) => format!(
+                "no longer counts as announcing {address} (its agent reports no BGP state): {}",
+                state.why
+            ),
+        };
+        out.push(change(cluster, *address, state.announced, detail));
+    }
+    for ((cluster, address), state) in before {
+        if !state.announced || now.contains_key(&(cluster.clone(), *address)) {
+            continue;
+        }
+        let why = if ingress.clusters.iter().any(|c| &c.name == cluster) {
+            "no longer one of the ingress's anycast addresses"
+        } else {
+            "no longer serving this ingress"
+        };
+        out.push(change(
+            cluster,
+            *address,
+            false,
+            format!("no longer counts as announcing {address}: {why}"),
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use fedingress_api::ingress::{AnycastRouteStatus, Strategy, Traffic};
+    use fedingress_dns::ClusterView;
+    use fedingress_dns::routing::FailoverState;
+
+    use super::*;
+
+    fn view(name: &str, healthy: bool, routes: &[(bool, &str)]) -> ClusterView {
+        ClusterView {
+            name: name.into(),
+            location: Location {
+                region: String::new(),
+                latitude: 0.0,
+                longitude: 0.0,
+            },
+            healthy,
+            cordoned: false,
+            ips: Vec::new(),
+            hostnames: Vec::new(),
+            load: 0.0,
+            capacity: None,
+            cloud: Default::default(),
+            anycast: routes
+                .iter()
+                .map(|(announced, reason)| AnycastRouteStatus {
+                    address: "192.0.2.10".parse().unwrap(),
+                    announced: *announced,
+                    reason: (*reason).into(),
+                })
+                .collect(),
+        }
+    }
+
+    fn routed(clusters: Vec<ClusterView>) -> RoutedIngress {
+        RoutedIngress {
+            ingress: "default/vip".into(),
+            dns_name: "vip.fedingress.test".into(),
+            traffic: Traffic {
+                strategy: Strategy {
+                    type_: StrategyType::Anycast,
+                    anycast_addresses: Some(vec!["192.0.2.10".into()]),
+                    ..Strategy::default()
+                },
+                ..Traffic::default()
+            },
+            clusters,
+            srv: Vec::new(),
+            failover: FailoverState::default(),
+            health_port: None,
+        }
+    }
+
+    fn states(ingress: &RoutedIngress) -> BTreeMap<(String, IpAddr), RouteState> {
+        let client = ClientInfo {
+            address: None,
+            location: Location {
+                region: String::new(),
+                latitude: 0.0,
+                longitude: 0.0,
+            },
+            rtt: None,
+        };
+        route_states(&routing::decide(
+            &ingress.traffic,
+            &ingress.clusters,
+            &client,
+            &ingress.failover,
+        ))
+    }
+
+    fn messages(changes: &[AnswerChange]) -> Vec<String> {
+        changes
+            .iter()
+            .map(|c| format!("{} {} {}", c.joined, c.cluster, c.detail))
+            .collect()
+    }
+
+    #[test]
+    fn route_changes_say_what_the_agents_reported() {
+        // ap-south announces throughout (no failing open).
+        let before = routed(vec![
+            view("ap-south", true, &[(true, "healthy")]),
+            view("eu-west", true, &[(true, "healthy")]),
+            view("us-east", true, &[]),
+        ]);
+        let after = routed(vec![
+            view("ap-south", true, &[(true, "healthy")]),
+            view(
+                "eu-west",
+                false,
+                &[(false, "backend echo:9000 has no ready endpoint")],
+            ),
+            view("us-east", false, &[]),
+        ]);
+        let changes = route_changes(&after, &states(&before), &states(&after));
+        assert_eq!(
+            messages(&changes),
+            [
+                "false eu-west withdrew 192.0.2.10: backend echo:9000 has no ready endpoint",
+                "false us-east no longer counts as announcing 192.0.2.10 (its agent reports no BGP state): unhealthy",
+            ]
+        );
+        assert!(changes.iter().all(|c| c.anycast.is_some()));
+        // And back: announced again, in the agent's words; nothing while unchanged.
+        let back = route_changes(&before, &states(&after), &states(&before));
+        assert_eq!(
+            messages(&back),
+            [
+                "true eu-west announced 192.0.2.10: healthy",
+                "true us-east counts as announcing 192.0.2.10 (its agent reports no BGP state): healthy; the agent reports no BGP announcement",
+            ]
+        );
+        assert!(route_changes(&before, &states(&before), &states(&before)).is_empty());
+    }
+
+    #[test]
+    fn a_cluster_that_stops_serving_no_longer_counts() {
+        let before = routed(vec![view("eu-west", true, &[(true, "healthy")])]);
+        let after = routed(Vec::new());
+        let changes = route_changes(&after, &states(&before), &states(&after));
+        assert_eq!(
+            messages(&changes),
+            [
+                "false eu-west no longer counts as announcing 192.0.2.10: no longer serving this ingress"
+            ]
+        );
+        // A route first seen withdrawn is no change.
+        let withdrawn = routed(vec![view("eu-west", true, &[(false, "starting")])]);
+        assert!(route_changes(&withdrawn, &BTreeMap::new(), &states(&withdrawn)).is_empty());
     }
 }

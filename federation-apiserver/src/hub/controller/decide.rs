@@ -17,7 +17,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use fedingress_api::capability;
-use fedingress_api::cluster::{CONDITION_CONNECTED, CONDITION_READY as CLUSTER_READY, ClusterLoad};
+use fedingress_api::cluster::{
+    CONDITION_CONNECTED, CONDITION_READY as CLUSTER_READY, ClusterLoad, SpeakerStatus,
+};
 use fedingress_api::conflict::{Conflict, PlacedIngress, find_conflicts};
 use fedingress_api::ingress::{
     BackendStatus, CONDITION_DNS_READY, CONDITION_HEALTHY, CONDITION_PLACED, CONDITION_PROPAGATED,
@@ -365,6 +367,12 @@ fn cluster_status(
                 active_connections: i64::try_from(report.active_connections).unwrap_or(i64::MAX),
                 cpu: status.load.as_ref().map(|l| l.cpu).unwrap_or_default(),
             });
+            status.speaker = report.speaker.as_ref().map(|s| SpeakerStatus {
+                up: s.up,
+                peers: i32::try_from(s.peers).unwrap_or(i32::MAX),
+                established_peers: i32::try_from(s.established_peers).unwrap_or(i32::MAX),
+                message: s.message.clone(),
+            });
         }
     }
     let (reason, message) = match agent {
@@ -389,21 +397,31 @@ fn cluster_status(
         condition(CONDITION_CONNECTED, connected, reason, message),
         now,
     );
-    let (ready, reason, message) = if cluster.spec.unschedulable {
+    let (ready, reason, mut message) = if cluster.spec.unschedulable {
         (
             false,
             "Cordoned",
-            "cordoned: no new placement and out of routing; applied listeners keep serving",
+            "cordoned: no new placement and out of routing; applied listeners keep serving"
+                .to_string(),
         )
     } else if connected {
-        (true, "Ready", "connected and schedulable")
+        (true, "Ready", "connected and schedulable".to_string())
     } else {
         (
             false,
             "Offline",
-            "the agent is not connected: out of routing",
+            "the agent is not connected: out of routing".to_string(),
         )
     };
+    // Still Ready (non-anycast ingresses are served), but its anycast routes are gone.
+    if connected && let Some(speaker) = status.speaker.as_ref().filter(|s| !s.up) {
+        message.push_str("; the BGP speaker is down");
+        if !speaker.message.is_empty() {
+            message.push_str(": ");
+            message.push_str(&speaker.message);
+        }
+        message.push_str(" (no anycast address is announced from here)");
+    }
     set_condition(
         &mut status.conditions,
         condition(CLUSTER_READY, ready, reason, message),

@@ -812,7 +812,8 @@ impl Controller {
             self.metrics.observe_snapshot_build(took);
         }
         self.metrics.set_dns_serial(serial);
-        for change in &step.changes {
+        // Anycast route changes are not DNS answer changes.
+        for change in step.changes.iter().filter(|c| c.anycast.is_none()) {
             self.metrics.count_answer_change(change);
         }
         self.dns_problems = step.problems;
@@ -885,15 +886,34 @@ impl Controller {
             return;
         };
         let dns_name = ingress.spec.effective_dns_name().unwrap_or_default();
-        let (type_, reason, verb) = if change.joined {
-            ("Normal", "ClusterJoinedAnswers", "joined")
-        } else {
-            ("Warning", "ClusterLeftAnswers", "left")
+        let (type_, reason, message) = match (change.anycast, change.joined) {
+            (Some(_), true) => (
+                "Normal",
+                "AnycastAnnounced",
+                format!("{} {}", change.cluster, change.detail),
+            ),
+            (Some(_), false) => (
+                "Warning",
+                "AnycastWithdrawn",
+                format!("{} {}", change.cluster, change.detail),
+            ),
+            (None, true) => (
+                "Normal",
+                "ClusterJoinedAnswers",
+                format!(
+                    "cluster {} joined the DNS answers for {dns_name}: {}",
+                    change.cluster, change.detail
+                ),
+            ),
+            (None, false) => (
+                "Warning",
+                "ClusterLeftAnswers",
+                format!(
+                    "cluster {} left the DNS answers for {dns_name}: {}",
+                    change.cluster, change.detail
+                ),
+            ),
         };
-        let message = format!(
-            "cluster {} {verb} the DNS answers for {dns_name}: {}",
-            change.cluster, change.detail
-        );
         let ingress = ingress.clone();
         if let Some(writers) = &mut self.writers {
             writers

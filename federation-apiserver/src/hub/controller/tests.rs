@@ -731,3 +731,134 @@ fn per_rule_addresses_follow_the_listener_when_an_edit_moves_the_rules() {
     assert_eq!(eu.rules.len(), 1);
     assert_eq!(eu.rules[0].rule, 0, "the index in the current spec");
 }
+
+/// `ingress` with the Anycast strategy on 192.0.2.10.
+fn anycast_ingress(name: &str) -> FederatedIngress {
+    let mut ingress = ingress(name, 1, "NoData");
+    ingress.spec.traffic.strategy.type_ = fedingress_api::ingress::StrategyType::Anycast;
+    ingress.spec.traffic.strategy.anycast_addresses = Some(vec!["192.0.2.10".into()]);
+    ingress
+}
+
+/// `agent` whose share of `name` reports the route of 192.0.2.10 and whose speaker is
+/// `speaker`.
+fn anycast_agent(
+    ip: &str,
+    name: &str,
+    announced: bool,
+    reason: &str,
+    speaker: Option<fedingress_api::plan::SpeakerReport>,
+) -> AgentState {
+    let mut a = agent(ip, &[(name, 1)], 1, true);
+    let mut report = (**a.report.as_ref().unwrap()).clone();
+    report.ingresses[0].anycast = vec![fedingress_api::plan::AnycastRoute {
+        address: "192.0.2.10".parse().unwrap(),
+        announced,
+        reason: reason.into(),
+    }];
+    report.speaker = speaker;
+    a.report = Some(Arc::new(report));
+    a
+}
+
+#[test]
+fn anycast_routes_reach_the_status_the_routing_and_the_cluster_speaker() {
+    use fedingress_api::plan::SpeakerReport;
+    let mut f = Fixture::new().with_ingress(anycast_ingress("vip"));
+    let up = SpeakerReport {
+        up: true,
+        peers: 2,
+        established_peers: 2,
+        message: String::new(),
+    };
+    f.agents.insert(
+        "eu-west".into(),
+        anycast_agent("127.0.0.11", "vip", true, "healthy", Some(up)),
+    );
+    f.agents.insert(
+        "us-east".into(),
+        anycast_agent(
+            "127.0.0.12",
+            "vip",
+            false,
+            "backend echo:9000 has no ready endpoint",
+            None,
+        ),
+    );
+    let pass = f.step();
+    let outcome = &pass.ingresses[&key("vip")];
+    let eu = outcome
+        .status
+        .clusters
+        .iter()
+        .find(|c| c.name == "eu-west")
+        .unwrap();
+    assert_eq!(eu.anycast.len(), 1);
+    assert!(eu.anycast[0].announced);
+    let routed = outcome.routed.as_ref().unwrap();
+    let us = routed
+        .clusters
+        .iter()
+        .find(|c| c.name == "us-east")
+        .unwrap();
+    assert_eq!(
+        us.anycast[0].reason,
+        "backend echo:9000 has no ready endpoint"
+    );
+    let speaker = pass.cluster_statuses["eu-west"].speaker.clone().unwrap();
+    assert!(speaker.up && speaker.established_peers == 2);
+    assert!(pass.cluster_statuses["us-east"].speaker.is_none());
+
+    // The speaker goes down: the route is withdrawn whatever the agent said, and the
+    // cluster's Ready condition says so.
+    let down = SpeakerReport {
+        up: false,
+        peers: 2,
+        established_peers: 0,
+        message: "gobgpd does not answer".into(),
+    };
+    f.agents.insert(
+        "eu-west".into(),
+        anycast_agent("127.0.0.11", "vip", true, "healthy", Some(down)),
+    );
+    let pass = f.step();
+    let eu = pass.ingresses[&key("vip")]
+        .status
+        .clusters
+        .iter()
+        .find(|c| c.name == "eu-west")
+        .unwrap()
+        .clone();
+    assert!(!eu.anycast[0].announced);
+    assert_eq!(
+        eu.anycast[0].reason,
+        "the BGP speaker is down: gobgpd does not answer"
+    );
+    let ready = pass.cluster_statuses["eu-west"]
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap()
+        .clone();
+    assert!(ready.is_true(), "other ingresses are still served");
+    assert!(
+        ready
+            .message
+            .contains("the BGP speaker is down: gobgpd does not answer"),
+        "{}",
+        ready.message
+    );
+}
+
+#[test]
+fn routes_of_other_strategies_do_not_reach_routing() {
+    // An agent reporting a route for a Geo ingress (say, before the spec changed).
+    let mut f = Fixture::new().with_ingress(ingress("geo", 1, "NoData"));
+    f.agents.insert(
+        "eu-west".into(),
+        anycast_agent("127.0.0.11", "geo", true, "healthy", None),
+    );
+    let pass = f.step();
+    let routed = pass.ingresses[&key("geo")].routed.as_ref().unwrap();
+    assert!(routed.clusters.iter().all(|c| c.anycast.is_empty()));
+}
