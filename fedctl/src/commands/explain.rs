@@ -98,10 +98,20 @@ pub fn explain_text(value: &Value) -> String {
         .flatten()
         .filter_map(Value::as_str)
         .collect();
+    let detail = &value["answer"]["detail"];
+    let anycast = detail["type"].as_str() == Some("Addresses");
     line(
         &mut out,
         "Answer",
-        if clusters.is_empty() {
+        if anycast {
+            let addresses: Vec<&str> = detail["value"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            format!("{} (anycast)", addresses.join(", "))
+        } else if clusters.is_empty() {
             "no cluster (NODATA)".into()
         } else if records.is_empty() {
             clusters.join(", ")
@@ -137,6 +147,11 @@ pub fn explain_text(value: &Value) -> String {
         "Why",
         value["summary"].as_str().unwrap_or("").to_string(),
     );
+    if anycast {
+        for text in anycast_lines(value) {
+            line(&mut out, "Anycast", text);
+        }
+    }
     // The configured DNS providers (Route53, Cloud DNS) that hold this name: which of
     // their records the client would get, as that provider chooses.
     for provider in value["providers"].as_array().into_iter().flatten() {
@@ -158,7 +173,8 @@ pub fn explain_text(value: &Value) -> String {
     }
     let reasons: Vec<&Value> = value["reasons"].as_array().into_iter().flatten().collect();
     let has = |key: &str| reasons.iter().any(|r| !r[key].is_null());
-    let mut headers = vec!["CLUSTER", "ANSWERED"];
+    // Anycast: "in the answer" means announcing the addresses.
+    let mut headers = vec!["CLUSTER", if anycast { "ANNOUNCES" } else { "ANSWERED" }];
     let extra: Vec<(&str, &str)> = [
         ("distanceKm", "DISTANCE"),
         ("rttMs", "RTT"),
@@ -200,6 +216,41 @@ pub fn explain_text(value: &Value) -> String {
     out
 }
 
+/// Anycast: per address, the clusters announcing it (`reasons[].anycast`), and that
+/// the network carries the client to the nearest of them.
+fn anycast_lines(value: &Value) -> Vec<String> {
+    let mut by_address: Vec<(String, Vec<String>)> = Vec::new();
+    for reason in value["reasons"].as_array().into_iter().flatten() {
+        let cluster = reason["cluster"].as_str().unwrap_or("?");
+        for route in reason["anycast"].as_array().into_iter().flatten() {
+            let address = route["address"].as_str().unwrap_or("?").to_string();
+            let index = match by_address.iter().position(|(a, _)| *a == address) {
+                Some(index) => index,
+                None => {
+                    by_address.push((address, Vec::new()));
+                    by_address.len() - 1
+                }
+            };
+            if route["announcing"].as_bool().unwrap_or(false) {
+                by_address[index].1.push(cluster.to_string());
+            }
+        }
+    }
+    by_address
+        .into_iter()
+        .map(|(address, clusters)| {
+            if clusters.is_empty() {
+                format!("{address} is announced by no cluster")
+            } else {
+                format!(
+                    "{address} is announced by {}; the network (BGP) carries the client to the nearest of them",
+                    clusters.join(", ")
+                )
+            }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -234,6 +285,44 @@ mod tests {
                 "Provider: aws (route53): latency record eu-west (eu-west-1) → 192.0.2.1",
                 "Provider: gcp (clouddns): holds no record for this name yet [not synced: zone not found]",
             ],
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn anycast_says_who_announces_each_address_and_that_bgp_picks() {
+        let value = serde_json::json!({
+            "ingress": "default/vip",
+            "dnsName": "vip.fedingress.test",
+            "client": "10.2.0.1",
+            "location": {"location": {"region": "us", "latitude": 33.2, "longitude": -80.0},
+                         "source": {"type": "Table", "cidr": "10.2.0.0/16"}},
+            "strategy": "Anycast",
+            "answer": {"clusters": [], "detail": {"type": "Addresses", "value": ["192.0.2.10"]},
+                       "records": ["192.0.2.10"]},
+            "summary": "Anycast: 192.0.2.10 announced by eu-west; the network (BGP) carries each client to the nearest announcing site",
+            "reasons": [
+                {"cluster": "eu-west", "included": true, "detail": "healthy: announces 192.0.2.10",
+                 "anycast": [{"address": "192.0.2.10", "announcing": true, "reported": true, "reason": "healthy"}]},
+                {"cluster": "us-east", "included": false, "detail": "withdrawn: backend echo:9000 has no ready endpoint",
+                 "anycast": [{"address": "192.0.2.10", "announcing": false, "reported": false, "reason": "backend echo:9000 has no ready endpoint"}]},
+            ],
+        });
+        let text = explain_text(&value);
+        assert!(text.contains("Answer:   192.0.2.10 (anycast)\n"), "{text}");
+        assert!(
+            text.contains(
+                "Anycast:  192.0.2.10 is announced by eu-west; the network (BGP) carries the client to the nearest of them\n"
+            ),
+            "{text}"
+        );
+        let table: Vec<&str> = text
+            .lines()
+            .skip_while(|l| !l.starts_with("CLUSTER"))
+            .collect();
+        assert!(table[0].contains("ANNOUNCES"), "{text}");
+        assert!(
+            table[2].contains("no") && table[2].contains("withdrawn: backend"),
             "{text}"
         );
     }

@@ -6,8 +6,9 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use chrono::{DateTime, Utc};
+use fedingress_api::cluster::SpeakerStatus;
 use fedingress_api::event::Event;
-use fedingress_api::ingress::{IngressRule, Protocol};
+use fedingress_api::ingress::{IngressRule, Protocol, StrategyType};
 use fedingress_api::{Cluster, Condition, FederatedIngress};
 use serde_json::{Value, json};
 
@@ -365,6 +366,9 @@ pub fn describe_cluster(
             ),
         );
     }
+    if let Some(speaker) = &status.speaker {
+        field(&mut out, "BGP speaker", speaker_text(speaker));
+    }
     if let Some(at) = cluster.metadata.creation_timestamp {
         field(
             &mut out,
@@ -412,6 +416,56 @@ pub fn describe_cluster(
     }
     section(&mut out, "Agent tokens", &token_table, "<none>");
     out
+}
+
+/// The agent's BGP speaker in words: up with its established peers, or down and why.
+fn speaker_text(speaker: &SpeakerStatus) -> String {
+    if speaker.up {
+        let mut text = format!(
+            "up, {}/{} peers established",
+            speaker.established_peers, speaker.peers
+        );
+        if !speaker.message.is_empty() {
+            let _ = write!(text, " ({})", speaker.message);
+        }
+        return text;
+    }
+    let mut text = "down".to_string();
+    if !speaker.message.is_empty() {
+        let _ = write!(text, ": {}", speaker.message);
+    }
+    text.push_str(" (no anycast address is announced from here)");
+    text
+}
+
+/// Each placed cluster's anycast routes (`status.clusters[].anycast`): one row per
+/// address, or one saying the agent reports no BGP state.
+fn anycast_table(status: &fedingress_api::FederatedIngressStatus) -> Table {
+    let mut table = Table::new(&["CLUSTER", "ADDRESS", "ROUTE", "REASON"]);
+    for entry in &status.clusters {
+        if entry.anycast.is_empty() {
+            table.row(vec![
+                entry.name.clone(),
+                "-".into(),
+                "-".into(),
+                "the agent reports no BGP state".into(),
+            ]);
+        }
+        for route in &entry.anycast {
+            table.row(vec![
+                entry.name.clone(),
+                route.address.to_string(),
+                if route.announced {
+                    "announced"
+                } else {
+                    "withdrawn"
+                }
+                .into(),
+                route.reason.clone(),
+            ]);
+        }
+    }
+    table
 }
 
 fn yes_no(value: bool) -> String {
@@ -518,6 +572,11 @@ pub fn describe_ingress(
                 .join(", ")
         );
     }
+    if let Some(addresses) = &strategy.anycast_addresses
+        && strategy.type_ == StrategyType::Anycast
+    {
+        let _ = write!(strategy_text, " (addresses {})", addresses.join(", "));
+    }
     if let Some(order) = &strategy.failover_order {
         let _ = write!(
             strategy_text,
@@ -586,6 +645,11 @@ pub fn describe_ingress(
         ]);
     }
     section(&mut out, "Clusters", &placed, "<not placed on any cluster>");
+    // Anycast: what each cluster's BGP speaker announces (the network, not DNS, picks
+    // the nearest announcing site).
+    if strategy.type_ == StrategyType::Anycast && !status.clusters.is_empty() {
+        section(&mut out, "Anycast routes", &anycast_table(&status), "");
+    }
     // Rules served apart from the cluster's addresses (e.g. UDP behind its own load
     // balancer): what their SRV records point at.
     let mut own = Table::new(&["CLUSTER", "RULE", "ADDRESSES"]);
@@ -1064,5 +1128,94 @@ status:
             .providers
             .truncate(1);
         assert!(!describe_ingress(&plain, &[], &[], now).contains("DNS providers"));
+    }
+
+    #[test]
+    fn describe_ingress_shows_each_clusters_anycast_routes() {
+        let yaml = r#"
+apiVersion: fedingress.io/v1alpha1
+kind: FederatedIngress
+metadata: {name: vip, namespace: default}
+spec:
+  rules: [{protocol: TCP, port: 7000, backend: {service: echo, port: 9000}}]
+  traffic: {dnsName: vip.example.com, strategy: {type: Anycast, anycastAddresses: [192.0.2.10]}}
+status:
+  clusters:
+  - name: eu-west
+    phase: Applied
+    healthy: true
+    anycast: [{address: 192.0.2.10, announced: true, reason: healthy}]
+  - name: us-east
+    phase: Applied
+    healthy: false
+    anycast: [{address: 192.0.2.10, announced: false, reason: "backend echo:9000 has no ready endpoint"}]
+  - name: ap-south
+    phase: Applied
+    healthy: true
+"#;
+        let ingress: FederatedIngress = yaml_serde::from_str(yaml).unwrap();
+        let text = describe_ingress(&ingress, &[], &[], Utc::now());
+        assert!(text.contains("Anycast (addresses 192.0.2.10)"), "{text}");
+        let section = text
+            .split("Anycast routes:\n")
+            .nth(1)
+            .unwrap_or_else(|| panic!("no anycast section in\n{text}"));
+        let rows: Vec<Vec<&str>> = section
+            .lines()
+            .take(4)
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        assert_eq!(rows[0], ["CLUSTER", "ADDRESS", "ROUTE", "REASON"]);
+        assert_eq!(rows[1], ["eu-west", "192.0.2.10", "announced", "healthy"]);
+        assert_eq!(
+            rows[2][..4],
+            ["us-east", "192.0.2.10", "withdrawn", "backend"]
+        );
+        assert_eq!(
+            rows[3],
+            [
+                "ap-south", "-", "-", "the", "agent", "reports", "no", "BGP", "state"
+            ]
+        );
+        // Other strategies: no section.
+        let mut geo = ingress.clone();
+        geo.spec.traffic.strategy.type_ = StrategyType::Geo;
+        assert!(!describe_ingress(&geo, &[], &[], Utc::now()).contains("Anycast routes"));
+    }
+
+    #[test]
+    fn describe_cluster_shows_the_bgp_speaker() {
+        let yaml = r#"
+apiVersion: fedingress.io/v1alpha1
+kind: Cluster
+metadata: {name: eu-west}
+spec: {region: europe-west1, location: {latitude: 50.45, longitude: 3.82}}
+status:
+  connected: true
+  speaker: {up: false, peers: 2, establishedPeers: 0, message: "gobgpd does not answer"}
+"#;
+        let mut cluster: Cluster = yaml_serde::from_str(yaml).unwrap();
+        let tokens = json!({"items": []});
+        let text = describe_cluster(&cluster, &[], &tokens, Utc::now());
+        assert!(
+            text.contains(
+                "BGP speaker:  down: gobgpd does not answer (no anycast address is announced from here)\n"
+            ),
+            "{text}"
+        );
+        cluster.status.as_mut().unwrap().speaker = Some(SpeakerStatus {
+            up: true,
+            peers: 2,
+            established_peers: 1,
+            message: String::new(),
+        });
+        let text = describe_cluster(&cluster, &[], &tokens, Utc::now());
+        assert!(
+            text.contains("BGP speaker:  up, 1/2 peers established\n"),
+            "{text}"
+        );
+        cluster.status.as_mut().unwrap().speaker = None;
+        let text = describe_cluster(&cluster, &[], &tokens, Utc::now());
+        assert!(!text.contains("BGP speaker"), "{text}");
     }
 }
