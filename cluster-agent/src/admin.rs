@@ -3,7 +3,9 @@
 //! before, while the driver reports a problem — the member cluster's API refusing the
 //! agent, say — and again while the data plane drains on shutdown) and `GET /metrics` (the
 //! data plane's counters and the applied plan version, Prometheus text format 0.0.4).
-//! [`router`] and [`router_with_driver`] are used by `main` and by tests alike.
+//! [`router`] and [`router_with_driver`] are used by `main` and by tests alike;
+//! [`with_components`] adds parts of the agent besides the driver (the keepalived it
+//! runs) whose trouble makes it unready and whose metrics it shows.
 //!
 //! What does not belong here: anything that changes the agent (the admin endpoint is
 //! read-only).
@@ -26,6 +28,17 @@ struct Admin {
     applied: watch::Receiver<Option<Applied>>,
     driver: Option<Arc<dyn Driver>>,
     role: Option<watch::Receiver<Role>>,
+    components: Vec<Arc<dyn Component>>,
+}
+
+/// A part of the agent besides the driver: `/readyz` fails while it says so, and
+/// `/metrics` shows its metrics.
+pub trait Component: Send + Sync {
+    /// `Err` says what is wrong (one line).
+    fn readiness(&self) -> Result<(), String>;
+
+    /// Metrics in the Prometheus text format, each line ending in `\n`.
+    fn metrics(&self) -> String;
 }
 
 /// An agent replica's part in leader election (the kubernetes driver's replicas).
@@ -43,6 +56,7 @@ pub fn router(applied: watch::Receiver<Option<Applied>>) -> Router {
         applied,
         driver: None,
         role: None,
+        components: Vec::new(),
     })
 }
 
@@ -55,6 +69,7 @@ pub fn router_with_driver(
         applied,
         driver: Some(driver),
         role: None,
+        components: Vec::new(),
     })
 }
 
@@ -70,6 +85,23 @@ pub fn router_with_role(
         applied,
         driver: Some(driver),
         role: Some(role),
+        components: Vec::new(),
+    })
+}
+
+/// The admin routes of [`router_with_driver`] (or [`router_with_role`] with `role`),
+/// with `components`.
+pub fn with_components(
+    applied: watch::Receiver<Option<Applied>>,
+    driver: Arc<dyn Driver>,
+    role: Option<watch::Receiver<Role>>,
+    components: Vec<Arc<dyn Component>>,
+) -> Router {
+    app(Admin {
+        applied,
+        driver: Some(driver),
+        role,
+        components,
     })
 }
 
@@ -98,6 +130,17 @@ async fn readyz(State(admin): State<Admin>) -> (StatusCode, String) {
         );
     }
     if let Some(Err(problem)) = admin.driver.as_ref().map(|d| d.readiness()) {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {problem}\n"),
+        );
+    }
+    if let Some(Err(problem)) = admin
+        .components
+        .iter()
+        .map(|c| c.readiness())
+        .find(Result::is_err)
+    {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
             format!("not ready: {problem}\n"),
@@ -133,6 +176,9 @@ async fn metrics(State(admin): State<Admin>) -> impl IntoResponse {
     );
     if let Some(driver) = &admin.driver {
         text.push_str(&driver.metrics());
+    }
+    for component in &admin.components {
+        text.push_str(&component.metrics());
     }
     (
         [(

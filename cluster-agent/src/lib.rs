@@ -12,6 +12,8 @@
 //!   drain. `apply(plan)` → rule errors, `report(plan)` → an
 //!   [`AgentReport`](fedingress_api::plan::AgentReport), `subscribe()` → a change
 //!   signal, `metrics()` → Prometheus text.
+//! - [`vrrp`]: virtual addresses shared with other hosts' agents through keepalived
+//!   (the rendered config, the readiness check keepalived runs, the supervised process).
 //!
 //! What does not belong here: the hub's wire types (they stop at `fedingress-proto`),
 //! placement or routing decisions (the hub makes them; the agent only serves what it is
@@ -26,6 +28,7 @@ pub mod identity;
 pub mod kubernetes;
 pub mod standalone;
 pub mod state;
+pub mod vrrp;
 
 pub use config::{Config, ConfigError};
 pub use standalone::Standalone;

@@ -6,20 +6,29 @@
 //! until the Lease is lost (then exit 1, as client-go's controllers do), then
 //! shut the driver down — listeners close, connections drain for at most
 //! `drainTimeoutMs` (a second signal skips the rest of the drain) — and exit 0.
+//! With `vrrp.keepalived.manage`, keepalived's config is rendered and checked before
+//! anything binds (exit 64 when keepalived is missing or refuses it), keepalived runs
+//! under the agent's supervision and is stopped before the drain.
+//!
+//! `cluster-agent ready --admin ADDR` (keepalived's track script) exits 0 iff that
+//! agent is ready; `cluster-agent keepalived render -c FILE` prints the keepalived
+//! config of FILE's `vrrp:` section.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
-use clap::Parser;
+use clap::{Parser, Subcommand};
 use fedingress_agent::admin::Role;
 use fedingress_agent::config::{self, KubernetesConfig};
 use fedingress_agent::driver::Driver;
 use fedingress_agent::hub::{Agent, HubSettings};
 use fedingress_agent::kubernetes::lease::{self, LeaderElector, LeaseSettings};
 use fedingress_agent::kubernetes::{self, KubernetesDriver};
+use fedingress_agent::vrrp::{self, Keepalived};
 use fedingress_agent::{Config, Standalone, admin};
 use tokio::sync::watch;
 
@@ -34,11 +43,45 @@ const EXIT_CONFIG: u8 = 64;
 /// fedingress cluster agent: connects out to the hub, serves this cluster's share of
 /// every FederatedIngress, and reports health and load back.
 #[derive(Debug, Parser)]
-#[command(name = "cluster-agent", version)]
+#[command(
+    name = "cluster-agent",
+    version,
+    subcommand_negates_reqs = true,
+    args_conflicts_with_subcommands = true
+)]
 struct Cli {
     /// The agent's config file (YAML).
-    #[arg(long, value_name = "FILE")]
-    config: PathBuf,
+    #[arg(long, value_name = "FILE", required = true)]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Exit 0 iff the agent's admin endpoint answers /readyz with 200 in time, else 1
+    /// (keepalived's track script).
+    Ready {
+        /// The agent's admin address.
+        #[arg(long, value_name = "ADDR")]
+        admin: SocketAddr,
+        /// How long connecting, asking and the answer may take together.
+        #[arg(long, value_name = "MS", default_value_t = 1000)]
+        timeout_ms: u64,
+    },
+    /// keepalived (VRRP) for the agent's virtual addresses.
+    #[command(subcommand)]
+    Keepalived(KeepalivedCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum KeepalivedCommand {
+    /// Print the keepalived config rendered from the config's vrrp: section.
+    Render {
+        /// The agent's config file (YAML).
+        #[arg(short = 'c', long, value_name = "FILE")]
+        config: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -54,9 +97,22 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
     };
+    let path = match cli.command {
+        Some(Command::Ready { admin, timeout_ms }) => return ready(admin, timeout_ms),
+        Some(Command::Keepalived(KeepalivedCommand::Render { config })) => {
+            return render_keepalived(&config);
+        }
+        None => match cli.config {
+            Some(path) => path,
+            None => {
+                eprintln!("cluster-agent: --config is required");
+                return ExitCode::from(EXIT_CONFIG);
+            }
+        },
+    };
     // Both rustls providers may be compiled in once features unify: pick one.
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-    let config = match Config::load(&cli.config) {
+    let config = match Config::load(&path) {
         Ok(config) => config,
         Err(e) => {
             eprintln!("cluster-agent: {}", chain(&e));
@@ -69,6 +125,17 @@ fn main() -> ExitCode {
         eprintln!("cluster-agent: hub: {}", chain(&e));
         return ExitCode::from(EXIT_CONFIG);
     }
+    // keepalived missing, or refusing the rendered config, is a config error.
+    let keepalived = match config.vrrp.as_ref().filter(|v| v.keepalived.manage) {
+        None => None,
+        Some(settings) => match vrrp::keepalived::prepare(&config, settings) {
+            Ok(prepared) => Some(prepared),
+            Err(e) => {
+                eprintln!("cluster-agent: {}", chain(&e));
+                return ExitCode::from(EXIT_CONFIG);
+            }
+        },
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("FEDINGRESS_LOG")
@@ -102,7 +169,7 @@ fn main() -> ExitCode {
             }
         }
     };
-    match runtime.block_on(run(config, settings, client)) {
+    match runtime.block_on(run(config, settings, client, keepalived)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("cluster-agent: {e:#}");
@@ -115,6 +182,7 @@ async fn run(
     config: Config,
     settings: HubSettings,
     client: Option<kube::Client>,
+    keepalived: Option<vrrp::keepalived::Settings>,
 ) -> anyhow::Result<()> {
     let (driver, election) = match client {
         None => (Arc::new(Standalone::new(&config)) as Arc<dyn Driver>, None),
@@ -141,10 +209,17 @@ async fn run(
         Some(_) => Role::Standby { holder: None },
         None => Role::Leader,
     });
-    let app = match &election {
-        Some(_) => admin::router_with_role(agent.applied(), Arc::clone(&driver), role.subscribe()),
-        None => admin::router_with_driver(agent.applied(), Arc::clone(&driver)),
-    };
+    let keepalived = keepalived.map(Keepalived::start);
+    let components = keepalived
+        .iter()
+        .map(|k| Arc::clone(k) as Arc<dyn admin::Component>)
+        .collect();
+    let app = admin::with_components(
+        agent.applied(),
+        Arc::clone(&driver),
+        election.as_ref().map(|_| role.subscribe()),
+        components,
+    );
     tokio::spawn(async move {
         if let Err(error) = axum::serve(listener, app).await {
             tracing::error!(error = %error, "admin endpoint failed");
@@ -193,6 +268,11 @@ async fn run(
     }
     if let Some(elector) = &election {
         elector.release().await;
+    }
+    if let Some(keepalived) = &keepalived {
+        // First, so that the peer takes the virtual addresses over at once (priority 0).
+        tracing::info!(cluster = %config.cluster, "stopping keepalived");
+        keepalived.stop().await;
     }
     tracing::info!(
         cluster = %config.cluster,
@@ -246,6 +326,55 @@ fn lease_settings(k: &KubernetesConfig, client: &kube::Client) -> anyhow::Result
     };
     settings.validate().context("kubernetes.leaderElection")?;
     Ok(settings)
+}
+
+/// `cluster-agent ready`: 0 iff the agent at `admin` is ready, else 1 with why on stderr.
+fn ready(admin: SocketAddr, timeout_ms: u64) -> ExitCode {
+    match vrrp::ready::check(admin, std::time::Duration::from_millis(timeout_ms)) {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("cluster-agent ready: {}", chain(&e));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `cluster-agent keepalived render -c FILE`: the config on stdout, or exit 64.
+fn render_keepalived(path: &Path) -> ExitCode {
+    let config = match Config::load(path) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("cluster-agent: {}", chain(&e));
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    let Some(settings) = &config.vrrp else {
+        eprintln!("cluster-agent: {} has no vrrp: section", path.display());
+        return ExitCode::from(EXIT_CONFIG);
+    };
+    let text = std::env::current_exe()
+        .map_err(|e| e.to_string())
+        .and_then(|program| {
+            vrrp::render::render(settings, &config.cluster, &program, config.admin)
+                .map_err(|e| e.to_string())
+        });
+    match text {
+        Ok(text) => {
+            let mut stdout = std::io::stdout().lock();
+            if stdout
+                .write_all(text.as_bytes())
+                .and_then(|()| stdout.flush())
+                .is_err()
+            {
+                return ExitCode::FAILURE;
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("cluster-agent: vrrp: {e}");
+            ExitCode::from(EXIT_CONFIG)
+        }
+    }
 }
 
 /// Completes on SIGTERM or SIGINT.

@@ -51,9 +51,11 @@ use serde::Deserialize;
 
 pub mod kubernetes;
 pub mod limits;
+pub mod vrrp;
 
 pub use kubernetes::{KubernetesConfig, ProfileSetting};
 pub use limits::LimitsConfig;
+pub use vrrp::VrrpConfig;
 
 /// The whole config file. Build it with [`Config::load`] (file, fully checked) or
 /// [`Config::from_yaml`] (text, every check that needs no file system).
@@ -114,6 +116,10 @@ pub struct Config {
     /// connections, idle and handshake timeouts, file descriptors); defaults when absent.
     #[serde(default)]
     pub limits: LimitsConfig,
+    /// A virtual address shared with other hosts' agents through keepalived (VRRP);
+    /// none when absent.
+    #[serde(default)]
+    pub vrrp: Option<VrrpConfig>,
 }
 
 /// The hub's agent gateway: `address` or `addresses`, exactly one of them.
@@ -660,6 +666,9 @@ impl Config {
         if let Some(ca) = &mut config.hub.ca_file {
             *ca = base.join(&*ca);
         }
+        if let Some(vrrp) = &mut config.vrrp {
+            vrrp.resolve_paths(base);
+        }
         for files in config.tls_secrets.values_mut() {
             files.cert_file = base.join(&files.cert_file);
             files.key_file = base.join(&files.key_file);
@@ -952,6 +961,9 @@ impl Config {
             }
         }
         problems.extend(self.limits.problems());
+        if let Some(vrrp) = &self.vrrp {
+            problems.extend(vrrp.problems(self.driver, self.admin));
+        }
         for (field, value) in [
             ("udpIdleTimeoutMs", self.udp_idle_timeout_ms),
             ("connectTimeoutMs", self.connect_timeout_ms),
