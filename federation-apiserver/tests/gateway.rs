@@ -269,3 +269,28 @@ async fn welcome_carries_the_provider_and_a_provider_change_ends_the_session() {
     assert_eq!(again.welcome.provider, Some(Provider::Aws));
     hub.stop().await;
 }
+
+#[tokio::test]
+async fn welcome_says_whether_the_cluster_is_cordoned_and_a_cordon_ends_the_session() {
+    let hub = TestHub::start().await;
+    hub.create_cluster("eu-west").await;
+    let cluster = format!("{}/clusters/eu-west", support::GROUP);
+    let mut agent = FakeAgent::connect(&hub, "eu-west").await;
+    assert!(!agent.welcome.cordoned);
+
+    // Cordoned: the session ends, and the agent is welcomed back cordoned (so that it
+    // withdraws its anycast routes).
+    hub.merge_patch(&cluster, &json!({"spec": {"unschedulable": true}}))
+        .await;
+    agent.expect_closed().await;
+    let mut agent = FakeAgent::connect(&hub, "eu-west").await;
+    assert!(agent.welcome.cordoned);
+
+    // Uncordoned: again.
+    hub.merge_patch(&cluster, &json!({"spec": {"unschedulable": false}}))
+        .await;
+    agent.expect_closed().await;
+    let agent = FakeAgent::connect(&hub, "eu-west").await;
+    assert!(!agent.welcome.cordoned);
+    hub.stop().await;
+}

@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use fedingress_api::cluster::{Address, Provider};
 use fedingress_api::plan::{
-    AgentReport, BackendHealth, ClusterPlan, IngressKey, IngressReport, PlanDelta, RuleAddresses,
-    RuleError,
+    AgentReport, AnycastRoute, BackendHealth, ClusterPlan, IngressKey, IngressReport, PlanDelta,
+    RuleAddresses, RuleError, SpeakerReport,
 };
 use fedingress_proto::convert::{agent_to_pb, hub_from_pb};
 use fedingress_proto::pb;
@@ -48,6 +48,8 @@ pub struct Welcome {
     pub heartbeat_interval_ms: u32,
     pub lease_ms: u32,
     pub provider: Option<Provider>,
+    /// The Cluster was cordoned when the session started.
+    pub cordoned: bool,
 }
 
 /// One agent session, scripted by the test. Dropping it closes the stream.
@@ -145,7 +147,7 @@ impl FakeAgent {
             heartbeat_interval_ms,
             lease_ms,
             provider,
-            ..
+            cordoned,
         } = hub_from_pb(first).expect("the hub sent an invalid message")
         else {
             panic!("the hub's first message is not a Welcome");
@@ -167,6 +169,7 @@ impl FakeAgent {
                 heartbeat_interval_ms,
                 lease_ms,
                 provider,
+                cordoned,
             },
             plan: ClusterPlan::default(),
             version: 0,
@@ -218,6 +221,30 @@ impl FakeAgent {
     /// [`FakeAgent::report`] with, for every share, `rules` served on addresses of their
     /// own (e.g. a split UDP load balancer) and errors for the rules at `failed`.
     pub fn report_with(&self, ip: IpAddr, ready: u32, rules: Vec<RuleAddresses>, failed: &[u32]) {
+        self.send_report(ip, ready, rules, failed, Vec::new(), None);
+    }
+
+    /// [`FakeAgent::report`] with, for every share, the BGP routes `anycast` and the
+    /// agent's BGP `speaker` (`None`: the agent has none).
+    pub fn report_anycast(
+        &self,
+        ip: IpAddr,
+        ready: u32,
+        anycast: Vec<AnycastRoute>,
+        speaker: Option<SpeakerReport>,
+    ) {
+        self.send_report(ip, ready, Vec::new(), &[], anycast, speaker);
+    }
+
+    fn send_report(
+        &self,
+        ip: IpAddr,
+        ready: u32,
+        rules: Vec<RuleAddresses>,
+        failed: &[u32],
+        anycast: Vec<AnycastRoute>,
+        speaker: Option<SpeakerReport>,
+    ) {
         let ingresses = self
             .plan
             .ingresses
@@ -242,7 +269,7 @@ impl FakeAgent {
                     })
                     .collect(),
                 rules: rules.clone(),
-                anycast: Vec::new(),
+                anycast: anycast.clone(),
             })
             .collect();
         self.send(AgentToHub::Report(AgentReport {
@@ -250,7 +277,7 @@ impl FakeAgent {
             addresses: vec![Address::ip(ip)],
             requests_per_second: 0.0,
             active_connections: 0,
-            speaker: None,
+            speaker,
         }));
     }
 
