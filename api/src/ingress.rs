@@ -443,7 +443,8 @@ string_enum! {
         /// The nearest healthy cluster until its load passes `overflowThreshold` of its
         /// capacity, then the next nearest.
         Overflow => "Overflow",
-        /// One anycast address announced by every healthy cluster.
+        /// Anycast addresses announced over BGP by every healthy, uncordoned cluster's
+        /// agent; DNS answers the addresses some cluster announces.
         Anycast => "Anycast",
     }
 }
@@ -536,8 +537,9 @@ pub struct Strategy {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overflow_threshold: Option<f64>,
 
-    /// Anycast: the addresses announced by every healthy cluster (IPv4 or IPv6).
-    /// Required for Anycast, only allowed there.
+    /// Anycast: the addresses (IPv4 or IPv6) each healthy, uncordoned cluster's agent
+    /// announces over BGP (`status.clusters[].anycast` says what it reports). Required
+    /// for Anycast, only allowed there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub anycast_addresses: Option<Vec<String>>,
 }
