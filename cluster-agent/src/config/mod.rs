@@ -49,10 +49,12 @@ use fedingress_api::cluster::Address;
 use fedingress_api::names;
 use serde::Deserialize;
 
+pub mod anycast;
 pub mod kubernetes;
 pub mod limits;
 pub mod vrrp;
 
+pub use anycast::AnycastConfig;
 pub use kubernetes::{KubernetesConfig, ProfileSetting};
 pub use limits::LimitsConfig;
 pub use vrrp::VrrpConfig;
@@ -112,6 +114,10 @@ pub struct Config {
     /// How often a report is sent even when nothing changed.
     #[serde(default = "default_report_interval_ms")]
     pub report_interval_ms: u64,
+    /// The BGP speaker announcing the anycast addresses of placed shares (standalone
+    /// driver); none when absent.
+    #[serde(default)]
+    pub anycast: Option<AnycastConfig>,
     /// How much the standalone data plane may take from its clients (sessions,
     /// connections, idle and handshake timeouts, file descriptors); defaults when absent.
     #[serde(default)]
@@ -666,6 +672,9 @@ impl Config {
         if let Some(ca) = &mut config.hub.ca_file {
             *ca = base.join(&*ca);
         }
+        if let Some(anycast) = &mut config.anycast {
+            anycast.resolve_paths(base);
+        }
         if let Some(vrrp) = &mut config.vrrp {
             vrrp.resolve_paths(base);
         }
@@ -961,6 +970,12 @@ impl Config {
             }
         }
         problems.extend(self.limits.problems());
+        if let Some(anycast) = &self.anycast {
+            if self.driver != Driver::Standalone {
+                problems.push("anycast: only used with driver standalone".to_owned());
+            }
+            problems.extend(anycast.problems(&self.advertised_addresses()));
+        }
         if let Some(vrrp) = &self.vrrp {
             problems.extend(vrrp.problems(self.driver, self.admin));
         }
