@@ -56,6 +56,11 @@ pub trait Driver: Send + Sync {
         false
     }
 
+    /// The hub said whether the cluster is cordoned (`Welcome`; a cordon change ends the
+    /// session, so each one comes with a new `Welcome`). The last value stands while the
+    /// hub is unreachable. Anycast routes are withdrawn while it is true.
+    fn set_cordoned(&self, _cordoned: bool) {}
+
     /// Whether the data plane can do its work; `Err` says what is wrong (the member
     /// cluster's API refuses the agent, say). `/readyz` fails with it.
     fn readiness(&self) -> Result<(), String> {

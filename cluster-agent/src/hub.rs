@@ -1000,6 +1000,7 @@ impl Agent {
                     provider = provider.map(|p| p.as_str()).unwrap_or(""),
                     "hub welcomed the agent"
                 );
+                self.driver.set_cordoned(cordoned);
                 if heartbeat_interval_ms > 0 {
                     heartbeat_period
                         .send_replace(Duration::from_millis(heartbeat_interval_ms.into()));

@@ -12,6 +12,9 @@
 //!   drain. `apply(plan)` → rule errors, `report(plan)` → an
 //!   [`AgentReport`](fedingress_api::plan::AgentReport), `subscribe()` → a change
 //!   signal, `metrics()` → Prometheus text.
+//! - [`anycast`]: the standalone driver with BGP anycast routes
+//!   ([`Anycast`](anycast::Anycast)): announces each placed anycast address through a
+//!   GoBGP speaker while its share is applied, healthy and not cordoned or draining.
 //! - [`vrrp`]: virtual addresses shared with other hosts' agents through keepalived
 //!   (the rendered config, the readiness check keepalived runs, the supervised process).
 //!
@@ -21,6 +24,7 @@
 //! live in the binary.
 
 pub mod admin;
+pub mod anycast;
 pub mod config;
 pub mod driver;
 pub mod hub;

@@ -9,6 +9,10 @@
 //! With `vrrp.keepalived.manage`, keepalived's config is rendered and checked before
 //! anything binds (exit 64 when keepalived is missing or refuses it), keepalived runs
 //! under the agent's supervision and is stopped before the drain.
+//! With `anycast:`, the BGP speaker is started (managed) or reached and configured
+//! before anything binds (exit 64 when gobgpd is missing, does not answer or refuses
+//! the config); on SIGTERM every anycast route is withdrawn and `withdrawDelayMs`
+//! waited out before the drain.
 //!
 //! `cluster-agent ready --admin ADDR` (keepalived's track script) exits 0 iff that
 //! agent is ready; `cluster-agent keepalived render -c FILE` prints the keepalived
@@ -23,6 +27,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use fedingress_agent::admin::Role;
+use fedingress_agent::anycast::{self, Anycast};
 use fedingress_agent::config::{self, KubernetesConfig};
 use fedingress_agent::driver::Driver;
 use fedingress_agent::hub::{Agent, HubSettings};
@@ -169,7 +174,18 @@ fn main() -> ExitCode {
             }
         }
     };
-    match runtime.block_on(run(config, settings, client, keepalived)) {
+    // A BGP speaker that is missing, unreachable or misconfigured is a config error.
+    let speaker = match &config.anycast {
+        None => None,
+        Some(settings) => match runtime.block_on(anycast::connect(settings)) {
+            Ok(connection) => Some(connection),
+            Err(e) => {
+                eprintln!("cluster-agent: {e}");
+                return ExitCode::from(EXIT_CONFIG);
+            }
+        },
+    };
+    match runtime.block_on(run(config, settings, client, keepalived, speaker)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("cluster-agent: {e:#}");
@@ -183,9 +199,10 @@ async fn run(
     settings: HubSettings,
     client: Option<kube::Client>,
     keepalived: Option<vrrp::keepalived::Settings>,
+    speaker: Option<anycast::Connection>,
 ) -> anyhow::Result<()> {
     let (driver, election) = match client {
-        None => (Arc::new(Standalone::new(&config)) as Arc<dyn Driver>, None),
+        None => (standalone(&config, speaker), None),
         Some(client) => {
             let mut k = config.kubernetes();
             k.owner_id.get_or_insert_with(|| config.cluster.clone());
@@ -286,6 +303,21 @@ async fn run(
         }
     }
     Ok(())
+}
+
+/// The standalone driver; with anycast routes when the config has a speaker
+/// (withdrawn on SIGTERM before the listeners drain).
+fn standalone(config: &Config, speaker: Option<anycast::Connection>) -> Arc<dyn Driver> {
+    let standalone = Arc::new(Standalone::new(config));
+    match (speaker, &config.anycast) {
+        (Some(connection), Some(settings)) => Anycast::start(
+            standalone,
+            settings,
+            &config.advertised_addresses(),
+            connection,
+        ),
+        _ => standalone,
+    }
 }
 
 /// Waits for the lease as a standby (publishing who leads); false when a signal came
