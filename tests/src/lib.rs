@@ -9,12 +9,16 @@
 //! from very many spoofed loopback sources through a few sockets; [`kubeapi`] is a
 //! scripted Kubernetes API server for kube-rs clients; [`netns`] gives a test a network
 //! namespace of its own (only loopback) for programs that must reach nothing else;
+//! [`bgp`] runs BIRD 2 as a router and reads its RIB; [`anycast`] is an anycast
+//! network in namespaces (router, two sites with agents, a client);
 //! [`oidc`] is an OIDC issuer (discovery and JWKS over HTTPS) that mints tokens. The
 //! tests themselves live in `tests/`. What does not belong here: product logic. Tests
 //! talk to the product only through its binaries and network APIs.
 
 #![allow(clippy::unwrap_used)]
 
+pub mod anycast;
+pub mod bgp;
 pub mod clouddns_fake;
 pub mod dnsprobe;
 pub mod echo;
@@ -398,6 +402,12 @@ pub struct TestPki {
 
 impl TestPki {
     pub fn generate() -> Self {
+        Self::generate_with_ips(&[])
+    }
+
+    /// [`TestPki::generate`] with `ips` in the server certificate too (a server
+    /// reached off loopback, e.g. inside a test's network namespaces).
+    pub fn generate_with_ips(ips: &[std::net::IpAddr]) -> Self {
         use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair, SanType};
         let ca_key = KeyPair::generate().unwrap();
         let mut ca_params = CertificateParams::new(Vec::new()).unwrap();
@@ -415,6 +425,9 @@ impl TestPki {
         params
             .subject_alt_names
             .push(SanType::IpAddress("::1".parse().unwrap()));
+        params
+            .subject_alt_names
+            .extend(ips.iter().map(|&ip| SanType::IpAddress(ip)));
         let cert = params.signed_by(&key, &issuer).unwrap();
         Self {
             ca_pem: ca.pem(),

@@ -83,6 +83,24 @@ impl NetNs {
         ["ip", "netns", "exec", &self.name]
     }
 
+    /// Runs `f` on a thread of its own that has entered the namespace (`setns`), and
+    /// returns what it returns: a client inside without a process of its own. Sockets
+    /// `f` creates belong to the namespace for good (usable from any thread later).
+    pub fn run_inside<T: Send>(&self, f: impl FnOnce() -> T + Send) -> anyhow::Result<T> {
+        let path = format!("/run/netns/{}", self.name);
+        let file = std::fs::File::open(&path).with_context(|| format!("opening {path}"))?;
+        std::thread::scope(|scope| {
+            scope
+                .spawn(move || {
+                    nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET)
+                        .with_context(|| format!("setns into {path}"))?;
+                    Ok(f())
+                })
+                .join()
+                .map_err(|_| anyhow::anyhow!("a thread inside {} panicked", self.name))?
+        })
+    }
+
     /// Runs `ip -n NAME ARGS` (e.g. `["route", "add", "10.1.0.0/16", "via", "10.0.0.1"]`);
     /// an error carries its stderr.
     pub fn ip(&self, args: &[&str]) -> anyhow::Result<()> {
