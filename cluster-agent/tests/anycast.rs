@@ -57,8 +57,8 @@ fn free_port(ip: [u8; 4]) -> u16 {
         .port()
 }
 
-/// The agent process; killed if the test fails before it exits.
-struct Agent(Child);
+/// The agent process and its admin address; killed if the test fails before it exits.
+struct Agent(Child, SocketAddr);
 
 impl Drop for Agent {
     fn drop(&mut self) {
@@ -78,7 +78,7 @@ impl Agent {
             .spawn()
             .unwrap();
         let stdout = child.stdout.take().unwrap();
-        let agent = Agent(child);
+        let mut agent = Agent(child, SocketAddr::from(([127, 0, 0, 1], 0)));
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let mut line = String::new();
@@ -86,7 +86,12 @@ impl Agent {
             let _ = tx.send(line);
         });
         let line = rx.recv_timeout(DEADLINE).expect("no READY line");
-        assert!(line.starts_with("READY "), "not a READY line: {line:?}");
+        let ready: serde_json::Value = serde_json::from_str(
+            line.strip_prefix("READY ")
+                .unwrap_or_else(|| panic!("not a READY line: {line:?}")),
+        )
+        .unwrap();
+        agent.1 = ready["admin"].as_str().unwrap().parse().unwrap();
         agent
     }
 
@@ -114,6 +119,18 @@ impl Agent {
             std::fs::read_to_string(format!("/proc/{pid}/comm"))
                 .is_ok_and(|comm| comm.trim() == "gobgpd")
         })
+    }
+
+    /// `GET /metrics` of the admin endpoint.
+    async fn metrics(&self) -> String {
+        let mut stream = TcpStream::connect(self.1).await.unwrap();
+        stream
+            .write_all(b"GET /metrics HTTP/1.1\r\nHost: agent\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut text = String::new();
+        stream.read_to_string(&mut text).await.unwrap();
+        text
     }
 
     async fn wait_exit(&mut self) -> std::process::ExitStatus {
@@ -366,6 +383,15 @@ async fn routes_follow_health_cordon_the_speaker_and_sigterm() {
     );
     assert!(on_loopback(IpAddr::from(ANYCAST)), "the address is on lo");
     assert_eq!(echo_through(anycast).await.unwrap(), "hello");
+    let metrics = agent.metrics().await;
+    for line in [
+        "fedingress_agent_anycast_routes_announced 1\n",
+        "fedingress_agent_anycast_announces_total 1\n",
+        "fedingress_agent_bgp_speaker_up 1\n",
+        "fedingress_agent_bgp_peers_established 1\n",
+    ] {
+        assert!(metrics.contains(line), "{line} missing in\n{metrics}");
+    }
 
     // The backend dies: withdrawn once the health checks notice.
     let stopped = Instant::now();
