@@ -492,6 +492,28 @@ interface: 'not/a name'
         );
     }
 
+    /// The commented-out section of the shipped example config, uncommented, is valid.
+    #[test]
+    fn the_example_section_is_valid() {
+        let path =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/config/agent-standalone.yaml");
+        let text = std::fs::read_to_string(path).unwrap();
+        let block: String = text
+            .lines()
+            .skip_while(|l| !l.starts_with("# anycast:"))
+            .take_while(|l| l.starts_with('#'))
+            .map(|l| format!("{}\n", l.strip_prefix("# ").unwrap_or("")))
+            .collect();
+        let section = block.strip_prefix("anycast:\n").unwrap();
+        let unindented: String = section
+            .lines()
+            .map(|l| format!("{}\n", l.strip_prefix("  ").unwrap_or(l)))
+            .collect();
+        let config = parse(&unindented);
+        assert!(config.managed());
+        assert_eq!(config.problems(&advertised()), Vec::<String>::new());
+    }
+
     #[test]
     fn unknown_keys_are_rejected() {
         for yaml in [
