@@ -11,6 +11,7 @@
 //! namespace of its own (only loopback) for programs that must reach nothing else;
 //! [`bgp`] runs BIRD 2 as a router and reads its RIB; [`anycast`] is an anycast
 //! network in namespaces (router, two sites with agents, a client);
+//! [`vrrp`] is two hosts sharing a virtual IP through keepalived, with agents or alone;
 //! [`oidc`] is an OIDC issuer (discovery and JWKS over HTTPS) that mints tokens. The
 //! tests themselves live in `tests/`. What does not belong here: product logic. Tests
 //! talk to the product only through its binaries and network APIs.
@@ -31,6 +32,7 @@ pub mod netns;
 pub mod oidc;
 pub mod soak;
 pub mod throttle;
+pub mod vrrp;
 pub mod web;
 
 use std::io::{BufRead, BufReader};

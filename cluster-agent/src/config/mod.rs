@@ -977,7 +977,7 @@ impl Config {
             problems.extend(anycast.problems(&self.advertised_addresses()));
         }
         if let Some(vrrp) = &self.vrrp {
-            problems.extend(vrrp.problems(self.driver, self.admin));
+            problems.extend(vrrp.problems(self.driver, self.admin, &self.listen));
         }
         for (field, value) in [
             ("udpIdleTimeoutMs", self.udp_idle_timeout_ms),

@@ -44,7 +44,9 @@
 //!   `<cluster>-vr<virtualRouterId>-p<priority>`: unique within a VRRP group whose hosts
 //!   have different priorities, and the same at every render.
 //! - VRRP needs the standalone driver and a fixed admin port (the track script asks
-//!   `/readyz` at the address written into keepalived's config).
+//!   `/readyz` at the address written into keepalived's config). A virtual address is
+//!   not a `listen[].bind` (it is local only on the host holding it, and configured
+//!   binds are not freebind): bind the wildcard address and advertise the VIP.
 //! - `keepalived.configPath` (default `<stateDir>/keepalived.conf`) is resolved against
 //!   the config file's directory like the other paths; `keepalived.command` is run as
 //!   given (a bare name is looked up on `PATH`).
@@ -58,7 +60,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::Driver;
+use super::{Driver, ListenAddress};
 
 /// The `vrrp:` section (see the module docs).
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
@@ -240,10 +242,24 @@ impl VrrpConfig {
         }
     }
 
-    /// Every problem of the section, each naming its field; `driver` and `admin` are the
-    /// config's.
-    pub(super) fn problems(&self, driver: Driver, admin: SocketAddr) -> Vec<String> {
+    /// Every problem of the section, each naming its field; `driver`, `admin` and
+    /// `listen` are the config's.
+    pub(super) fn problems(
+        &self,
+        driver: Driver,
+        admin: SocketAddr,
+        listen: &[ListenAddress],
+    ) -> Vec<String> {
         let mut problems = Vec::new();
+        for (i, address) in listen.iter().enumerate() {
+            if self.virtual_addresses.iter().any(|v| v.ip == address.bind) {
+                problems.push(format!(
+                    "listen[{i}].bind: {} is a VRRP virtual address, local only on the host \
+                     holding it: bind the wildcard address and advertise it instead",
+                    address.bind
+                ));
+            }
+        }
         if driver != Driver::Standalone {
             problems.push("vrrp: only used with driver standalone".to_owned());
         }
@@ -412,7 +428,7 @@ mod tests {
 
     fn problems(extra: &str) -> Vec<String> {
         let config: VrrpConfig = yaml_serde::from_str(&section(extra)).unwrap();
-        config.problems(Driver::Standalone, "127.0.0.1:9901".parse().unwrap())
+        config.problems(Driver::Standalone, "127.0.0.1:9901".parse().unwrap(), &[])
     }
 
     #[test]
@@ -509,7 +525,7 @@ mod tests {
         )
         .unwrap();
         let all = config
-            .problems(Driver::Kubernetes, "127.0.0.1:0".parse().unwrap())
+            .problems(Driver::Kubernetes, "127.0.0.1:0".parse().unwrap(), &[])
             .join("\n");
         for expected in [
             "vrrp: only used with driver standalone",
@@ -528,17 +544,42 @@ mod tests {
         )
         .unwrap();
         let all = config
-            .problems(Driver::Standalone, "127.0.0.1:1".parse().unwrap())
+            .problems(Driver::Standalone, "127.0.0.1:1".parse().unwrap(), &[])
             .join("\n");
         assert!(all.contains("vrrp.virtualAddresses: at least one"), "{all}");
         let config: VrrpConfig =
             yaml_serde::from_str(&section("").replace("interface: eth0", "interface: lo")).unwrap();
         let all = config
-            .problems(Driver::Standalone, "127.0.0.1:1".parse().unwrap())
+            .problems(Driver::Standalone, "127.0.0.1:1".parse().unwrap(), &[])
             .join("\n");
         assert!(
             all.starts_with("vrrp.interface: lo is the loopback"),
             "{all}"
+        );
+    }
+
+    #[test]
+    fn a_virtual_address_is_not_a_bind_address() {
+        let config: VrrpConfig = yaml_serde::from_str(&section("")).unwrap();
+        let listen = [
+            ListenAddress {
+                bind: "0.0.0.0".parse().unwrap(),
+                advertise: Some("10.0.0.100".into()),
+            },
+            ListenAddress {
+                bind: "10.0.0.100".parse().unwrap(),
+                advertise: None,
+            },
+        ];
+        let problems = config.problems(
+            Driver::Standalone,
+            "127.0.0.1:9901".parse().unwrap(),
+            &listen,
+        );
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(
+            problems[0].starts_with("listen[1].bind: 10.0.0.100 is a VRRP virtual address"),
+            "{problems:?}"
         );
     }
 

@@ -5,7 +5,8 @@
 //!   `keepalived --config-test` on it; a missing keepalived or a refused config is an
 //!   error the binary turns into exit 64.
 //! - [`Keepalived::start`]: first stops a keepalived left behind by an earlier agent
-//!   (its pid file names it; keepalived itself would refuse to start next to it), then
+//!   (its pid file names it; keepalived itself would refuse to start next to it) and
+//!   removes pid files naming no running keepalived (before every start), then
 //!   runs `keepalived -n -l -D -G -P -f <config> -p <pid> -r <vrrp pid>` in a process
 //!   group of its own, logs its lines (and the VRRP state they announce), and when it
 //!   dies: logs an error, counts the restart, stops what is left of its group, removes
@@ -280,9 +281,9 @@ impl crate::admin::Component for Keepalived {
 
 /// The supervision loop: run, wait, clean up, back off, run again, until `stop`.
 async fn supervise(settings: Settings, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
-    stop_stale(&settings.files.pid).await;
     let mut deaths = 0u32;
     loop {
+        stop_stale(&settings.files).await;
         let started = Instant::now();
         let reason = match spawn(&settings) {
             Err(error) => {
@@ -476,35 +477,58 @@ async fn terminate(child: &mut tokio::process::Child, pid: u32) {
     stop_group(pid).await;
 }
 
-/// Stops the keepalived named by `pid_file` if it still runs (an earlier agent was
-/// killed before it could stop it): SIGTERM, SIGKILL after [`STOP_TIMEOUT`]. Only a
-/// process whose name is `keepalived` is touched.
-async fn stop_stale(pid_file: &Path) {
-    let Ok(text) = tokio::fs::read_to_string(pid_file).await else {
-        return;
-    };
-    let Ok(pid) = text.trim().parse::<u32>() else {
-        return;
-    };
-    let comm = tokio::fs::read_to_string(format!("/proc/{pid}/comm"))
-        .await
-        .unwrap_or_default();
-    if comm.trim() != "keepalived" {
-        return;
+/// Clears the way for a new keepalived: one still running from an earlier agent (killed
+/// before it could stop it) is stopped — SIGTERM, SIGKILL after [`STOP_TIMEOUT`] — and
+/// pid files naming no running keepalived are removed (keepalived refuses to start while
+/// its VRRP pid file names a process that exists, even a zombie nobody reaped). Only a
+/// process named `keepalived` is signalled.
+async fn stop_stale(files: &KeepalivedFiles) {
+    for pid_file in [&files.pid, &files.vrrp_pid] {
+        let Ok(text) = tokio::fs::read_to_string(pid_file).await else {
+            continue;
+        };
+        if let Some(pid) = text
+            .trim()
+            .parse::<i32>()
+            .ok()
+            .and_then(rustix::process::Pid::from_raw)
+            .filter(|pid| running_keepalived(pid.as_raw_nonzero().get()))
+        {
+            tracing::warn!(
+                pid = pid.as_raw_nonzero().get(),
+                pid_file = %pid_file.display(),
+                "stopping the keepalived an earlier agent left running"
+            );
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+            let deadline = Instant::now() + STOP_TIMEOUT;
+            while running_keepalived(pid.as_raw_nonzero().get()) && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+        }
+        if let Err(error) = tokio::fs::remove_file(pid_file).await
+            && error.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!(pid_file = %pid_file.display(), error = %error, "removing a stale keepalived pid file failed");
+        }
     }
-    tracing::warn!(pid, pid_file = %pid_file.display(), "stopping the keepalived an earlier agent left running");
-    let Some(raw) = i32::try_from(pid)
-        .ok()
-        .and_then(rustix::process::Pid::from_raw)
-    else {
-        return;
+}
+
+/// Whether `pid` is a running (not zombie) process named `keepalived`.
+fn running_keepalived(pid: i32) -> bool {
+    // "PID (comm) STATE ...": comm may hold spaces and parentheses; the state follows
+    // the last ')'.
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
     };
-    let _ = rustix::process::kill_process(raw, rustix::process::Signal::TERM);
-    let deadline = Instant::now() + STOP_TIMEOUT;
-    while rustix::process::test_kill_process(raw).is_ok() && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let _ = rustix::process::kill_process(raw, rustix::process::Signal::KILL);
+    let comm = stat
+        .split_once('(')
+        .and_then(|(_, rest)| rest.rsplit_once(')'))
+        .map(|(comm, _)| comm);
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().next());
+    comm == Some("keepalived") && !matches!(state, Some("Z" | "X"))
 }
 
 /// Removes the virtual addresses from the interface (`ip addr del`), where a keepalived
@@ -541,6 +565,14 @@ mod tests {
         assert_eq!(restart_delay(4), Duration::from_secs(4));
         assert_eq!(restart_delay(7), Duration::from_secs(30));
         assert_eq!(restart_delay(100), Duration::from_secs(30));
+    }
+
+    #[test]
+    fn only_a_running_keepalived_counts() {
+        assert!(!running_keepalived(
+            i32::try_from(std::process::id()).unwrap()
+        ));
+        assert!(!running_keepalived(i32::MAX));
     }
 
     #[test]
