@@ -96,7 +96,7 @@ fn main() -> anyhow::Result<()> {
         unicast: true,
         health_interval_ms: args.interval_ms,
         withdraw_delay_ms: 1000,
-        reflect: false,
+        reflect: true,
     };
     println!(
         "anycast-bench {}: {} cycles, health checks every {} ms (unhealthy after 2), polls every {} ms",

@@ -13,6 +13,9 @@ use crate::pb;
 use crate::pb::gobgp_api_client::GobgpApiClient;
 use crate::types::{Global, Peer, PeerState, RibEntry, Route};
 
+/// The import policy [`Speaker::reject_imports`] defines: local routes only.
+pub const ANNOUNCE_ONLY: &str = "fedingress-announce-only";
+
 /// A GoBGP API client (plain HTTP/2: gobgpd's API is meant for loopback). Cloning is
 /// cheap and shares the connection.
 #[derive(Clone, Debug)]
@@ -193,6 +196,66 @@ impl Speaker {
         let mut client = self.client.clone();
         self.call("DeletePath", client.delete_path(request)).await?;
         tracing::debug!(endpoint = %self.endpoint, prefix = %route.prefix, "route withdrawn");
+        Ok(())
+    }
+
+    /// Makes the speaker accept no route from any peer: the global import policy is
+    /// [`ANNOUNCE_ONLY`] (accept local routes) with default reject. An announce-only speaker needs this: otherwise a
+    /// route reflector's copy of another site's path for the same prefix can become its
+    /// best path, and a speaker advertises only its best path (and never an iBGP-learnt
+    /// one to an iBGP peer), so it would withdraw its own announcement.
+    /// Idempotent.
+    pub async fn reject_imports(&mut self) -> Result<(), SpeakerError> {
+        let mut client = self.client.clone();
+        // GoBGP answers an unknown policy name with an error on the stream.
+        let existing = self
+            .stream("ListPolicy", async {
+                let request = pb::ListPolicyRequest {
+                    name: ANNOUNCE_ONLY.to_string(),
+                };
+                let mut stream = client.list_policy(request).await?.into_inner();
+                let mut found = false;
+                while let Some(item) = stream.message().await? {
+                    found |= item.policy.is_some_and(|p| p.name == ANNOUNCE_ONLY);
+                }
+                Ok(found)
+            })
+            .await
+            .unwrap_or(false);
+        if !existing {
+            let local = pb::Statement {
+                name: format!("{ANNOUNCE_ONLY}-local"),
+                conditions: Some(pb::Conditions {
+                    route_type: pb::conditions::RouteType::Local as i32,
+                    ..Default::default()
+                }),
+                actions: Some(pb::Actions {
+                    route_action: pb::RouteAction::Accept as i32,
+                    ..Default::default()
+                }),
+            };
+            let request = pb::AddPolicyRequest {
+                policy: Some(pb::Policy {
+                    name: ANNOUNCE_ONLY.to_string(),
+                    statements: vec![local],
+                }),
+                refer_existing_statements: false,
+            };
+            self.call("AddPolicy", client.add_policy(request)).await?;
+        }
+        let request = pb::SetPolicyAssignmentRequest {
+            assignment: Some(pb::PolicyAssignment {
+                name: "global".to_string(),
+                direction: pb::PolicyDirection::Import as i32,
+                policies: vec![pb::Policy {
+                    name: ANNOUNCE_ONLY.to_string(),
+                    statements: Vec::new(),
+                }],
+                default_action: pb::RouteAction::Reject as i32,
+            }),
+        };
+        self.call("SetPolicyAssignment", client.set_policy_assignment(request))
+            .await?;
         Ok(())
     }
 

@@ -463,3 +463,94 @@ async fn gobgpd_dies_with_its_parent() {
     })
     .await;
 }
+
+/// `reject_imports` makes a speaker announce-only: a route its peer sends (here the
+/// reflector's own path for the very prefix the site announces) never enters its RIB,
+/// while a speaker without it (the control) learns that route.
+#[tokio::test]
+async fn an_announce_only_speaker_learns_nothing_from_its_peers() {
+    if !gobgpd_installed() {
+        return;
+    }
+    let bgp_port = free_port([127, 0, 0, 6]);
+    let (_r, mut reflector) = run_gobgpd().await;
+    reflector
+        .start(&Global {
+            asn: ASN,
+            router_id: Ipv4Addr::new(192, 0, 2, 6),
+            listen_port: i32::from(bgp_port),
+            listen_addresses: vec![ip("127.0.0.6")],
+        })
+        .await
+        .unwrap();
+    let mut sites = Vec::new();
+    for (n, reject) in [(4u8, true), (5, false)] {
+        let (process, mut site) = run_gobgpd().await;
+        site.start(&Global {
+            asn: ASN,
+            router_id: Ipv4Addr::new(192, 0, 2, n),
+            listen_port: -1,
+            listen_addresses: vec![],
+        })
+        .await
+        .unwrap();
+        if reject {
+            site.reject_imports().await.unwrap();
+            // Idempotent.
+            site.reject_imports().await.unwrap();
+        }
+        let address = ip(&format!("127.0.0.{n}"));
+        reflector
+            .add_peer(&Peer {
+                local_address: Some(ip("127.0.0.6")),
+                passive: true,
+                route_reflector_client: true,
+                ..Peer::new(address, ASN)
+            })
+            .await
+            .unwrap();
+        site.add_peer(&Peer {
+            port: Some(bgp_port),
+            local_address: Some(address),
+            connect_retry_seconds: Some(5),
+            ..Peer::new(ip("127.0.0.6"), ASN)
+        })
+        .await
+        .unwrap();
+        sites.push((process, site));
+    }
+    let own = Route {
+        prefix: "198.51.100.20/32".parse().unwrap(),
+        next_hop: ip("192.0.2.4"),
+        communities: vec![],
+    };
+    let reflected = Route {
+        next_hop: ip("192.0.2.6"),
+        ..own.clone()
+    };
+    sites[0].1.announce(&own).await.unwrap();
+    reflector.announce(&reflected).await.unwrap();
+
+    let control = sites[1].1.clone();
+    eventually("the control site learns the reflector's path", || {
+        let mut control = control.clone();
+        let reflected = reflected.clone();
+        async move {
+            let rib = control.rib().await.map_err(|e| e.to_string())?;
+            rib.iter()
+                .any(|e| e.prefix == reflected.prefix && e.neighbor.is_some())
+                .then_some(())
+                .ok_or(format!("{rib:?}"))
+        }
+    })
+    .await;
+    // Both sites' sessions got the same updates; give the announce-only one a moment
+    // longer, then its RIB must still hold its own path only.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let rib = sites[0].1.rib().await.unwrap();
+    assert_eq!(rib.len(), 1, "{rib:?}");
+    assert_eq!(
+        (rib[0].next_hop, rib[0].neighbor, rib[0].best),
+        (own.next_hop, None, true)
+    );
+}

@@ -14,8 +14,8 @@
 //!   the best path into its FIB (`protocol kernel`), so the client's packets to the
 //!   anycast address [`ANYCAST`] go where BGP says. It prefers site-a (local_pref 200
 //!   on import from site-a): in a real network "nearest" is the router's preference, as
-//!   an IGP metric would give it; here it is configured. It sends the sites nothing
-//!   unless [`LabOptions::reflect`] (see there why).
+//!   an IGP metric would give it; here it is configured. It reflects each site's path
+//!   to the other ([`LabOptions::reflect`], on by default).
 //! - Each site runs `fedctl dev echo` (every answer names the site) on 127.0.0.1:9000
 //!   and a standalone cluster-agent whose `anycast:` section runs a managed gobgpd
 //!   that connects out to the router (`listenPort: -1`, the router passive), puts the
@@ -94,11 +94,12 @@ pub struct LabOptions {
     pub health_interval_ms: u64,
     /// The agents' `anycast.withdrawDelayMs`.
     pub withdraw_delay_ms: u64,
-    /// The router reflects each site's path to the other site (BIRD `export all`);
-    /// otherwise it sends the sites nothing. Off by default: the agent's gobgpd accepts
-    /// what its peer sends, so site-a's reflected path (local_pref 200) becomes site-b's
-    /// best path for the same prefix and site-b's gobgpd withdraws its own route (a
-    /// speaker advertises only its best path, and not an iBGP-learnt one to iBGP).
+    /// The router reflects each site's path to the other site (BIRD `export all`), as
+    /// a real route reflector does; otherwise it sends the sites nothing. On by
+    /// default: it proves the agent's speaker is announce-only (`reject_imports`).
+    /// Without that, site-a's reflected path (local_pref 200) would become site-b's
+    /// best path for the same prefix and site-b's gobgpd would withdraw its own route
+    /// (a speaker advertises only its best path, and not an iBGP-learnt one to iBGP).
     pub reflect: bool,
 }
 
@@ -108,7 +109,7 @@ impl Default for LabOptions {
             unicast: false,
             health_interval_ms: 200,
             withdraw_delay_ms: 1000,
-            reflect: false,
+            reflect: true,
         }
     }
 }

@@ -139,6 +139,12 @@ impl Connection {
             .start(&settings.global)
             .await
             .map_err(|e| StartError::new("anycast", &e))?;
+        // Announce only: a route learnt from a peer (a reflected copy of another site's
+        // path) must never become this speaker's best path for our own prefix.
+        speaker
+            .reject_imports()
+            .await
+            .map_err(|e| StartError::new("anycast.speaker", &e))?;
         let existing = speaker
             .peers()
             .await
