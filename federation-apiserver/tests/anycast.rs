@@ -106,31 +106,38 @@ struct Fedctl {
     kubeconfig: PathBuf,
 }
 
-impl Fedctl {
-    fn new(hub: &TestHub) -> Self {
-        let binary = match std::env::var_os("FEDINGRESS_TEST_BIN_DIR") {
-            Some(dir) => PathBuf::from(dir).join("fedctl"),
-            None => {
-                // target/<profile>/deps/<test> → target/<profile>
-                let exe = std::env::current_exe().unwrap();
-                let dir = exe.parent().and_then(|d| d.parent()).unwrap().to_path_buf();
-                let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-                let mut build = Command::new(cargo);
-                build.args(["build", "-p", "fedctl", "--bin", "fedctl", "--quiet"]);
-                if dir.file_name().is_some_and(|n| n == "release") {
-                    build.arg("--release");
-                }
-                if let Some(target) = dir.parent() {
-                    build.env("CARGO_TARGET_DIR", target);
-                }
-                let status = build
-                    .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
-                    .status()
-                    .unwrap();
-                assert!(status.success(), "building fedctl failed");
-                dir.join("fedctl")
+/// The `fedctl` binary of this build: from `FEDINGRESS_TEST_BIN_DIR` when set, else
+/// built (`cargo build --workspace --bins`, as scripts/test does before the tests, so
+/// normally a no-op). Call it before any hub or agent runs: it blocks the test's
+/// runtime, and scripted agents that cannot heartbeat meanwhile lose their lease.
+fn fedctl_binary() -> PathBuf {
+    match std::env::var_os("FEDINGRESS_TEST_BIN_DIR") {
+        Some(dir) => PathBuf::from(dir).join("fedctl"),
+        None => {
+            // target/<profile>/deps/<test> → target/<profile>
+            let exe = std::env::current_exe().unwrap();
+            let dir = exe.parent().and_then(|d| d.parent()).unwrap().to_path_buf();
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let mut build = Command::new(cargo);
+            build.args(["build", "--workspace", "--bins", "--quiet"]);
+            if dir.file_name().is_some_and(|n| n == "release") {
+                build.arg("--release");
             }
-        };
+            if let Some(target) = dir.parent() {
+                build.env("CARGO_TARGET_DIR", target);
+            }
+            let status = build
+                .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+                .status()
+                .unwrap();
+            assert!(status.success(), "building the binaries failed");
+            dir.join("fedctl")
+        }
+    }
+}
+
+impl Fedctl {
+    fn new(hub: &TestHub, binary: PathBuf) -> Self {
         assert!(binary.exists(), "no fedctl at {}", binary.display());
         let kubeconfig = hub.data_dir.path().join("kubeconfig");
         std::fs::write(
@@ -170,6 +177,7 @@ impl Fedctl {
 
 #[tokio::test]
 async fn reported_routes_reach_status_dns_explain_events_and_fedctl() {
+    let fedctl_binary = fedctl_binary();
     let hub = TestHub::start().await;
     hub.create_cluster("eu-west").await;
     hub.create_cluster("us-east").await;
@@ -310,7 +318,7 @@ async fn reported_routes_reach_status_dns_explain_events_and_fedctl() {
     wait_answer(&hub, &[VIP]).await;
 
     // fedctl: what an operator sees.
-    let fedctl = Fedctl::new(&hub);
+    let fedctl = Fedctl::new(&hub, fedctl_binary);
     let describe = fedctl.ok(&["describe", "ingress", "vip"]).await;
     let routes = describe
         .split("Anycast routes:\n")
