@@ -1,7 +1,7 @@
 //! fedingress-api: the resource types of the `fedingress.io/v1alpha1` API group and the
 //! pure logic that goes with them.
 //!
-//! Entry types: [`Cluster`] and [`FederatedIngress`] (the contract of `../shared/DESIGN.md`),
+//! Entry types: [`Cluster`] and [`FederatedIngress`] (the contract of `docs/design.md`),
 //! the [`Resource`] trait the API server is generic over, [`ObjectMeta`] and friends in
 //! [`meta`], field-path validation errors in [`validation`], label and field selectors
 //! in [`selector`], and the name and hostname validators behind them in [`names`].

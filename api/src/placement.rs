@@ -6,7 +6,7 @@
 //! cluster it considered, why not ([`Placed::reasons`]), so that `fedctl explain` and the
 //! `Placed` condition can say it in words.
 //!
-//! Rules (DESIGN.md, "Semantics that every issue shares"):
+//! Rules (docs/design.md, "Semantics every part shares"):
 //!
 //! - Candidates are the clusters named in `placement.clusters` plus those whose labels
 //!   match `placement.clusterSelector`. When the placement names neither, every cluster is
