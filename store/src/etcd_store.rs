@@ -1,5 +1,6 @@
-//! [`EtcdStore`]: the distributed [`Store`], etcd v3 through the `etcd-client` crate
-//! (cargo feature `etcd`; building it needs `protoc`).
+//! [`EtcdStore`]: the distributed [`Store`], etcd v3 through its gRPC API (cargo
+//! feature `etcd`). The client ([`rpc`]) is generated from etcd's own `.proto` files and
+//! checked in, so building needs nothing but cargo.
 //!
 //! How the trait maps onto etcd:
 //! - **Revisions** are etcd's own: an empty etcd is at revision 1 and its first write
@@ -38,6 +39,7 @@
 //! "compacted at 1"; both read as 0 unless this process compacted at 1 itself.
 
 mod coordination;
+mod rpc;
 mod watch;
 
 use std::future::Future;
@@ -46,10 +48,13 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, DeleteOptions, GetOptions, PutOptions, Txn, TxnOp,
-    TxnOpResponse, TxnResponse,
+use rpc::pb::etcdserverpb::compare::CompareResult;
+use rpc::pb::etcdserverpb::response_op::Response;
+use rpc::pb::etcdserverpb::{
+    Compare, CompactionRequest, RangeRequest, RangeResponse, RequestOp, ResponseHeader,
+    TxnRequest, TxnResponse,
 };
+use rpc::pb::mvccpb;
 use tokio::time::Instant;
 
 use crate::{
@@ -57,10 +62,6 @@ use crate::{
     StoreError, WatchStream,
 };
 
-/// Largest gRPC message accepted from etcd: etcd's own server-side send limit
-/// (`math.MaxInt32`). tonic's default of 4 MiB would fail a whole-prefix list of a few
-/// thousand objects, or a watch catching up on large ones.
-const MAX_MESSAGE_BYTES: usize = i32::MAX as usize;
 /// gRPC status codes (a stable part of the gRPC spec) that etcd's answers are told
 /// apart by.
 const GRPC_DEADLINE_EXCEEDED: i32 = 4;
@@ -136,10 +137,10 @@ impl std::fmt::Debug for EtcdTls {
 /// leader), since a retried write that had in fact been applied would fail its own
 /// precondition.
 ///
-/// Clones share one connection (a cheap handle, like etcd-client's `Client`).
+/// Clones share one channel (a cheap handle).
 #[derive(Clone)]
 pub struct EtcdStore {
-    client: Client,
+    client: rpc::Client,
     key_prefix: Arc<str>,
     /// The highest compacted revision known (a lower bound of etcd's).
     compacted: Arc<AtomicI64>,
@@ -160,7 +161,7 @@ impl std::fmt::Debug for EtcdStore {
 /// A request that did not succeed: etcd's error, or no answer in time.
 #[derive(Debug)]
 enum Failure {
-    Etcd(etcd_client::Error),
+    Etcd(rpc::Error),
     Timeout(Duration),
 }
 
@@ -184,17 +185,17 @@ impl Failure {
     }
 
     fn status_is(&self, code: i32, text: &str) -> bool {
-        matches!(self, Failure::Etcd(etcd_client::Error::GRpcStatus(status))
+        matches!(self, Failure::Etcd(rpc::Error::Status(status))
             if i32::from(status.code()) == code && status.message().contains(text))
     }
 }
 
 /// Whether a failed request may be sent again: for reads, any transient failure; for
 /// writes, only failures that prove the request was never proposed.
-fn retryable(error: &etcd_client::Error, read: bool) -> bool {
+fn retryable(error: &rpc::Error, read: bool) -> bool {
     match error {
-        etcd_client::Error::TransportError(_) => read,
-        etcd_client::Error::GRpcStatus(status) => {
+        rpc::Error::Transport(_) => read,
+        rpc::Error::Status(status) => {
             let message = status.message();
             let code = i32::from(status.code());
             let not_proposed = code == GRPC_UNAVAILABLE
@@ -222,27 +223,16 @@ impl EtcdStore {
         if options.endpoints.is_empty() {
             return Err(connect_error("no etcd endpoint given".into()));
         }
-        let mut connect = ConnectOptions::new()
-            .with_connect_timeout(options.request_timeout)
-            .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
-            .with_require_leader(true);
-        if let Some(tls) = &options.tls {
-            let mut config = etcd_client::TlsOptions::new()
-                .ca_certificate(etcd_client::Certificate::from_pem(&tls.ca_pem));
-            if let Some((cert, key)) = &tls.identity {
-                config = config.identity(etcd_client::Identity::from_pem(cert, key));
-            }
-            connect = connect.with_tls(config);
-        }
-        let client = tokio::time::timeout(
-            options.request_timeout,
-            Client::connect(&options.endpoints, Some(connect)),
-        )
-        .await
-        .map_err(|_| {
-            connect_error(format!("no answer within {:?}", options.request_timeout).into())
-        })?
-        .map_err(|e| connect_error(Box::new(e)))?;
+        let tls = options.tls.as_ref().map(|tls| rpc::Tls {
+            ca_pem: &tls.ca_pem,
+            identity: tls
+                .identity
+                .as_ref()
+                .map(|(cert, key)| (cert.as_slice(), key.as_slice())),
+        });
+        // The channel connects on the first request: the revision read below.
+        let client = rpc::Client::new(&options.endpoints, tls, options.request_timeout)
+            .map_err(|e| connect_error(Box::new(e)))?;
         let store = Self {
             client,
             key_prefix: options.key_prefix.into(),
@@ -275,8 +265,8 @@ impl EtcdStore {
     /// Runs `request` with the request timeout, retrying as [`retryable`] allows.
     async fn call<T, F, Fut>(&self, read: bool, mut request: F) -> Result<T, Failure>
     where
-        F: FnMut(Client) -> Fut,
-        Fut: Future<Output = Result<T, etcd_client::Error>>,
+        F: FnMut(rpc::Client) -> Fut,
+        Fut: Future<Output = Result<T, rpc::Error>>,
     {
         let deadline = Instant::now() + self.request_timeout;
         let mut pause = FIRST_RETRY_PAUSE;
@@ -294,10 +284,14 @@ impl EtcdStore {
         }
     }
 
-    async fn txn(&self, operation: &'static str, txn: Txn) -> Result<TxnResponse, StoreError> {
-        self.call(false, move |client| {
+    async fn txn(
+        &self,
+        operation: &'static str,
+        txn: TxnRequest,
+    ) -> Result<TxnResponse, StoreError> {
+        self.call(false, move |mut client| {
             let txn = txn.clone();
-            async move { client.kv_client().txn(txn).await }
+            async move { Ok(client.kv.txn(txn).await?.into_inner()) }
         })
         .await
         .map_err(|f| f.into_store(operation))
@@ -320,15 +314,16 @@ impl EtcdStore {
     async fn count_probe(
         &self,
         revision: Option<Revision>,
-    ) -> Result<etcd_client::GetResponse, Failure> {
-        let key = self.probe_key();
-        self.call(true, move |client| {
-            let key = key.clone();
-            let mut options = GetOptions::new().with_count_only();
-            if let Some(revision) = revision {
-                options = options.with_revision(revision);
-            }
-            async move { client.kv_client().get(key, Some(options)).await }
+    ) -> Result<RangeResponse, Failure> {
+        let request = RangeRequest {
+            key: self.probe_key(),
+            count_only: true,
+            revision: revision.unwrap_or(0),
+            ..RangeRequest::default()
+        };
+        self.call(true, move |mut client| {
+            let request = request.clone();
+            async move { Ok(client.kv.range(request).await?.into_inner()) }
         })
         .await
     }
@@ -354,36 +349,37 @@ impl EtcdStore {
         })
     }
 
-    fn key_value(&self, kv: &etcd_client::KeyValue) -> Result<KeyValue, StoreError> {
+    fn key_value(&self, kv: &mvccpb::KeyValue) -> Result<KeyValue, StoreError> {
         Ok(KeyValue {
-            key: self.strip(kv.key())?,
-            value: Bytes::copy_from_slice(kv.value()),
-            create_revision: kv.create_revision(),
-            mod_revision: kv.mod_revision(),
+            key: self.strip(&kv.key)?,
+            value: Bytes::copy_from_slice(&kv.value),
+            create_revision: kv.create_revision,
+            mod_revision: kv.mod_revision,
         })
     }
 
     /// One key as etcd returns it (lease included).
-    async fn get_raw(&self, key: &str) -> Result<Option<etcd_client::KeyValue>, StoreError> {
-        let full = self.full_key(key);
-        let mut answer = self
-            .call(true, move |client| {
-                let full = full.clone();
-                async move { client.kv_client().get(full, None).await }
+    async fn get_raw(&self, key: &str) -> Result<Option<mvccpb::KeyValue>, StoreError> {
+        let request = RangeRequest {
+            key: self.full_key(key),
+            ..RangeRequest::default()
+        };
+        let answer = self
+            .call(true, move |mut client| {
+                let request = request.clone();
+                async move { Ok(client.kv.range(request).await?.into_inner()) }
             })
             .await
             .map_err(|f| f.into_store("read a key"))?;
-        Ok(answer.take_kvs().into_iter().next())
+        Ok(answer.kvs.into_iter().next())
     }
 
-    /// The kv read by a transaction's failure branch (`TxnOp::get` of one key).
+    /// The kv read by a transaction's failure branch ([`rpc::get`] of one key).
     fn current_from(&self, response: &TxnResponse) -> Result<Option<KeyValue>, StoreError> {
-        for op in response.op_responses() {
-            if let TxnOpResponse::Get(get) = op {
-                return get.kvs().first().map(|kv| self.key_value(kv)).transpose();
-            }
+        match reads(response).next() {
+            Some(get) => get.kvs.first().map(|kv| self.key_value(kv)).transpose(),
+            None => Ok(None),
         }
-        Ok(None)
     }
 
     /// A range now (`revision` `None`) or at `revision`, as etcd answers it; see
@@ -430,23 +426,20 @@ impl EtcdStore {
                 revision,
             });
         }
+        let request = RangeRequest {
+            key: start,
+            range_end: end,
+            limit,
+            revision: revision.unwrap_or(0),
+            ..RangeRequest::default()
+        };
         let answer = self
-            .call(true, move |client| {
-                let (start, end) = (start.clone(), end.clone());
-                let mut options = GetOptions::new().with_range(end).with_limit(limit);
-                if let Some(at) = revision {
-                    options = options.with_revision(at);
-                }
-                async move {
-                    client
-                        .kv_client()
-                        .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                        .get(start, Some(options))
-                        .await
-                }
+            .call(true, move |mut client| {
+                let request = request.clone();
+                async move { Ok(client.kv.range(request).await?.into_inner()) }
             })
             .await;
-        let mut answer = match (answer, revision) {
+        let answer = match (answer, revision) {
             (Ok(answer), _) => answer,
             (Err(failure), Some(at)) if failure.is_compacted() || failure.is_future_revision() => {
                 let future = failure.is_future_revision();
@@ -457,11 +450,11 @@ impl EtcdStore {
         // etcd's header carries the current revision; a past read saw `revision`.
         let revision = match revision {
             Some(at) => at,
-            None => header_revision(answer.header(), "read a range")?,
+            None => header_revision(answer.header.as_ref(), "read a range")?,
         };
-        let more = answer.more();
+        let more = answer.more;
         let kvs = answer
-            .take_kvs()
+            .kvs
             .iter()
             .map(|kv| self.key_value(kv))
             .collect::<Result<Vec<_>, _>>()?;
@@ -505,38 +498,32 @@ impl EtcdStore {
     ) -> Result<KeyValue, StoreError> {
         const OPERATION: &str = "write a key";
         let full = self.full_key(key);
-        let compares = match precondition {
+        let mut compare = match precondition {
             Precondition::None => Vec::new(),
-            Precondition::Absent => {
-                vec![Compare::create_revision(full.clone(), CompareOp::Equal, 0)]
-            }
+            Precondition::Absent => vec![rpc::create_revision_is(&full, CompareResult::Equal, 0)],
             Precondition::ModRevision(revision) => vec![
-                Compare::create_revision(full.clone(), CompareOp::Greater, 0),
-                Compare::mod_revision(full.clone(), CompareOp::Equal, revision),
+                rpc::create_revision_is(&full, CompareResult::Greater, 0),
+                rpc::mod_revision_is(&full, CompareResult::Equal, revision),
             ],
         };
-        let mut compares = compares;
-        let mut otherwise = vec![TxnOp::get(full.clone(), None)];
-        self.add_fence(fence, &mut compares, &mut otherwise);
-        let txn = Txn::new()
-            .when(compares)
-            .and_then(vec![TxnOp::put(
-                full,
-                value.to_vec(),
-                Some(PutOptions::new().with_prev_key().with_lease(lease)),
-            )])
-            .or_else(otherwise);
+        let mut failure = vec![rpc::get(&full)];
+        self.add_fence(fence, &mut compare, &mut failure);
+        let txn = TxnRequest {
+            compare,
+            success: vec![rpc::put(&full, value.to_vec(), lease)],
+            failure,
+        };
         let answer = self.txn(OPERATION, txn).await?;
-        if !answer.succeeded() {
+        if !answer.succeeded {
             self.check_fence(fence, &answer)?;
             return Err(StoreError::PreconditionFailed {
                 key: key.to_string(),
                 current: self.current_from(&answer)?,
             });
         }
-        let revision = header_revision(answer.header(), OPERATION)?;
-        let prev = answer.op_responses().into_iter().find_map(|op| match op {
-            TxnOpResponse::Put(put) => put.prev_key().map(etcd_client::KeyValue::create_revision),
+        let revision = header_revision(answer.header.as_ref(), OPERATION)?;
+        let prev = answer.responses.iter().find_map(|op| match &op.response {
+            Some(Response::ResponsePut(put)) => put.prev_kv.as_ref().map(|kv| kv.create_revision),
             _ => None,
         });
         Ok(KeyValue {
@@ -556,34 +543,26 @@ impl EtcdStore {
     ) -> Result<Event, StoreError> {
         const OPERATION: &str = "delete a key";
         let full = self.full_key(key);
-        let mut compares = vec![Compare::create_revision(
-            full.clone(),
-            CompareOp::Greater,
-            0,
-        )];
+        let mut compare = vec![rpc::create_revision_is(&full, CompareResult::Greater, 0)];
         match precondition {
             Precondition::None => {}
             // The key must exist and must not: never both.
             Precondition::Absent => {
-                compares.push(Compare::create_revision(full.clone(), CompareOp::Equal, 0))
+                compare.push(rpc::create_revision_is(&full, CompareResult::Equal, 0))
             }
-            Precondition::ModRevision(revision) => compares.push(Compare::mod_revision(
-                full.clone(),
-                CompareOp::Equal,
-                revision,
-            )),
+            Precondition::ModRevision(revision) => {
+                compare.push(rpc::mod_revision_is(&full, CompareResult::Equal, revision))
+            }
         }
-        let mut otherwise = vec![TxnOp::get(full.clone(), None)];
-        self.add_fence(fence, &mut compares, &mut otherwise);
-        let txn = Txn::new()
-            .when(compares)
-            .and_then(vec![TxnOp::delete(
-                full,
-                Some(DeleteOptions::new().with_prev_key()),
-            )])
-            .or_else(otherwise);
+        let mut failure = vec![rpc::get(&full)];
+        self.add_fence(fence, &mut compare, &mut failure);
+        let txn = TxnRequest {
+            compare,
+            success: vec![rpc::delete(&full)],
+            failure,
+        };
         let answer = self.txn(OPERATION, txn).await?;
-        if !answer.succeeded() {
+        if !answer.succeeded {
             self.check_fence(fence, &answer)?;
             return Err(match self.current_from(&answer)? {
                 None => StoreError::NotFound {
@@ -595,12 +574,12 @@ impl EtcdStore {
                 },
             });
         }
-        let revision = header_revision(answer.header(), OPERATION)?;
+        let revision = header_revision(answer.header.as_ref(), OPERATION)?;
         let prev = answer
-            .op_responses()
+            .responses
             .into_iter()
-            .find_map(|op| match op {
-                TxnOpResponse::Delete(delete) => delete.prev_kvs().first().cloned(),
+            .find_map(|op| match op.response {
+                Some(Response::ResponseDeleteRange(delete)) => delete.prev_kvs.into_iter().next(),
                 _ => None,
             })
             .ok_or_else(|| StoreError::Backend {
@@ -624,17 +603,17 @@ impl EtcdStore {
     fn add_fence(
         &self,
         fence: Option<&Fence>,
-        compares: &mut Vec<Compare>,
-        otherwise: &mut Vec<TxnOp>,
+        compare: &mut Vec<Compare>,
+        failure: &mut Vec<RequestOp>,
     ) {
         if let Some(fence) = fence {
             let key = self.full_key(&fence.key);
-            compares.push(Compare::create_revision(
-                key.clone(),
-                CompareOp::Equal,
+            compare.push(rpc::create_revision_is(
+                &key,
+                CompareResult::Equal,
                 fence.revision,
             ));
-            otherwise.push(TxnOp::get(key, None));
+            failure.push(rpc::get(&key));
         }
     }
 
@@ -642,19 +621,9 @@ impl EtcdStore {
     /// (the failure branch's second read is the election key).
     fn check_fence(&self, fence: Option<&Fence>, response: &TxnResponse) -> Result<(), StoreError> {
         let Some(fence) = fence else { return Ok(()) };
-        let holder = response
-            .op_responses()
-            .into_iter()
-            .filter_map(|op| match op {
-                TxnOpResponse::Get(get) => Some(
-                    get.kvs()
-                        .first()
-                        .map(etcd_client::KeyValue::create_revision),
-                ),
-                _ => None,
-            })
+        let holder = reads(response)
             .nth(1)
-            .flatten();
+            .and_then(|get| get.kvs.first().map(|kv| kv.create_revision));
         if holder == Some(fence.revision) {
             Ok(())
         } else {
@@ -665,12 +634,20 @@ impl EtcdStore {
     }
 }
 
+/// The reads ([`rpc::get`]) of a transaction's answer, in order.
+fn reads(response: &TxnResponse) -> impl Iterator<Item = &RangeResponse> {
+    response.responses.iter().filter_map(|op| match &op.response {
+        Some(Response::ResponseRange(get)) => Some(get),
+        _ => None,
+    })
+}
+
 fn header_revision(
-    header: Option<&etcd_client::ResponseHeader>,
+    header: Option<&ResponseHeader>,
     operation: &'static str,
 ) -> Result<Revision, StoreError> {
     header
-        .map(etcd_client::ResponseHeader::revision)
+        .map(|header| header.revision)
         .ok_or_else(|| StoreError::Backend {
             operation,
             source: "etcd answered without a response header".into(),
@@ -697,7 +674,7 @@ impl Store for EtcdStore {
             .count_probe(None)
             .await
             .map_err(|f| f.into_store("read the revision"))?;
-        header_revision(answer.header(), "read the revision")
+        header_revision(answer.header.as_ref(), "read the revision")
     }
 
     async fn compacted_revision(&self) -> Result<Revision, StoreError> {
@@ -777,8 +754,12 @@ impl Store for EtcdStore {
             return Ok(());
         }
         let answer = self
-            .call(false, move |client| async move {
-                client.kv_client().compact(revision, None).await
+            .call(false, move |mut client| async move {
+                let request = CompactionRequest {
+                    revision,
+                    physical: false,
+                };
+                Ok(client.kv.compact(request).await?.into_inner())
             })
             .await;
         match answer {

@@ -6,12 +6,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 use futures_util::StreamExt;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::EtcdStore;
+use super::rpc::pb::etcdserverpb::compare::CompareResult;
+use super::rpc::pb::etcdserverpb::{LeaseGrantRequest, LeaseRevokeRequest, TxnRequest};
+use super::{EtcdStore, rpc};
 use crate::{
     Coordination, Event, EventKind, Fence, KeyValue, Lease, Precondition, RangeResult, Revision,
     Store, StoreError, WatchStream,
@@ -36,7 +37,8 @@ impl Drop for Keeper {
         let (store, id) = (self.store.clone(), self.id);
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
-                let _ = store.client.lease_client().revoke(id).await;
+                let mut lease = store.client.lease.clone();
+                let _ = lease.lease_revoke(LeaseRevokeRequest { id }).await;
             });
         }
     }
@@ -47,16 +49,15 @@ async fn keep_alive(store: EtcdStore, id: i64, ttl: Duration, lost: watch::Sende
     let mut confirmed = Instant::now();
     let interval = renewal_interval(ttl);
     'connection: while confirmed.elapsed() < ttl {
-        let opened =
-            tokio::time::timeout(interval, store.client.lease_client().keep_alive(id)).await;
-        let (mut keeper, mut responses) = match opened {
-            // Opening the stream renews the lease once (etcd-client reads that answer).
-            Ok(Ok(pair)) => {
+        let opened = tokio::time::timeout(interval, store.client.keep_alive(id)).await;
+        let mut stream = match opened {
+            // Opening the stream renews the lease once (and reads that answer).
+            Ok(Ok(Some(stream))) => {
                 confirmed = Instant::now();
-                pair
+                stream
             }
-            Ok(Err(etcd_client::Error::LeaseKeepAliveError(message))) => {
-                tracing::warn!(lease = id, message, "etcd says the lease expired");
+            Ok(Ok(None)) => {
+                tracing::warn!(lease = id, "etcd says the lease expired");
                 break;
             }
             Ok(Err(error)) => {
@@ -68,11 +69,12 @@ async fn keep_alive(store: EtcdStore, id: i64, ttl: Duration, lost: watch::Sende
         };
         loop {
             tokio::time::sleep(interval).await;
-            if keeper.keep_alive().await.is_err() {
+            let renew = rpc::pb::etcdserverpb::LeaseKeepAliveRequest { id };
+            if stream.requests.send(renew).await.is_err() {
                 continue 'connection;
             }
-            match tokio::time::timeout(interval, responses.message()).await {
-                Ok(Ok(Some(answer))) if answer.ttl() > 0 => confirmed = Instant::now(),
+            match tokio::time::timeout(interval, stream.responses.message()).await {
+                Ok(Ok(Some(answer))) if answer.ttl > 0 => confirmed = Instant::now(),
                 Ok(Ok(Some(_))) => {
                     tracing::warn!(lease = id, "etcd says the lease expired");
                     break 'connection;
@@ -90,13 +92,14 @@ impl Coordination for EtcdStore {
     async fn grant(&self, ttl: Duration) -> Result<Lease, StoreError> {
         let seconds = i64::try_from(ttl.as_secs().max(1)).unwrap_or(i64::MAX);
         let answer = self
-            .call(false, move |client| async move {
-                client.lease_client().grant(seconds, None).await
+            .call(false, move |mut client| async move {
+                let request = LeaseGrantRequest { ttl: seconds, id: 0 };
+                Ok(client.lease.lease_grant(request).await?.into_inner())
             })
             .await
             .map_err(|f| f.into_store("grant a lease"))?;
-        let id = answer.id();
-        let ttl = Duration::from_secs(u64::try_from(answer.ttl()).unwrap_or(1).max(1));
+        let id = answer.id;
+        let ttl = Duration::from_secs(u64::try_from(answer.ttl).unwrap_or(1).max(1));
         let (lost_tx, lost) = watch::channel(false);
         let task = tokio::spawn(keep_alive(self.clone(), id, ttl, lost_tx));
         Ok(Lease {
@@ -133,21 +136,14 @@ impl Coordination for EtcdStore {
                     source: "the lease ended before the election was won".into(),
                 });
             }
-            let txn = Txn::new()
-                .when(vec![Compare::create_revision(
-                    full.clone(),
-                    CompareOp::Equal,
-                    0,
-                )])
-                .and_then(vec![TxnOp::put(
-                    full.clone(),
-                    holder.as_bytes().to_vec(),
-                    Some(PutOptions::new().with_lease(lease.id)),
-                )])
-                .or_else(vec![TxnOp::get(full.clone(), None)]);
+            let txn = TxnRequest {
+                compare: vec![rpc::create_revision_is(&full, CompareResult::Equal, 0)],
+                success: vec![rpc::put(&full, holder.as_bytes().to_vec(), lease.id)],
+                failure: vec![rpc::get(&full)],
+            };
             let answer = self.txn(OPERATION, txn).await?;
-            let revision = super::header_revision(answer.header(), OPERATION)?;
-            if answer.succeeded() {
+            let revision = super::header_revision(answer.header.as_ref(), OPERATION)?;
+            if answer.succeeded {
                 return Ok(Fence {
                     key: key.to_string(),
                     revision,
@@ -182,8 +178,9 @@ impl Coordination for EtcdStore {
     async fn revoke(&self, lease: &Lease) -> Result<(), StoreError> {
         let id = lease.id;
         let answer = self
-            .call(false, move |client| async move {
-                client.lease_client().revoke(id).await
+            .call(false, move |mut client| async move {
+                let request = LeaseRevokeRequest { id };
+                Ok(client.lease.lease_revoke(request).await?.into_inner())
             })
             .await;
         // The keeper's own revoke when the lease is dropped then finds nothing to do.
@@ -217,7 +214,7 @@ impl EtcdStore {
         Ok(self
             .get_raw(key)
             .await?
-            .map(|kv| kv.lease())
+            .map(|kv| kv.lease)
             .filter(|&id| id != 0))
     }
 }

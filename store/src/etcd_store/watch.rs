@@ -13,9 +13,9 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use etcd_client::{EventType, WatchOptions, WatchResponse};
-
-use super::{EtcdStore, MAX_MESSAGE_BYTES, prefix_end};
+use super::rpc::pb::etcdserverpb::{WatchCreateRequest, WatchResponse};
+use super::rpc::pb::mvccpb::event::EventType;
+use super::{EtcdStore, prefix_end};
 use crate::{Event, EventKind, KeyValue, Revision, Store, StoreError, WatchStream};
 
 /// Pause before the first attempt to reopen a broken watch; doubles up to
@@ -60,7 +60,7 @@ struct Watch {
     end: Vec<u8>,
     /// The revision of the last event received (or the watch's `after`).
     last: Revision,
-    stream: Option<etcd_client::WatchStream>,
+    stream: Option<tonic::Streaming<WatchResponse>>,
     /// Events received but not yet handed out.
     pending: VecDeque<Event>,
     /// Set after the last item (an error) was handed out.
@@ -76,18 +76,14 @@ impl Watch {
             operation: OPERATION,
             source,
         };
-        let options = WatchOptions::new()
-            .with_range(self.end.clone())
-            .with_start_revision(self.last + 1)
-            .with_prev_key();
-        let mut stream = tokio::time::timeout(
-            timeout,
-            self.store
-                .client
-                .watch_client()
-                .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                .watch(self.key.clone(), Some(options)),
-        )
+        let create = WatchCreateRequest {
+            key: self.key.clone(),
+            range_end: self.end.clone(),
+            start_revision: self.last + 1,
+            prev_kv: true,
+            ..WatchCreateRequest::default()
+        };
+        let mut stream = tokio::time::timeout(timeout, self.store.client.watch(create))
         .await
         .map_err(|_| backend(format!("no answer from etcd within {timeout:?}").into()))?
         .map_err(|e| backend(Box::new(e)))?;
@@ -97,10 +93,10 @@ impl Watch {
                 .map_err(|_| backend(format!("etcd did not confirm within {timeout:?}").into()))?
                 .map_err(|e| backend(Box::new(e)))?
                 .ok_or_else(|| backend("etcd closed the watch stream".into()))?;
-            if response.canceled() || response.compact_revision() > 0 {
+            if response.canceled || response.compact_revision > 0 {
                 return Err(self.cancelled(&response));
             }
-            if response.created() {
+            if response.created {
                 break;
             }
         }
@@ -110,7 +106,7 @@ impl Watch {
 
     /// The error for a watch etcd cancelled: compaction, or whatever etcd said.
     fn cancelled(&self, response: &WatchResponse) -> StoreError {
-        let compacted = response.compact_revision();
+        let compacted = response.compact_revision;
         if compacted > 0 {
             self.store.saw_compacted(compacted);
             StoreError::Compacted {
@@ -120,7 +116,7 @@ impl Watch {
         } else {
             StoreError::Backend {
                 operation: "watch",
-                source: format!("etcd cancelled the watch: {}", response.cancel_reason()).into(),
+                source: format!("etcd cancelled the watch: {}", response.cancel_reason).into(),
             }
         }
     }
@@ -154,14 +150,14 @@ impl Watch {
                     continue;
                 }
             };
-            if response.compact_revision() > 0 {
+            if response.compact_revision > 0 {
                 self.done = true;
                 return Some(Err(self.cancelled(&response)));
             }
-            if response.canceled() {
+            if response.canceled {
                 tracing::info!(
                     revision = self.last,
-                    reason = response.cancel_reason(),
+                    reason = response.cancel_reason,
                     "etcd cancelled the watch, resuming"
                 );
                 self.stream = None;
@@ -204,23 +200,24 @@ impl Watch {
 
     /// Maps a response's events onto [`Event`]s in `pending`.
     async fn take_events(&mut self, response: &WatchResponse) -> Result<(), StoreError> {
-        for event in response.events() {
-            let kv = event.kv().ok_or_else(|| StoreError::Corrupt {
+        for event in &response.events {
+            let kv = event.kv.as_ref().ok_or_else(|| StoreError::Corrupt {
                 detail: "etcd sent a watch event without a key-value".into(),
             })?;
-            let revision = kv.mod_revision();
+            let revision = kv.mod_revision;
             let prev = event
-                .prev_kv()
+                .prev_kv
+                .as_ref()
                 .map(|prev| self.store.key_value(prev))
                 .transpose()?;
-            let mapped = match event.event_type() {
+            let mapped = match event.r#type() {
                 EventType::Put => Event {
                     revision,
                     kind: EventKind::Put,
                     kv: self.store.key_value(kv)?,
                     prev: match prev {
                         Some(prev) => Some(prev),
-                        None if kv.version() == 1 => None,
+                        None if kv.version == 1 => None,
                         None => return Err(self.history_lost(revision).await),
                     },
                 },
