@@ -54,7 +54,9 @@ fn bin_dir() -> PathBuf {
 }
 
 /// Builds every binary of the workspace once per test process, then returns the path
-/// of `name`.
+/// of `name`. The build includes the tests (`--bins --tests`, as scripts/test builds):
+/// with them, cargo resolves the tests' feature set for the binaries too, so the
+/// binaries and the tests share one build of every dependency.
 ///
 /// With `FEDINGRESS_TEST_BIN_DIR` set, nothing is built and the binaries are taken from
 /// that directory instead (to run the tests against binaries built elsewhere, e.g. a
@@ -71,7 +73,7 @@ pub fn binary(name: &str) -> PathBuf {
         let release = dir.file_name().is_some_and(|n| n == "release");
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut command = Command::new(cargo);
-        command.args(["build", "--workspace", "--bins", "--quiet"]);
+        command.args(["build", "--workspace", "--bins", "--tests", "--quiet"]);
         if release {
             command.arg("--release");
         }
@@ -82,7 +84,7 @@ pub fn binary(name: &str) -> PathBuf {
             .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
             .status()
             .expect("running cargo build");
-        assert!(status.success(), "cargo build --workspace --bins failed");
+        assert!(status.success(), "cargo build --workspace --bins --tests failed");
     });
     let path = bin_dir().join(name);
     assert!(path.exists(), "binary {} was not built", path.display());

@@ -3,7 +3,7 @@
 //!
 //! moto stores Route53 record sets and health checks as the real API does for what we
 //! use, with the quirks listed in `../shared/DEPENDENCIES.md` and in
-//! `tests/tests/route53.rs`. It answers no DNS and its health checks are always healthy.
+//! `tests/tests/e2e/route53.rs`. It answers no DNS and its health checks are always healthy.
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};

@@ -1,5 +1,5 @@
 //! Edge cases of rendering; whole renderings per profile are golden files
-//! (`cluster-agent/tests/kubernetes_golden.rs`).
+//! (`cluster-agent/tests/it/kubernetes_golden.rs`).
 
 use std::collections::BTreeMap;
 

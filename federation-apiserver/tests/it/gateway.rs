@@ -5,7 +5,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use fedingress_api::cluster::Provider;
 use fedingress_api::plan::IngressKey;

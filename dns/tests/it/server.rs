@@ -4,7 +4,7 @@
 // Test code: a panic is the failure report.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};

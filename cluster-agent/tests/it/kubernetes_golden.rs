@@ -259,7 +259,7 @@ struct Summary {
 /// The golden text of one rendering.
 fn golden_text(profile: Profile, case: &str, render: &PlanRender) -> String {
     let mut out = format!(
-        "# Profile {profile}, case {case}: written by cluster-agent/tests/kubernetes_golden.rs\n# (UPDATE_GOLDEN=1 rewrites it). The last document is not an object.\n"
+        "# Profile {profile}, case {case}: written by cluster-agent/tests/it/kubernetes_golden.rs\n# (UPDATE_GOLDEN=1 rewrites it). The last document is not an object.\n"
     );
     for object in render.objects() {
         out.push_str("---\n");

@@ -5,7 +5,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
@@ -107,8 +107,8 @@ struct Fedctl {
 }
 
 /// The `fedctl` binary of this build: from `FEDINGRESS_TEST_BIN_DIR` when set, else
-/// built (`cargo build --workspace --bins`, as scripts/test does before the tests, so
-/// normally a no-op). Call it before any hub or agent runs: it blocks the test's
+/// built (`cargo build --workspace --bins --tests`, as scripts/test does before the
+/// tests, so normally a no-op). Call it before any hub or agent runs: it blocks the test's
 /// runtime, and scripted agents that cannot heartbeat meanwhile lose their lease.
 fn fedctl_binary() -> PathBuf {
     match std::env::var_os("FEDINGRESS_TEST_BIN_DIR") {
@@ -119,7 +119,7 @@ fn fedctl_binary() -> PathBuf {
             let dir = exe.parent().and_then(|d| d.parent()).unwrap().to_path_buf();
             let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
             let mut build = Command::new(cargo);
-            build.args(["build", "--workspace", "--bins", "--quiet"]);
+            build.args(["build", "--workspace", "--bins", "--tests", "--quiet"]);
             if dir.file_name().is_some_and(|n| n == "release") {
                 build.arg("--release");
             }

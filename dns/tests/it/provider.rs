@@ -6,7 +6,7 @@
 // Test code: a panic is the failure report.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 

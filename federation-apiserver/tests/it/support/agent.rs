@@ -8,7 +8,7 @@
 //! keeps the plan the hub sent it, applying snapshots and deltas as a real agent would,
 //! and checks that every delta builds on the version it holds.
 //!
-//! The mirror image of `cluster-agent/tests/hub.rs`, which scripts a fake hub.
+//! The mirror image of `cluster-agent/tests/it/hub.rs`, which scripts a fake hub.
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;

@@ -6,7 +6,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::net::{IpAddr, Ipv4Addr};
 

@@ -12,7 +12,7 @@
 // Test helpers outside #[test] functions unwrap too: a failure is the test failing.
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::io::{BufRead, BufReader};
 use std::net::{IpAddr, SocketAddr};

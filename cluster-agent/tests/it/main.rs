@@ -1,0 +1,17 @@
+//! cluster-agent's integration tests: one test binary, a module per area (run one with
+//! `cargo nextest run -p cluster-agent --test it <module>::`); `support` is their shared
+//! harness.
+
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+mod anycast;
+mod deploy_kubernetes;
+mod hub;
+mod kubernetes_golden;
+mod kubernetes_mock;
+mod l7;
+mod process;
+mod standalone;
+mod vrrp_render;

@@ -1,0 +1,15 @@
+//! federation-apiserver's integration tests: one test binary, a module per area (run one
+//! with `cargo nextest run -p federation-apiserver --test it <module>::`); `support` is
+//! their shared harness (the in-process server, scripted agents, DNS queries).
+
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+mod anycast;
+mod controller;
+mod gateway;
+mod lists;
+mod metrics;
+mod process;
+mod rules;
