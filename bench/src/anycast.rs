@@ -24,7 +24,7 @@
 //! no agent) → the path gone at the router, the floor of pure BGP propagation; the
 //! ratio compares the two medians.
 //!
-//! Run: `cargo build --release --bins && target/release/anycast-bench` as root with
+//! Run: `cargo build --release --workspace --bins && target/release/anycast-bench` as root with
 //! bird2 and gobgpd installed (see docs/benchmarks.md). It prints numbers; it asserts
 //! nothing.
 

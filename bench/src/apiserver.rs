@@ -8,7 +8,7 @@
 //! ([`fedingress_bench::authz`]). `--apply` measures server-side apply and
 //! managedFields, each phase against its non-apply peer ([`fedingress_bench::apply`]).
 //!
-//! Run: `cargo build --release --bins && target/release/apiserver-bench`
+//! Run: `cargo build --release --workspace --bins && target/release/apiserver-bench`
 //! (see docs/benchmarks.md). It prints numbers; it asserts nothing.
 
 use std::collections::HashMap;

@@ -10,7 +10,7 @@
 //! address), so every ingress is healthy on every cluster and Geo answers the nearest.
 //!
 //! Run: `bench/dns-qps.sh` (installs dnsperf, knot, pdns-server if missing, builds,
-//! runs) or `cargo build --release --bins && target/release/dns-bench` (see
+//! runs) or `cargo build --release --workspace --bins && target/release/dns-bench` (see
 //! docs/benchmarks.md). It prints numbers; it asserts nothing.
 
 mod dnscommon;

@@ -21,7 +21,7 @@
 //! time until another replica leads, and a backend dying right then → its cluster gone
 //! from every survivor's answers.
 //!
-//! Run: `cargo build --release --bins && target/release/failover-bench` (see
+//! Run: `cargo build --release --workspace --bins && target/release/failover-bench` (see
 //! docs/benchmarks.md). It prints numbers; it asserts nothing.
 
 mod dnscommon;

@@ -6,7 +6,7 @@
 //! FederatedIngress status `clusters[].healthy` → seen by a client polling the API
 //! every 10 ms.
 //!
-//! Run: `cargo build --release --bins && target/release/health-bench` (see
+//! Run: `cargo build --release --workspace --bins && target/release/health-bench` (see
 //! docs/benchmarks.md). It prints numbers; it asserts nothing.
 
 use std::net::SocketAddr;

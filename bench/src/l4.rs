@@ -5,7 +5,7 @@
 //! The load generator and the echo backend run in this process (tokio); the agent
 //! (with the release `federation-apiserver` as its hub) and HAProxy are child processes.
 //!
-//! Run: `cargo build --release --bins && target/release/l4-bench` (see
+//! Run: `cargo build --release --workspace --bins && target/release/l4-bench` (see
 //! docs/benchmarks.md). It prints numbers; it asserts nothing.
 
 use std::net::SocketAddr;

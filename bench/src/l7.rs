@@ -8,7 +8,7 @@
 //! like in production: Cluster, token and a FederatedIngress with an HTTP and an HTTPS
 //! rule are created over REST.
 //!
-//! Run: `cargo build --release --bins && target/release/l7-bench` (see
+//! Run: `cargo build --release --workspace --bins && target/release/l7-bench` (see
 //! docs/benchmarks.md). It prints numbers; it asserts nothing.
 
 use std::path::{Path, PathBuf};

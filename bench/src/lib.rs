@@ -41,7 +41,7 @@ pub fn sibling(given: Option<PathBuf>, name: &str) -> anyhow::Result<PathBuf> {
         .join(name);
     if !path.exists() {
         bail!(
-            "{} not found: run `cargo build --release --bins` first (or pass its path)",
+            "{} not found: run `cargo build --release --workspace --bins` first (or pass its path)",
             path.display()
         );
     }

@@ -18,7 +18,7 @@
 //! against the naive cost of writing every report; with `--flap-percent P` a second
 //! window does the same with P % of the clusters flapping their backend's health.
 //!
-//! Run: `cargo build --release --bins && target/release/propagation-bench --clusters 100`
+//! Run: `cargo build --release --workspace --bins && target/release/propagation-bench --clusters 100`
 //! (see docs/benchmarks.md). It prints numbers; it asserts nothing.
 
 use std::collections::{HashMap, HashSet};

@@ -16,7 +16,7 @@
 //! gratuitous ARP → the client's next SYN goes to host-b → (agent mode) host-b's agent
 //! accepts on the wildcard address and proxies to its backend → the answer.
 //!
-//! Run as root with keepalived installed: `cargo build --release --bins &&
+//! Run as root with keepalived installed: `cargo build --release --workspace --bins &&
 //! target/release/vrrp-bench` (see docs/benchmarks.md). It prints numbers; it asserts
 //! nothing.
 
@@ -63,7 +63,7 @@ fn main() -> anyhow::Result<()> {
     for program in [&programs.cluster_agent, &programs.fedctl] {
         if !program.exists() {
             bail!(
-                "{} not found: run `cargo build --release --bins` first (or pass --bin-dir)",
+                "{} not found: run `cargo build --release --workspace --bins` first (or pass --bin-dir)",
                 program.display()
             );
         }

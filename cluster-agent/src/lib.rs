@@ -30,6 +30,7 @@ pub mod driver;
 pub mod hub;
 pub mod identity;
 pub mod kubernetes;
+pub mod run;
 pub mod standalone;
 pub mod state;
 pub mod vrrp;

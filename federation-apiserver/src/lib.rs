@@ -22,6 +22,7 @@ pub mod openapi;
 pub mod openapi_v2;
 pub mod protobuf;
 pub mod registry;
+pub mod run;
 pub mod server;
 pub mod status;
 pub mod table;
