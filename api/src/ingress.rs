@@ -654,7 +654,8 @@ pub struct ClusterIngressStatus {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
 
-    /// When this entry last changed.
+    /// When anything else in this entry last changed (phase, health, addresses,
+    /// backends, message...); it stays put while the entry stays the same.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_update_time: Option<Time>,
 }

@@ -53,6 +53,15 @@ async fn serve(hub: &TestHub, cluster: &str, name: &str, ip: Ipv4Addr) -> FakeAg
     agent
 }
 
+/// eu-west's `lastUpdateTime` in a FederatedIngress (it must be there).
+fn last_update_time(ingress: &Value) -> fedingress_api::Time {
+    let entry = entry(ingress, "eu-west").unwrap();
+    let time = entry["lastUpdateTime"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{entry}"));
+    fedingress_api::Time::parse(time).unwrap()
+}
+
 #[tokio::test]
 async fn status_goes_from_pending_to_applied_and_healthy_after_ack_and_report() {
     let hub = TestHub::start().await;
@@ -69,6 +78,8 @@ async fn status_goes_from_pending_to_applied_and_healthy_after_ack_and_report() 
         "not answered before it serves"
     );
 
+    let offline_time = last_update_time(&ingress);
+
     let mut agent = FakeAgent::connect(&hub, "eu-west").await;
     agent.expect_share(&key("web"), 1).await;
     // Connected, plan received, not acked: Pending.
@@ -76,6 +87,11 @@ async fn status_goes_from_pending_to_applied_and_healthy_after_ack_and_report() 
         .wait_entry("web", "eu-west", "Pending", |_, e| e["phase"] == "Pending")
         .await;
     assert_eq!(entry(&ingress, "eu-west").unwrap()["healthy"], false);
+    let pending_time = last_update_time(&ingress);
+    assert!(
+        pending_time >= offline_time,
+        "{pending_time} < {offline_time}"
+    );
     assert_eq!(condition(&ingress, "Propagated"), "False");
     let cluster = eventually("eu-west connected", || async {
         let cluster = hub.cluster("eu-west").await;
@@ -93,6 +109,12 @@ async fn status_goes_from_pending_to_applied_and_healthy_after_ack_and_report() 
     let applied = entry(&ingress, "eu-west").unwrap();
     assert_eq!(applied["healthy"], false, "no report yet: {applied}");
     assert_eq!(condition(&ingress, "Propagated"), "True");
+    // Whole seconds on the wire: it may not grow, but it never goes back.
+    let applied_time = last_update_time(&ingress);
+    assert!(
+        applied_time >= pending_time,
+        "{applied_time} < {pending_time}"
+    );
 
     agent.report(IpAddr::V4(EU_IP), 1);
     let ingress = hub

@@ -448,8 +448,9 @@ fn ingress_status(
     for name in placed {
         let conflict = conflicts.iter().find(|c| c.applies_to(name));
         let knowledge = world.knowledge(name);
-        let entry = match (knowledge, previous_entries.iter().find(|e| &e.name == name)) {
-            // Restoring: what was stored stands until the agent is back.
+        let previous = previous_entries.iter().find(|e| &e.name == name);
+        let entry = match (knowledge, previous) {
+            // Restoring: what was stored stands until the agent is back, its time too.
             (AgentKnowledge::Restoring, Some(stored)) if conflict.is_none() => stored.clone(),
             _ => {
                 let cordoned = world
@@ -486,6 +487,7 @@ fn ingress_status(
                         entry.message = parts.join("; ");
                     }
                 }
+                entry.last_update_time = last_update_time(previous, &entry, now);
                 entry
             }
         };
@@ -632,6 +634,30 @@ fn ingress_status(
         )
     };
     set_condition(&mut status.conditions, observed(ready_condition), now);
+}
+
+/// `lastUpdateTime` of a recomputed status entry (`entry`, whose own time is not set
+/// yet): the previous entry's time when nothing else in the entry changed, else `now`. An
+/// unchanged entry therefore leaves the status as stored (no write); an entry stored
+/// without a time (by an older hub) gets `now` once.
+fn last_update_time(
+    previous: Option<&ClusterIngressStatus>,
+    entry: &ClusterIngressStatus,
+    now: Time,
+) -> Option<Time> {
+    match previous {
+        Some(p)
+            if p.last_update_time.is_some()
+                && *p
+                    == (ClusterIngressStatus {
+                        last_update_time: p.last_update_time,
+                        ..entry.clone()
+                    }) =>
+        {
+            p.last_update_time
+        }
+        _ => Some(now),
+    }
 }
 
 /// A rule a placed cluster's driver cannot serve.

@@ -330,6 +330,81 @@ fn a_recovered_cluster_waits_for_the_failback_delay() {
 }
 
 #[test]
+fn a_cluster_entrys_last_update_time_moves_only_when_it_changes() {
+    let mut f = Fixture::new().with_ingress(ingress("echo", 1, "ServeAll"));
+    f.agents.insert(
+        "eu-west".into(),
+        agent("127.0.0.11", &[("echo", 1)], 1, true),
+    );
+    f.agents.insert(
+        "us-east".into(),
+        agent("127.0.0.12", &[("echo", 1)], 1, true),
+    );
+    let times = |pass: &Pass| -> BTreeMap<String, Option<Time>> {
+        pass.ingresses[&key("echo")]
+            .status
+            .clusters
+            .iter()
+            .map(|c| (c.name.clone(), c.last_update_time))
+            .collect()
+    };
+    let pass = f.step();
+    assert_eq!(
+        times(&pass),
+        [
+            ("eu-west".to_string(), Some(at(T0))),
+            ("us-east".to_string(), Some(at(T0)))
+        ]
+        .into()
+    );
+
+    // Nothing changed: the times stay, and the status equals the stored one (no write).
+    let stored = f.ingresses[&key("echo")].status.clone().unwrap();
+    f.now = at(T0 + 5_000);
+    let pass = f.step();
+    assert_eq!(pass.ingresses[&key("echo")].status, stored);
+
+    // eu-west's backend goes down: only its entry moves.
+    f.agents.insert(
+        "eu-west".into(),
+        agent("127.0.0.11", &[("echo", 1)], 0, true),
+    );
+    f.now = at(T0 + 9_000);
+    let pass = f.step();
+    let entry = |name: &str| {
+        pass.ingresses[&key("echo")]
+            .status
+            .clusters
+            .iter()
+            .find(|c| c.name == name)
+            .unwrap()
+            .clone()
+    };
+    assert!(!entry("eu-west").healthy);
+    assert_eq!(entry("eu-west").last_update_time, Some(at(T0 + 9_000)));
+    assert_eq!(entry("us-east").last_update_time, Some(at(T0)));
+
+    // An entry stored without a time (by an older hub) gets one once.
+    let status = f
+        .ingresses
+        .get_mut(&key("echo"))
+        .unwrap()
+        .status
+        .as_mut()
+        .unwrap();
+    for entry in &mut status.clusters {
+        entry.last_update_time = None;
+    }
+    f.now = at(T0 + 12_000);
+    let pass = f.step();
+    assert!(
+        times(&pass).values().all(|t| *t == Some(at(T0 + 12_000))),
+        "{:?}",
+        times(&pass)
+    );
+}
+
+#[test]
 fn only_dirty_ingresses_are_recomputed() {
     let mut f = Fixture::new()
         .with_ingress(ingress("a", 1, "ServeAll"))
