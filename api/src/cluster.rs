@@ -71,8 +71,9 @@ pub struct ClusterSpec {
     #[serde(default)]
     pub provider: Provider,
 
-    /// How much traffic the cluster can take; the Overflow strategy sends clients
-    /// elsewhere once load passes `overflowThreshold` of this. Optional.
+    /// How much traffic the cluster can take. Overflow reads `rps` only: it sends new
+    /// clients elsewhere once `status.load.rps` passes `overflowThreshold` × `rps`.
+    /// `connections` is informational. Optional.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity: Option<Capacity>,
 
@@ -115,10 +116,12 @@ string_enum! {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Capacity {
-    /// Requests per second the cluster can serve (at least 0).
+    /// Requests plus new connections per second the cluster can serve (at least 0), in
+    /// the unit of `status.load.rps`; the Overflow strategy's limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rps: Option<i64>,
-    /// Concurrent connections the cluster can hold (at least 0).
+    /// Concurrent connections the cluster can hold (at least 0). Informational: no
+    /// strategy reads it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connections: Option<i64>,
 }
@@ -158,7 +161,7 @@ pub struct ClusterStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub addresses: Vec<Address>,
 
-    /// Load last reported by the agent, used by the Overflow strategy.
+    /// Load last reported by the agent; the Overflow strategy reads `rps`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub load: Option<ClusterLoad>,
 
@@ -232,13 +235,18 @@ impl Address {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterLoad {
-    /// Requests (HTTP) and new connections (L4) per second across all listeners.
+    /// Per second: HTTP(S) requests plus new TCP connections, UDP sessions and TLS
+    /// connections across the agent's listeners; an HTTP(S) listener's connections are
+    /// not counted again. Reported by the standalone driver (the kubernetes driver
+    /// reports 0). Overflow compares it with `spec.capacity.rps`.
     #[serde(default)]
     pub rps: f64,
     /// Connections currently open across all listeners.
     #[serde(default)]
     pub active_connections: i64,
-    /// CPU use of the data plane, as a share of what it may use (0 to 1, may exceed 1).
+    /// Reserved: CPU use of the data plane as a share of what it may use. No agent
+    /// reports it yet (the agent protocol has no field for it), so it reads 0, and
+    /// nothing (Overflow included) reads it.
     #[serde(default)]
     pub cpu: f64,
 }

@@ -440,8 +440,8 @@ string_enum! {
         Geo => "Geo",
         /// The healthy cluster with the lowest measured latency from the client's region.
         Latency => "Latency",
-        /// The nearest healthy cluster until its load passes `overflowThreshold` of its
-        /// capacity, then the next nearest.
+        /// The nearest healthy cluster until its load (`status.load.rps`) passes
+        /// `overflowThreshold` of its `capacity.rps`, then the next nearest.
         Overflow => "Overflow",
         /// Anycast addresses announced over BGP by every healthy, uncordoned cluster's
         /// agent; DNS answers the addresses some cluster announces.
@@ -532,8 +532,9 @@ pub struct Strategy {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failover_order: Option<Vec<Vec<String>>>,
 
-    /// Overflow: share of a cluster's capacity (above 0, at most 1) beyond which new
-    /// clients go to the next nearest cluster. Default 0.8; only allowed for Overflow.
+    /// Overflow: share of a cluster's `spec.capacity.rps` (above 0, at most 1) beyond
+    /// which new clients go to the next nearest cluster (the load compared is its
+    /// `status.load.rps`). Default 0.8; only allowed for Overflow.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overflow_threshold: Option<f64>,
 

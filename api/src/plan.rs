@@ -491,6 +491,33 @@ impl AgentReport {
     pub fn ips(&self) -> impl Iterator<Item = IpAddr> + '_ {
         self.addresses.iter().filter_map(|a| a.ip)
     }
+
+    /// The cluster's load in one number, per second: HTTP requests
+    /// (`requests_per_second`: responses on the HTTP and HTTPS listeners) plus the new
+    /// connections (TCP, TLS) and sessions (UDP) of the share listeners labelled `TCP`,
+    /// `UDP` or `TLS`. It is `Cluster.status.load.rps`, and what Overflow compares with
+    /// `spec.capacity.rps`, so the two always agree.
+    ///
+    /// The connections of listeners labelled `HTTP` or `HTTPS` are left out: their
+    /// traffic is counted as requests, so a connection carrying one request (no
+    /// keep-alive) counts once, not twice. A share's HTTPS and TLS rules on one port are
+    /// one listener, labelled with the first rule's protocol: labelled `TLS`, its HTTPS
+    /// connections count as connections too (on top of their requests); labelled
+    /// `HTTPS`, its TLS connections are not counted. An agent that reports no counters
+    /// (the kubernetes driver) has a load of 0.
+    pub fn load_per_second(&self) -> f64 {
+        let connections: f64 = self
+            .ingresses
+            .iter()
+            .flat_map(|i| &i.listeners)
+            .filter(|l| {
+                !l.protocol.eq_ignore_ascii_case("HTTP")
+                    && !l.protocol.eq_ignore_ascii_case("HTTPS")
+            })
+            .map(|l| l.connections_per_second)
+            .sum();
+        self.requests_per_second + connections
+    }
 }
 
 #[cfg(test)]
@@ -517,6 +544,40 @@ mod tests {
         ClusterPlan {
             ingresses: shares.iter().map(|s| (s.key.clone(), s.clone())).collect(),
         }
+    }
+
+    #[test]
+    fn load_per_second_is_requests_plus_the_connections_of_non_http_listeners() {
+        let listener = |protocol: &str, port: u16, per_second: f64| ListenerLoad {
+            protocol: protocol.into(),
+            port,
+            connections_per_second: per_second,
+            active_connections: 7,
+        };
+        let report = AgentReport {
+            ingresses: vec![
+                IngressReport {
+                    key: IngressKey::new("default", "web"),
+                    // Counted as requests already: a connection per request would
+                    // count twice.
+                    listeners: vec![listener("HTTP", 80, 5.0), listener("HTTPS", 443, 4.0)],
+                    ..IngressReport::default()
+                },
+                IngressReport {
+                    key: IngressKey::new("default", "l4"),
+                    listeners: vec![
+                        listener("TCP", 7000, 3.0),
+                        listener("UDP", 5353, 2.0),
+                        listener("TLS", 8443, 1.0),
+                    ],
+                    ..IngressReport::default()
+                },
+            ],
+            requests_per_second: 10.0,
+            ..AgentReport::default()
+        };
+        assert_eq!(report.load_per_second(), 16.0);
+        assert_eq!(AgentReport::default().load_per_second(), 0.0);
     }
 
     #[test]

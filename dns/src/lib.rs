@@ -56,9 +56,11 @@ pub struct ClusterView {
     pub ips: Vec<IpAddr>,
     /// Load balancer host names (answered as CNAME).
     pub hostnames: Vec<String>,
-    /// Reported load: requests (L7) plus new connections (L4) per second.
+    /// Reported load per second, as in `Cluster.status.load.rps`: HTTP(S) requests plus
+    /// new TCP connections, UDP sessions and TLS connections
+    /// (`fedingress_api::plan::AgentReport::load_per_second`).
     pub load: f64,
-    /// `spec.capacity.rps`, used by Overflow.
+    /// `spec.capacity.rps`, used by Overflow (the only capacity field routing reads).
     pub capacity: Option<f64>,
     /// The infrastructure the cluster runs on (`spec.provider`): DNS providers read
     /// `location.region` as a region of that cloud (Route53 latency records need an AWS

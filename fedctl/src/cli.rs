@@ -126,10 +126,12 @@ pub struct JoinArgs {
     /// A label `key=value` (repeatable); placement selectors match labels.
     #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
     pub labels: Vec<(String, String)>,
-    /// Requests (and new connections) per second the cluster can take (Overflow).
+    /// Requests plus new connections per second the cluster can take: the Overflow limit
+    /// (compared with status.load.rps).
     #[arg(long, value_name = "N")]
     pub capacity_rps: Option<u32>,
-    /// Concurrent connections the cluster can hold.
+    /// Concurrent connections the cluster can hold (informational: no strategy reads
+    /// it).
     #[arg(long, value_name = "N")]
     pub capacity_connections: Option<u32>,
     /// Infrastructure: aws, gcp, azure, onprem or other.

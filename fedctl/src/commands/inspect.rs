@@ -355,16 +355,16 @@ pub fn describe_cluster(
         list_or_none(&address_texts(&status.addresses)).replace(',', ", "),
     );
     if let Some(load) = status.load {
-        field(
-            &mut out,
-            "Load",
-            format!(
-                "{} rps, {} active connections, cpu {:.2}",
-                rate(load.rps),
-                load.active_connections,
-                load.cpu
-            ),
+        let mut text = format!(
+            "{} rps, {} active connections",
+            rate(load.rps),
+            load.active_connections
         );
+        // No agent reports cpu yet (it reads 0): shown only once one does.
+        if load.cpu > 0.0 {
+            text.push_str(&format!(", cpu {:.2}", load.cpu));
+        }
+        field(&mut out, "Load", text);
     }
     if let Some(speaker) = &status.speaker {
         field(&mut out, "BGP speaker", speaker_text(speaker));
@@ -1217,5 +1217,31 @@ status:
         cluster.status.as_mut().unwrap().speaker = None;
         let text = describe_cluster(&cluster, &[], &tokens, Utc::now());
         assert!(!text.contains("BGP speaker"), "{text}");
+    }
+
+    #[test]
+    fn describe_cluster_shows_cpu_only_when_reported() {
+        let yaml = r#"
+apiVersion: fedingress.io/v1alpha1
+kind: Cluster
+metadata: {name: eu-west}
+spec: {region: europe-west1, location: {latitude: 50.45, longitude: 3.82}}
+status:
+  connected: true
+  load: {rps: 12.5, activeConnections: 3, cpu: 0}
+"#;
+        let mut cluster: Cluster = yaml_serde::from_str(yaml).unwrap();
+        let tokens = json!({"items": []});
+        let text = describe_cluster(&cluster, &[], &tokens, Utc::now());
+        let load = text
+            .lines()
+            .find(|l| l.starts_with("Load:"))
+            .unwrap_or_else(|| panic!("no Load in\n{text}"));
+        assert!(load.ends_with(" active connections"), "{load}");
+        assert!(load.contains("3 active connections"), "{load}");
+        assert!(!load.contains("cpu"), "{load}");
+        cluster.status.as_mut().unwrap().load.as_mut().unwrap().cpu = 0.41;
+        let text = describe_cluster(&cluster, &[], &tokens, Utc::now());
+        assert!(text.contains("3 active connections, cpu 0.41\n"), "{text}");
     }
 }

@@ -363,7 +363,8 @@ fn cluster_status(
         if let Some(report) = &agent.report {
             status.addresses = report.addresses.clone();
             status.load = Some(ClusterLoad {
-                rps: (report.requests_per_second * 100.0).round() / 100.0,
+                // The same number Overflow reads (see `routed_ingress`), rounded.
+                rps: (report.load_per_second() * 100.0).round() / 100.0,
                 active_connections: i64::try_from(report.active_connections).unwrap_or(i64::MAX),
                 cpu: status.load.as_ref().map(|l| l.cpu).unwrap_or_default(),
             });
@@ -882,15 +883,7 @@ fn routed_ingress(
                 .get(name)
                 .and_then(|a| a.report.as_ref())
                 .filter(|_| overflow)
-                .map(|r| {
-                    let connections: f64 = r
-                        .ingresses
-                        .iter()
-                        .flat_map(|i| i.listeners.iter())
-                        .map(|l| l.connections_per_second)
-                        .sum();
-                    r.requests_per_second + connections
-                });
+                .map(|r| r.load_per_second());
             Some(ClusterView {
                 name: name.clone(),
                 location: Location {

@@ -405,6 +405,51 @@ fn a_cluster_entrys_last_update_time_moves_only_when_it_changes() {
 }
 
 #[test]
+fn status_load_rps_is_the_load_overflow_reads_and_only_capacity_rps_is_its_limit() {
+    use fedingress_api::cluster::Capacity;
+    use fedingress_api::plan::ListenerLoad;
+    let mut ingress = ingress("ov", 1, "NoData");
+    ingress.spec.traffic.strategy.type_ = StrategyType::Overflow;
+    let mut f = Fixture::new().with_ingress(ingress);
+    f.clusters.get_mut("eu-west").unwrap().spec.capacity = Some(Capacity {
+        rps: Some(100),
+        connections: Some(1),
+    });
+    // connections alone: no limit for Overflow.
+    f.clusters.get_mut("us-east").unwrap().spec.capacity = Some(Capacity {
+        rps: None,
+        connections: Some(5),
+    });
+    let loaded = |ip: &str| {
+        let mut a = agent(ip, &[("ov", 1)], 1, true);
+        let mut report = (**a.report.as_ref().unwrap()).clone();
+        report.requests_per_second = 1.0;
+        let listener = |protocol: &str, per_second: f64| ListenerLoad {
+            protocol: protocol.into(),
+            port: 7000,
+            connections_per_second: per_second,
+            active_connections: 2,
+        };
+        // The HTTP listener's connections are its requests: not counted again.
+        report.ingresses[0].listeners = vec![listener("TCP", 3.0), listener("HTTP", 5.0)];
+        a.report = Some(Arc::new(report));
+        a
+    };
+    f.agents.insert("eu-west".into(), loaded("127.0.0.11"));
+    f.agents.insert("us-east".into(), loaded("127.0.0.12"));
+    let pass = f.step();
+    let routed = pass.ingresses[&key("ov")].routed.as_ref().unwrap();
+    let view = |name: &str| routed.clusters.iter().find(|c| c.name == name).unwrap();
+    for name in ["eu-west", "us-east"] {
+        let rps = pass.cluster_statuses[name].load.unwrap().rps;
+        assert_eq!(rps, 4.0, "{name}");
+        assert_eq!(view(name).load, rps, "{name}: status and Overflow agree");
+    }
+    assert_eq!(view("eu-west").capacity, Some(100.0));
+    assert_eq!(view("us-east").capacity, None);
+}
+
+#[test]
 fn only_dirty_ingresses_are_recomputed() {
     let mut f = Fixture::new()
         .with_ingress(ingress("a", 1, "ServeAll"))
