@@ -438,7 +438,10 @@ string_enum! {
         Failover => "Failover",
         /// The healthy cluster nearest to the client.
         Geo => "Geo",
-        /// The healthy cluster with the lowest measured latency from the client's region.
+        /// The healthy cluster with the lowest round-trip time for the client's subnet in
+        /// the hub's `dns.latency` table (RTTs the operator supplies; the hub measures
+        /// nothing), else as Geo. A Route53 provider publishes latency records instead
+        /// (AWS's own measurements).
         Latency => "Latency",
         /// The nearest healthy cluster until its load (`status.load.rps`) passes
         /// `overflowThreshold` of its `capacity.rps`, then the next nearest.
@@ -516,7 +519,9 @@ impl Default for Traffic {
 #[serde(rename_all = "camelCase")]
 pub struct Strategy {
     /// `RoundRobin` (default), `Weighted`, `Failover`, `Geo`, `Latency`, `Overflow` or
-    /// `Anycast` (case-insensitive).
+    /// `Anycast` (case-insensitive). Latency picks the cluster with the lowest RTT for the
+    /// client's subnet in the hub's `dns.latency` table, which the operator supplies (the
+    /// hub measures nothing), else the nearest.
     #[serde(rename = "type", default)]
     pub type_: StrategyType,
 

@@ -20,7 +20,7 @@ use crate::auth::Authenticator;
     about = "fedingress federation API server"
 )]
 pub struct Cli {
-    /// YAML config file (see deploy/examples/apiserver.yaml).
+    /// YAML config file (see deploy/config/apiserver.yaml).
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// REST API listen address (https when a certificate is configured). Port 0 picks one.
@@ -214,7 +214,8 @@ pub struct DnsConfig {
     /// A MaxMind (GeoIP2/GeoLite2 City format) database consulted when the table has no
     /// entry for a client.
     pub mmdb: Option<PathBuf>,
-    /// Measured RTTs per client subnet, for the Latency strategy.
+    /// RTTs per client subnet that the operator supplies (measured elsewhere), for the
+    /// Latency strategy; read at startup, the hub measures nothing.
     #[serde(default)]
     pub latency: Vec<LatencyFile>,
     /// Clients allowed to AXFR the zones (none by default).

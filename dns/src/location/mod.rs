@@ -13,8 +13,8 @@
 //! IPv4-mapped IPv6 addresses (`::ffff:a.b.c.d`), in queries and in table entries, are
 //! treated as the IPv4 address.
 //!
-//! An optional [`RttTable`] (measured round-trip times per client subnet, for the Latency
-//! strategy) rides along: the row a client matches is part of its [`Bucket`].
+//! An optional [`RttTable`] (configured round-trip times per client subnet, for the
+//! Latency strategy) rides along: the row a client matches is part of its [`Bucket`].
 //!
 //! # Buckets and ECS scope
 //!
@@ -63,8 +63,8 @@ pub struct LocationEntry {
     pub location: Location,
 }
 
-/// One row of a measured RTT table: from clients in `cidr`, the round-trip time to each
-/// cluster in milliseconds (clusters not listed were not measured).
+/// One row of the configured RTT table: from clients in `cidr`, the round-trip time to
+/// each cluster in milliseconds (clusters not listed have no RTT).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RttRow {
@@ -106,7 +106,7 @@ pub enum LocationError {
     /// Two rows of one table name the same network.
     #[error("{table}: network {cidr} is listed twice")]
     DuplicateCidr { table: &'static str, cidr: IpNet },
-    /// A measured RTT that is negative or not a number.
+    /// A configured RTT that is negative or not a number.
     #[error("RTT table row {cidr}: rtt of cluster {cluster} must be a number >= 0, got {rtt_ms}")]
     InvalidRtt {
         cidr: IpNet,

@@ -1,5 +1,6 @@
-//! The measured RTT table of the Latency strategy: round-trip times from client subnets
-//! to clusters, matched by longest prefix ([`super::prefix::PrefixTable`]).
+//! The configured RTT table of the Latency strategy (`dns.latency`, supplied by the
+//! operator): round-trip times from client subnets to clusters, matched by longest
+//! prefix ([`super::prefix::PrefixTable`]).
 
 use std::collections::{BTreeMap, HashSet};
 use std::net::IpAddr;
@@ -7,7 +8,7 @@ use std::net::IpAddr;
 use super::prefix::PrefixTable;
 use super::{LocationError, RttRow, canonical_ip, canonical_net};
 
-/// Measured round-trip times per client subnet (for the Latency strategy), matched by
+/// Configured round-trip times per client subnet (for the Latency strategy), matched by
 /// longest prefix.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct RttTable {
