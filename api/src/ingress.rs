@@ -12,8 +12,10 @@
 //! pathType `Prefix`, ttl 30, strategy `RoundRobin`, whenAllUnhealthy `ServeAll`,
 //! failbackDelaySeconds 30), and [`Resource::apply_defaults`] the ones that depend on
 //! other fields (ports per protocol, `tlsMode`, `overflowThreshold`, `dnsName`).
-//! Validation is per object and pure; facts that need other objects (conflicts, a
-//! failover tier naming a cluster that is not placed) become status conditions instead.
+//! Validation is per object and pure; facts that need other objects show in the status
+//! instead: a conflict makes `Placed` False (reason [`REASON_CONFLICT`]), and
+//! `failoverOrder` names of clusters the ingress is not placed on are named in the
+//! `Placed` message (still True) while routing skips them.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
@@ -31,7 +33,9 @@ use crate::validation::{FieldError, FieldPath};
 use crate::{API_VERSION, Resource};
 
 /// Condition type: the ingress is placed on its clusters (`False` with reason
-/// [`REASON_CONFLICT`] when another ingress holds a listener or DNS name it needs).
+/// [`REASON_CONFLICT`] when another ingress holds a listener or DNS name it needs). When
+/// True, its message also names the `failoverOrder` entries of clusters the ingress is
+/// not placed on.
 pub const CONDITION_PLACED: &str = "Placed";
 /// Condition type: every placed cluster's agent has applied the current generation.
 pub const CONDITION_PROPAGATED: &str = "Propagated";
@@ -533,7 +537,9 @@ pub struct Strategy {
 
     /// Failover: tiers of cluster names, e.g. `[[eu-west], [us-east, us-west]]`. Clients
     /// get the first tier with a healthy cluster. Required for Failover, only allowed
-    /// there; each cluster at most once.
+    /// there; each cluster at most once. Names of clusters the ingress is not placed on
+    /// are skipped (a tier of only such names is never used) and named in the Placed
+    /// condition's message.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failover_order: Option<Vec<Vec<String>>>,
 

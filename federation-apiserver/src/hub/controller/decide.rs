@@ -514,12 +514,15 @@ fn ingress_status(
             "no registered cluster matches the placement",
         )
     } else {
-        condition(
-            CONDITION_PLACED,
-            true,
-            "Placed",
-            format!("placed on {}", placed.join(", ")),
-        )
+        let mut message = format!("placed on {}", placed.join(", "));
+        let unplaced = unplaced_failover_names(ingress, placed);
+        if !unplaced.is_empty() {
+            message.push_str(&format!(
+                "; failoverOrder names clusters it is not placed on, which routing skips: {}",
+                unplaced.join(", ")
+            ));
+        }
+        condition(CONDITION_PLACED, true, "Placed", message)
     };
     let placed_ok = placed_condition.is_true();
     set_condition(&mut status.conditions, observed(placed_condition), now);
@@ -635,6 +638,30 @@ fn ingress_status(
         )
     };
     set_condition(&mut status.conditions, observed(ready_condition), now);
+}
+
+/// The names in a Failover ingress's `failoverOrder` that it is not placed on, each with
+/// its tier (`eu-wst (failoverOrder[0])`), in order. Routing resolves tiers against the
+/// clusters that serve the ingress, so these are skipped (a tier of only such names is
+/// never healthy); the Placed condition's message names them so that a typo, a deleted
+/// cluster or one outside `placement` shows.
+fn unplaced_failover_names(ingress: &FederatedIngress, placed: &[String]) -> Vec<String> {
+    let strategy = &ingress.spec.traffic.strategy;
+    if strategy.type_ != StrategyType::Failover {
+        return Vec::new();
+    }
+    strategy
+        .failover_order
+        .iter()
+        .flatten()
+        .enumerate()
+        .flat_map(|(tier, names)| {
+            names
+                .iter()
+                .filter(|name| !placed.contains(name))
+                .map(move |name| format!("{name} (failoverOrder[{tier}])"))
+        })
+        .collect()
 }
 
 /// `lastUpdateTime` of a recomputed status entry (`entry`, whose own time is not set

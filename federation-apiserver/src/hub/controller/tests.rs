@@ -405,6 +405,58 @@ fn a_cluster_entrys_last_update_time_moves_only_when_it_changes() {
 }
 
 #[test]
+fn failover_order_names_of_unplaced_clusters_are_named_in_the_placed_message() {
+    let failover = |order: &[&[&str]]| {
+        let mut ingress = ingress("fo", 1, "NoData");
+        let strategy = &mut ingress.spec.traffic.strategy;
+        strategy.type_ = StrategyType::Failover;
+        strategy.failover_order = Some(
+            order
+                .iter()
+                .map(|tier| tier.iter().map(|n| (*n).to_string()).collect())
+                .collect(),
+        );
+        ingress
+    };
+    let placed = |pass: &Pass| {
+        pass.ingresses[&key("fo")]
+            .status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == CONDITION_PLACED)
+            .unwrap()
+            .clone()
+    };
+    // A typo in tier 0.
+    let mut f = Fixture::new().with_ingress(failover(&[&["eu-west", "eu-wst"], &["us-east"]]));
+    f.agents
+        .insert("eu-west".into(), agent("127.0.0.11", &[("fo", 1)], 1, true));
+    f.agents
+        .insert("us-east".into(), agent("127.0.0.12", &[("fo", 1)], 1, true));
+    let pass = f.step();
+    let condition = placed(&pass);
+    assert!(condition.is_true(), "{condition:?}");
+    assert_eq!(condition.reason, "Placed");
+    assert_eq!(
+        condition.message,
+        "placed on eu-west, us-east; failoverOrder names clusters it is not placed on, which routing skips: eu-wst (failoverOrder[0])"
+    );
+    // Routing still answers tier 0 with eu-west.
+    let routed = pass.ingresses[&key("fo")].routed.as_ref().unwrap();
+    assert_eq!(routed.failover.active_tier, 0);
+    assert!(routed.clusters.iter().all(|c| c.healthy));
+
+    // The typo fixed: the message says only where it is placed.
+    let mut fixed = failover(&[&["eu-west"], &["us-east"]]);
+    fixed.metadata.generation = Some(2);
+    fixed.status = f.ingresses[&key("fo")].status.clone();
+    f.ingresses.insert(key("fo"), fixed);
+    let condition = placed(&f.step());
+    assert!(condition.is_true());
+    assert_eq!(condition.message, "placed on eu-west, us-east");
+}
+
+#[test]
 fn status_load_rps_is_the_load_overflow_reads_and_only_capacity_rps_is_its_limit() {
     use fedingress_api::cluster::Capacity;
     use fedingress_api::plan::ListenerLoad;
