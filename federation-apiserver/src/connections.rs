@@ -45,11 +45,17 @@ impl Drop for Open {
     }
 }
 
+/// The HTTP version a connection speaks (ALPN with TLS, the preface without).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    Http1,
+    Http2,
+}
+
 /// Whether a plain connection speaks HTTP/2 (prior knowledge: the client preface) or
 /// HTTP/1, from its first bytes; `None` when it sends nothing decisive within
 /// `timeout` (or closes).
-pub async fn sniff(stream: &TcpStream, timeout: Duration) -> Option<crate::server::Protocol> {
-    use crate::server::Protocol;
+pub async fn sniff(stream: &TcpStream, timeout: Duration) -> Option<Protocol> {
     const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
     let decide = async {
         let mut buffer = [0u8; PREFACE.len()];

@@ -19,6 +19,7 @@ use tower::ServiceExt;
 
 use crate::api::{self, ApiSettings, AppState, HubHandle, Peer};
 use crate::config::Settings;
+use crate::connections::Protocol;
 use crate::hub::Hub;
 use crate::hub::controller::{Controller, Parts};
 use crate::hub::directory::{AgentDirectory, AgentPublisher};
@@ -670,13 +671,6 @@ where
             tracing::debug!(%peer, error = %e, "connection ended with an error");
         }
     }
-}
-
-/// The HTTP version a connection speaks (ALPN with TLS, the preface without).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Protocol {
-    Http1,
-    Http2,
 }
 
 /// Every interval, discards history older than the previous tick (so watchers and
