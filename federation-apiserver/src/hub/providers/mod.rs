@@ -55,7 +55,9 @@ use fedingress_dns::zone::ZoneConfig;
 use fedingress_providers::config::{ProviderConfig, normalize};
 use tokio::sync::{mpsc, watch};
 
-use crate::metrics::{ProviderSample, SyncTotals};
+mod metrics;
+
+pub use metrics::{ProviderSample, SyncTotals, render_providers};
 
 /// Answer-relevant changes within this window make one sync.
 const SYNC_DEBOUNCE: Duration = Duration::from_millis(500);
