@@ -31,8 +31,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::ingress::{FederatedIngress, IngressRule, Protocol};
+use crate::ingress_key::IngressKey;
 use crate::meta::Time;
-use crate::plan::IngressKey;
 
 /// One ingress and the clusters it is placed on.
 #[derive(Clone, Debug)]

@@ -4,7 +4,9 @@
 //! Entry types: [`Cluster`] and [`FederatedIngress`] (the contract of `docs/design.md`),
 //! the [`Resource`] trait the API server is generic over, [`ObjectMeta`] and friends in
 //! [`meta`], field-path validation errors in [`validation`], label and field selectors
-//! in [`selector`], and the name and hostname validators behind them in [`names`].
+//! in [`selector`], the name and hostname validators behind them in [`names`], and
+//! [`IngressKey`](ingress_key::IngressKey), the namespace/name that conflicts, plans and
+//! reports name an ingress by.
 //! The hub's pure decisions live here too: which clusters carry an ingress
 //! ([`placement::place`]), which ingresses contest a listener or DNS name
 //! ([`conflict::find_conflicts`]), and what each cluster's agent serves
@@ -26,6 +28,7 @@ pub mod cluster;
 pub mod conflict;
 pub mod event;
 pub mod ingress;
+pub mod ingress_key;
 pub mod meta;
 pub mod names;
 pub mod namespace;

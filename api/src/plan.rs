@@ -16,35 +16,9 @@ use crate::cluster::Address;
 use crate::conflict::{Conflict, PlacedIngress};
 use crate::ingress::{ClusterOverride, FederatedIngress, IngressRule, IngressTls, StrategyType};
 
-/// Identifies a FederatedIngress.
-#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct IngressKey {
-    pub namespace: String,
-    pub name: String,
-}
-
-impl IngressKey {
-    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
-        Self {
-            namespace: namespace.into(),
-            name: name.into(),
-        }
-    }
-
-    /// The key of `ingress` (empty namespace or name when unset).
-    pub fn of(ingress: &FederatedIngress) -> Self {
-        Self::new(
-            ingress.metadata.namespace_str(),
-            ingress.metadata.name_str(),
-        )
-    }
-}
-
-impl std::fmt::Display for IngressKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.name)
-    }
-}
+// Shares, rule errors and reports name their ingress by it: the agent protocol's users
+// (the hub, the agent, fedingress-proto) import it from here.
+pub use crate::ingress_key::IngressKey;
 
 /// One FederatedIngress as one cluster serves it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
