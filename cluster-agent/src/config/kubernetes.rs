@@ -1,4 +1,6 @@
-//! The `kubernetes:` section of the agent config (driver `kubernetes`).
+//! The `kubernetes:` section of the agent config (driver `kubernetes`), and two types of
+//! its values that the renderer ([`crate::kubernetes::render`]) takes as they are: the
+//! rendering [`Profile`] and [`ObjectName`] (`namespace/name`).
 //!
 //! ```yaml
 //! driver: kubernetes
@@ -32,15 +34,16 @@
 //!   namespace file), and must be given when neither exists.
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
+use fedingress_api::capability;
+use fedingress_api::cluster::Provider;
 use fedingress_api::names;
-use serde::Deserialize;
-
-use crate::kubernetes::render::{ObjectName, Profile};
+use serde::{Deserialize, Serialize};
 
 /// The `kubernetes:` section.
 #[derive(Clone, Debug, Deserialize)]
@@ -110,6 +113,164 @@ impl<'de> Deserialize<'de> for ProfileSetting {
                     "unknown profile {text:?}: expected auto, mixed, aws, gcp, azure, metallb or nginx-configmap"
                 ))
             })
+    }
+}
+
+/// How L4 rules (TCP, UDP, TLS passthrough) become Kubernetes objects: one rendering per
+/// row of KEP-1435's cloud survey and the bare TCP/UDP blog, plus the L4 proposal's
+/// ingress-nginx ConfigMaps. HTTP and HTTPS rules become an Ingress in every profile.
+/// See docs/cluster-agent.md ("kubernetes driver: rendering profiles").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Profile {
+    /// One LoadBalancer Service per backend carrying TCP and UDP ports (Kubernetes ≥ 1.26,
+    /// `MixedProtocolLBService` GA) and a load balancer implementation that supports it.
+    Mixed,
+    /// AWS Load Balancer Controller NLB (`loadBalancerClass: service.k8s.aws/nlb`): TCP
+    /// and UDP on one NLB; a `TCP_UDP` listener where a port has both.
+    Aws,
+    /// GKE / GCE: split TCP and UDP Services that share a reserved static IP
+    /// (`spec.loadBalancerIP`) when one is configured.
+    Gcp,
+    /// cloud-provider-azure: one Service with both protocols (the old mixed-protocol
+    /// annotation was removed in favour of `MixedProtocolLBService`).
+    Azure,
+    /// MetalLB: split TCP and UDP Services sharing an IP through
+    /// `metallb.io/allow-shared-ip` (KEP-1435's "merging services" alternative).
+    Metallb,
+    /// ingress-nginx `tcp-services` / `udp-services` ConfigMaps owned by the agent; the
+    /// ingress controller's own Service carries the ports.
+    NginxConfigmap,
+}
+
+impl Profile {
+    /// Every profile, in declaration order.
+    pub const ALL: [Profile; 6] = [
+        Profile::Mixed,
+        Profile::Aws,
+        Profile::Gcp,
+        Profile::Azure,
+        Profile::Metallb,
+        Profile::NginxConfigmap,
+    ];
+
+    /// The profile for a Cluster's `spec.provider` (`profile: auto`): aws → aws,
+    /// gcp → gcp, azure → azure, onprem → metallb, other → mixed.
+    pub fn from_provider(provider: Provider) -> Profile {
+        match provider {
+            Provider::Aws => Profile::Aws,
+            Provider::Gcp => Profile::Gcp,
+            Provider::Azure => Profile::Azure,
+            Provider::OnPrem => Profile::Metallb,
+            Provider::Other => Profile::Mixed,
+        }
+    }
+
+    /// The name as written in the config (`nginx-configmap`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Profile::Mixed => "mixed",
+            Profile::Aws => "aws",
+            Profile::Gcp => "gcp",
+            Profile::Azure => "azure",
+            Profile::Metallb => "metallb",
+            Profile::NginxConfigmap => "nginx-configmap",
+        }
+    }
+
+    /// What the profile renders, in the vocabulary of [`fedingress_api::capability`]
+    /// (sent in `Hello`): HTTP and HTTPS (an Ingress), TCP, UDP and TLS passthrough (a
+    /// TCP port). No profile terminates TLS for a TLS rule: a Kubernetes Secret cannot be
+    /// put on an L4 load balancer.
+    pub fn capabilities(self) -> Vec<String> {
+        [
+            capability::HTTP,
+            capability::HTTPS,
+            capability::TCP,
+            capability::UDP,
+            capability::TLS_PASSTHROUGH,
+        ]
+        .iter()
+        .map(|c| (*c).to_owned())
+        .collect()
+    }
+
+    /// Whether [`KubernetesConfig::load_balancer_ip`] means anything to this profile (gcp:
+    /// `spec.loadBalancerIP`; metallb: `metallb.io/loadBalancerIPs`; azure:
+    /// `service.beta.kubernetes.io/azure-load-balancer-ipv4`/`-ipv6`). The other
+    /// profiles ignore it; a config check may reject it there.
+    pub fn uses_load_balancer_ip(self) -> bool {
+        matches!(self, Profile::Gcp | Profile::Metallb | Profile::Azure)
+    }
+
+    /// Whether TCP and UDP ports of one backend go to separate Services (`-tcp`, `-udp`).
+    pub fn splits_protocols(self) -> bool {
+        matches!(self, Profile::Gcp | Profile::Metallb)
+    }
+}
+
+impl fmt::Display for Profile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A namespaced object's `namespace/name`, as written in the agent config
+/// (`ingress-nginx/tcp-services`); (de)serialized as that text.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, Serialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct ObjectName {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ObjectName {
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        ObjectName {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+}
+
+/// Text that is not `namespace/name`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not namespace/name")]
+pub struct InvalidObjectName(String);
+
+impl FromStr for ObjectName {
+    type Err = InvalidObjectName;
+
+    /// `namespace/name`, both non-empty, no further `/`.
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text.split_once('/') {
+            Some((namespace, name))
+                if !namespace.is_empty() && !name.is_empty() && !name.contains('/') =>
+            {
+                Ok(ObjectName::new(namespace, name))
+            }
+            _ => Err(InvalidObjectName(text.to_owned())),
+        }
+    }
+}
+
+impl TryFrom<String> for ObjectName {
+    type Error = InvalidObjectName;
+
+    fn try_from(text: String) -> Result<Self, Self::Error> {
+        text.parse()
+    }
+}
+
+impl From<ObjectName> for String {
+    fn from(name: ObjectName) -> String {
+        name.to_string()
+    }
+}
+
+impl fmt::Display for ObjectName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
     }
 }
 
@@ -277,4 +438,52 @@ fn default_lease_seconds() -> u32 {
 }
 fn default_pending_seconds() -> u64 {
     120
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn profiles_follow_providers_and_config_names() {
+        let cases = [
+            (Provider::Aws, Profile::Aws),
+            (Provider::Gcp, Profile::Gcp),
+            (Provider::Azure, Profile::Azure),
+            (Provider::OnPrem, Profile::Metallb),
+            (Provider::Other, Profile::Mixed),
+        ];
+        for (provider, profile) in cases {
+            assert_eq!(Profile::from_provider(provider), profile);
+        }
+        for profile in Profile::ALL {
+            let yaml = yaml_serde::to_string(&profile).unwrap();
+            assert_eq!(yaml.trim(), profile.as_str());
+            assert_eq!(yaml_serde::from_str::<Profile>(&yaml).unwrap(), profile);
+            assert!(!profile.capabilities().iter().any(|c| c == "TLS/Terminate"));
+        }
+        assert_eq!(Profile::NginxConfigmap.as_str(), "nginx-configmap");
+        assert_eq!(
+            Profile::Mixed.capabilities(),
+            ["HTTP", "HTTPS", "TCP", "UDP", "TLS/Passthrough"]
+        );
+    }
+
+    #[test]
+    fn object_names_parse_namespace_slash_name() {
+        let name: ObjectName = "ingress-nginx/tcp-services".parse().unwrap();
+        assert_eq!(name, ObjectName::new("ingress-nginx", "tcp-services"));
+        assert_eq!(name.to_string(), "ingress-nginx/tcp-services");
+        let yaml: ObjectName = yaml_serde::from_str("ingress-nginx/tcp-services").unwrap();
+        assert_eq!(yaml, name);
+        assert_eq!(
+            yaml_serde::to_string(&name).unwrap().trim(),
+            "ingress-nginx/tcp-services"
+        );
+        assert!(yaml_serde::from_str::<ObjectName>("tcp-services").is_err());
+        for bad in ["tcp-services", "/x", "x/", "a/b/c", ""] {
+            let err = bad.parse::<ObjectName>().unwrap_err();
+            assert!(err.to_string().contains("namespace/name"), "{err}");
+        }
+    }
 }

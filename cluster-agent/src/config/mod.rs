@@ -1193,7 +1193,7 @@ stateDir: state
         let k = Config::from_yaml(&full).unwrap().kubernetes();
         assert_eq!(
             k.profile,
-            ProfileSetting::Fixed(crate::kubernetes::render::Profile::NginxConfigmap)
+            ProfileSetting::Fixed(kubernetes::Profile::NginxConfigmap)
         );
         assert_eq!(
             k.ingress_controller.unwrap().service.to_string(),

@@ -26,7 +26,7 @@ use serde::de::DeserializeOwned;
 use super::render::{
     Desired, FIELD_MANAGER, Kind, MANAGED_BY, MANAGED_BY_LABEL, OWNER_LABEL, ObjectRef,
 };
-use super::world::World;
+use super::world::{World, describe_kube_error};
 
 /// Why one object could not be written or deleted.
 #[derive(Debug, thiserror::Error)]
@@ -59,37 +59,6 @@ impl ApplyError {
             message: describe_kube_error(error),
         }
     }
-}
-
-/// The API server's words for an error, with what to do for the common ones.
-pub fn describe_kube_error(error: &kube::Error) -> String {
-    match error {
-        kube::Error::Api(status) if status.code == 403 => format!(
-            "forbidden: {} (grant the agent's ClusterRole, deploy/kubernetes/clusterrole.yaml)",
-            status.message
-        ),
-        kube::Error::Api(status) => {
-            format!("{} ({} {})", status.message, status.code, status.reason)
-        }
-        kube::Error::HyperError(_) | kube::Error::Service(_) => {
-            format!("member cluster API unreachable: {}", error_chain(error))
-        }
-        other => error_chain(other),
-    }
-}
-
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 /// Writes objects to the member cluster.

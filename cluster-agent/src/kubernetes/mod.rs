@@ -43,10 +43,11 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::config::kubernetes::Profile;
 use crate::config::{KubernetesConfig, ProfileSetting};
 use crate::driver::Driver;
 use apply::{Applier, ApplyError};
-use render::{Kind, ObjectRef, Profile, RenderSettings};
+use render::{Kind, ObjectRef, RenderSettings};
 use status::{ReportInput, ShareState};
 use world::World;
 

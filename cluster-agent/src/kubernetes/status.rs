@@ -26,8 +26,9 @@ use fedingress_api::plan::{
 };
 use tokio::time::Instant;
 
-use super::render::{Kind, ObjectName, ObjectRef, RuleTarget};
+use super::render::{Kind, ObjectRef, RuleTarget};
 use super::world::{EndpointCounts, World};
+use crate::config::kubernetes::ObjectName;
 
 /// What the last apply left for one share.
 #[derive(Clone, Debug, Default)]

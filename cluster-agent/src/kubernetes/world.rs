@@ -6,7 +6,8 @@
 //! an endpoint turning ready reaches the hub in the next report (at most
 //! [`crate::hub::REPORT_COALESCE`] later). A failing watch (RBAC denied, API down) is
 //! retried with kube-runtime's default backoff and recorded per resource, so reports
-//! and readiness can say what is wrong.
+//! and readiness can say what is wrong, in the words of [`describe_kube_error`] (which
+//! [`super::apply`] uses for failed writes too).
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -25,6 +26,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::render::{ClusterFacts, MANAGED_BY, MANAGED_BY_LABEL, ServiceFacts};
+use crate::state::error_chain;
 
 /// The label EndpointSlices carry with their Service's name.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
@@ -295,11 +297,7 @@ impl World {
                     self.record(watched, None, false);
                 }
                 Err(error) => {
-                    self.record(
-                        watched,
-                        Some(super::apply::describe_kube_error(&error)),
-                        false,
-                    );
+                    self.record(watched, Some(describe_kube_error(&error)), false);
                 }
             }
         }
@@ -390,6 +388,23 @@ impl ClusterFacts for World {
     }
 }
 
+/// The API server's words for an error, with what to do for the common ones.
+pub fn describe_kube_error(error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) if status.code == 403 => format!(
+            "forbidden: {} (grant the agent's ClusterRole, deploy/kubernetes/clusterrole.yaml)",
+            status.message
+        ),
+        kube::Error::Api(status) => {
+            format!("{} ({} {})", status.message, status.code, status.reason)
+        }
+        kube::Error::HyperError(_) | kube::Error::Service(_) => {
+            format!("member cluster API unreachable: {}", error_chain(error))
+        }
+        other => error_chain(other),
+    }
+}
+
 /// One line for a watcher error, with the API server's own message when it sent one.
 fn error_message(error: &watcher::Error) -> String {
     let source = match error {
@@ -399,5 +414,5 @@ fn error_message(error: &watcher::Error) -> String {
         watcher::Error::WatchError(status) => return status.message.clone(),
         watcher::Error::NoResourceVersion => return error.to_string(),
     };
-    super::apply::describe_kube_error(source)
+    describe_kube_error(source)
 }

@@ -97,7 +97,7 @@ pub(crate) struct Endpoint {
     /// The endpoint is behind an HTTP or HTTPS route (set on every apply).
     pub behind_http: AtomicBool,
     /// Idle HTTP/1.1 connections to the endpoint.
-    pub idle: super::upstream::IdlePool,
+    pub idle: super::idle::IdlePool,
 }
 
 impl Endpoint {
@@ -123,7 +123,7 @@ impl Endpoint {
             behind_tcp: AtomicBool::new(false),
             behind_udp: AtomicBool::new(false),
             behind_http: AtomicBool::new(false),
-            idle: super::upstream::IdlePool::default(),
+            idle: super::idle::IdlePool::default(),
         }
     }
 

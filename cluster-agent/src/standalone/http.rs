@@ -51,6 +51,7 @@ use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
 
+use super::body::RequestBody;
 use super::drain::{Phase, reached};
 use super::endpoint::Endpoint;
 use super::limits::{Activity, Limits, Refusal, Timeout, Watched};
@@ -61,43 +62,6 @@ use super::upstream::{self, PooledBody};
 
 /// Concurrent streams per HTTP/2 client connection.
 const MAX_CONCURRENT_STREAMS: u32 = 256;
-
-/// A request body towards an endpoint: none (requests that can be retried) or the
-/// client's, streamed.
-#[derive(Debug)]
-pub(crate) enum RequestBody {
-    Empty,
-    Stream(Incoming),
-}
-
-impl Body for RequestBody {
-    type Data = Bytes;
-    type Error = hyper::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        match self.get_mut() {
-            RequestBody::Empty => Poll::Ready(None),
-            RequestBody::Stream(body) => Pin::new(body).poll_frame(cx),
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        match self {
-            RequestBody::Empty => true,
-            RequestBody::Stream(body) => body.is_end_stream(),
-        }
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match self {
-            RequestBody::Empty => SizeHint::with_exact(0),
-            RequestBody::Stream(body) => body.size_hint(),
-        }
-    }
-}
 
 /// A response body towards the client: the endpoint's, streamed, or the agent's own.
 #[derive(Debug)]

@@ -11,11 +11,13 @@
 //!
 //! Modules: `desired` (plan → listeners, pure), `routes` (routing tables, pure),
 //! `endpoint` (health state machine and round-robin pool), `health` (active checks),
-//! `tcp`, `udp`, `http` and `tls` (the proxies), `upstream` (pooled HTTP/1.1
-//! connections to endpoints), `clienthello` (SNI without decrypting), `certs` (TLS
-//! secrets and their reload), `drain` (graceful drain), `load` (counters), `limits`
+//! `tcp`, `udp`, `http` and `tls` (the proxies), `upstream` (HTTP/1.1 requests to
+//! endpoints over pooled connections), `idle` (each endpoint's idle connections), `body`
+//! (the request body sent to endpoints), `clienthello` (SNI without decrypting), `certs`
+//! (TLS secrets and their reload), `drain` (graceful drain), `load` (counters), `limits`
 //! (caps, timeouts, the descriptor budget and what was refused at them).
 
+mod body;
 mod certs;
 mod clienthello;
 mod desired;
@@ -23,6 +25,7 @@ mod drain;
 mod endpoint;
 mod health;
 mod http;
+mod idle;
 mod limits;
 mod load;
 mod routes;
@@ -39,6 +42,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
+use async_trait::async_trait;
 use fedingress_api::cluster::Address;
 use fedingress_api::plan::{
     AgentReport, BackendHealth, ClusterPlan, IngressKey, IngressReport, ListenerLoad, RuleError,
@@ -47,6 +51,7 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::config::{Config, ServiceEndpoint};
+use crate::driver::Driver;
 use certs::CertStore;
 use desired::{BackendKey, DesiredListener, DesiredShare, Kind, ListenerKey, PathSpec, SniSpec};
 use drain::Tracker;
@@ -1001,6 +1006,44 @@ impl Standalone {
             state.share_loads.clear();
         }
         self.changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+}
+
+/// The built-in data plane: HTTP, HTTPS, TLS, TCP and UDP on the configured addresses.
+#[async_trait]
+impl Driver for Standalone {
+    fn name(&self) -> &'static str {
+        "standalone"
+    }
+
+    fn capabilities(&self) -> Vec<String> {
+        ["HTTP", "HTTPS", "TLS", "TCP", "UDP"]
+            .map(str::to_owned)
+            .to_vec()
+    }
+
+    async fn apply(&self, plan: &ClusterPlan) -> Vec<RuleError> {
+        Standalone::apply(self, plan).await
+    }
+
+    fn report(&self, plan: &ClusterPlan) -> AgentReport {
+        Standalone::report(self, plan)
+    }
+
+    fn subscribe(&self) -> watch::Receiver<u64> {
+        Standalone::subscribe(self)
+    }
+
+    async fn shutdown(&self) {
+        Standalone::shutdown(self).await;
+    }
+
+    fn metrics(&self) -> String {
+        Standalone::metrics(self)
+    }
+
+    fn is_draining(&self) -> bool {
+        Standalone::is_draining(self)
     }
 }
 

@@ -1,14 +1,14 @@
-//! HTTP/1.1 connections to endpoints, pooled per endpoint ([`IdlePool`] lives in the
-//! [`Endpoint`], so an endpoint that leaves the plan takes its connections with it) and
-//! shared by every HTTP listener.
+//! HTTP/1.1 connections to endpoints, pooled per endpoint (each [`Endpoint`] holds its
+//! [`IdlePool`](super::idle::IdlePool), so an endpoint that leaves the plan takes its
+//! connections with it) and shared by every HTTP listener.
 //!
 //! A request takes an idle connection of its endpoint (the most recently used first) or
 //! opens one (connect timeout `connectTimeoutMs`). The connection goes back to the pool
 //! when the response body has been read to its end; a response dropped early (the client
 //! went away) closes it, since unread bytes would follow. Idle connections are kept for
-//! at most [`IDLE_TIMEOUT`], [`MAX_IDLE`] per endpoint. A request sent on a pooled
-//! connection that the endpoint closed meanwhile (hyper gives the request back unsent)
-//! is retried once on a new connection.
+//! at most [`IDLE_TIMEOUT`](super::idle::IDLE_TIMEOUT), [`MAX_IDLE`](super::idle::MAX_IDLE)
+//! per endpoint. A request sent on a pooled connection that the endpoint closed meanwhile
+//! (hyper gives the request back unsent) is retried once on a new connection.
 //!
 //! This replaces hyper-util's legacy client on the hot path: that client spawns a task
 //! per request to return the connection to its pool and races a connect future against
@@ -17,9 +17,9 @@
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
@@ -28,15 +28,9 @@ use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
+use super::body::RequestBody;
 use super::endpoint::Endpoint;
-use super::http::RequestBody;
 use super::limits::{Limits, take_fd};
-
-/// How long an idle pooled connection is kept.
-pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
-
-/// Idle connections kept per endpoint.
-pub(crate) const MAX_IDLE: usize = 512;
 
 /// Why a request to an endpoint failed.
 #[derive(Debug, thiserror::Error)]
@@ -58,60 +52,6 @@ impl UpstreamError {
             self,
             UpstreamError::Connect(_) | UpstreamError::Handshake(_)
         )
-    }
-}
-
-struct Idle {
-    sender: SendRequest<RequestBody>,
-    since: Instant,
-}
-
-/// The idle connections of one endpoint, the most recently used last.
-#[derive(Default)]
-pub(crate) struct IdlePool(Mutex<Vec<Idle>>);
-
-impl std::fmt::Debug for IdlePool {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "IdlePool({})", self.len())
-    }
-}
-
-impl IdlePool {
-    /// The most recently used idle connection that is still open.
-    fn checkout(&self) -> Option<SendRequest<RequestBody>> {
-        let mut idle = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        while let Some(entry) = idle.pop() {
-            if !entry.sender.is_closed() && entry.since.elapsed() < IDLE_TIMEOUT {
-                return Some(entry.sender);
-            }
-        }
-        None
-    }
-
-    fn put(&self, sender: SendRequest<RequestBody>) {
-        if sender.is_closed() {
-            return;
-        }
-        let mut idle = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        if idle.len() >= MAX_IDLE {
-            // The oldest go first.
-            idle.remove(0);
-        }
-        if idle
-            .first()
-            .is_some_and(|oldest| oldest.since.elapsed() >= IDLE_TIMEOUT)
-        {
-            idle.retain(|e| e.since.elapsed() < IDLE_TIMEOUT && !e.sender.is_closed());
-        }
-        idle.push(Idle {
-            sender,
-            since: Instant::now(),
-        });
-    }
-
-    /// Idle connections now.
-    pub fn len(&self) -> usize {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).len()
     }
 }
 

@@ -17,9 +17,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use fedingress_agent::kubernetes::render::{
-    ObjectName, PlanRender, Profile, RenderSettings, ServiceFacts, render_plan,
-};
+use fedingress_agent::config::kubernetes::{ObjectName, Profile};
+use fedingress_agent::kubernetes::render::{PlanRender, RenderSettings, ServiceFacts, render_plan};
 use fedingress_api::plan::ClusterPlan;
 use k8s_openapi::api::core::v1::{ConfigMap, Service, ServicePort};
 use k8s_openapi::api::networking::v1::Ingress;

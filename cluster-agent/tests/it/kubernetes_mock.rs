@@ -12,10 +12,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use fedingress_agent::config::kubernetes::Profile;
 use fedingress_agent::config::{KubernetesConfig, ProfileSetting};
 use fedingress_agent::driver::Driver;
 use fedingress_agent::kubernetes::KubernetesDriver;
-use fedingress_agent::kubernetes::render::{self, Desired, Kind, ObjectRef, Profile};
+use fedingress_agent::kubernetes::render::{self, Desired, Kind, ObjectRef};
 use fedingress_agent::kubernetes::world::{Watched, World, Writers};
 use fedingress_api::cluster::Address;
 use fedingress_api::ingress::IngressRule;

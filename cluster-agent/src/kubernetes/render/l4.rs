@@ -57,9 +57,10 @@ use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::{
-    Desired, Kind, ObjectRef, Profile, RuleTarget, ServiceFacts, ShareContext, ShareRender, names,
+    Desired, Kind, ObjectRef, RuleTarget, ServiceFacts, ShareContext, ShareRender, names,
     rule_index,
 };
+use crate::config::kubernetes::Profile;
 
 /// `spec.loadBalancerClass` of the AWS Load Balancer Controller's NLBs.
 pub const AWS_NLB_CLASS: &str = "service.k8s.aws/nlb";

@@ -29,9 +29,10 @@ use k8s_openapi::api::core::v1::ConfigMap;
 
 use super::l4::{self, Transport};
 use super::{
-    Desired, ObjectName, ObjectRef, RenderSettings, RuleTarget, ShareContext, ShareRender,
-    rule_index, shared_metadata,
+    Desired, ObjectRef, RenderSettings, RuleTarget, ShareContext, ShareRender, rule_index,
+    shared_metadata,
 };
+use crate::config::kubernetes::ObjectName;
 
 /// The data of both ConfigMaps, filled share by share.
 #[derive(Default)]

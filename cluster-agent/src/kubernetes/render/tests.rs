@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 
-use fedingress_api::cluster::Provider;
 use fedingress_api::ingress::{ClusterOverride, IngressRule, IngressTls};
 use fedingress_api::plan::{ClusterPlan, IngressKey, IngressShare};
 use k8s_openapi::api::core::v1::{Service, ServicePort};
@@ -157,49 +156,6 @@ fn ports(service: &Service) -> Vec<(String, String, i32, IntOrString)> {
             )
         })
         .collect()
-}
-
-#[test]
-fn profiles_follow_providers_and_config_names() {
-    let cases = [
-        (Provider::Aws, Profile::Aws),
-        (Provider::Gcp, Profile::Gcp),
-        (Provider::Azure, Profile::Azure),
-        (Provider::OnPrem, Profile::Metallb),
-        (Provider::Other, Profile::Mixed),
-    ];
-    for (provider, profile) in cases {
-        assert_eq!(Profile::from_provider(provider), profile);
-    }
-    for profile in Profile::ALL {
-        let yaml = yaml_serde::to_string(&profile).unwrap();
-        assert_eq!(yaml.trim(), profile.as_str());
-        assert_eq!(yaml_serde::from_str::<Profile>(&yaml).unwrap(), profile);
-        assert!(!profile.capabilities().iter().any(|c| c == "TLS/Terminate"));
-    }
-    assert_eq!(Profile::NginxConfigmap.as_str(), "nginx-configmap");
-    assert_eq!(
-        Profile::Mixed.capabilities(),
-        ["HTTP", "HTTPS", "TCP", "UDP", "TLS/Passthrough"]
-    );
-}
-
-#[test]
-fn object_names_parse_namespace_slash_name() {
-    let name: ObjectName = "ingress-nginx/tcp-services".parse().unwrap();
-    assert_eq!(name, ObjectName::new("ingress-nginx", "tcp-services"));
-    assert_eq!(name.to_string(), "ingress-nginx/tcp-services");
-    let yaml: ObjectName = yaml_serde::from_str("ingress-nginx/tcp-services").unwrap();
-    assert_eq!(yaml, name);
-    assert_eq!(
-        yaml_serde::to_string(&name).unwrap().trim(),
-        "ingress-nginx/tcp-services"
-    );
-    assert!(yaml_serde::from_str::<ObjectName>("tcp-services").is_err());
-    for bad in ["tcp-services", "/x", "x/", "a/b/c", ""] {
-        let err = bad.parse::<ObjectName>().unwrap_err();
-        assert!(err.to_string().contains("namespace/name"), "{err}");
-    }
 }
 
 #[test]
