@@ -31,6 +31,8 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use tokio::sync::watch;
+
 use crate::admin::Role;
 use crate::anycast::{self, Anycast};
 use crate::config::{self, KubernetesConfig};
@@ -40,12 +42,6 @@ use crate::kubernetes::lease::{self, LeaderElector, LeaseSettings};
 use crate::kubernetes::{self, KubernetesDriver};
 use crate::vrrp::{self, Keepalived};
 use crate::{Config, Standalone, admin};
-use tokio::sync::watch;
-
-/// mimalloc instead of the system allocator: the HTTP proxy allocates per request, and
-/// glibc's malloc cost it about a tenth of its CPU in `l7-bench` (docs/benchmarks.md).
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// EX_USAGE: bad flags or config.
 const EXIT_CONFIG: u8 = 64;

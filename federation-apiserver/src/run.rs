@@ -11,6 +11,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
+
 use crate::{config, server};
 
 /// EX_USAGE: bad flags or config.
