@@ -51,8 +51,8 @@ use bytes::Bytes;
 use rpc::pb::etcdserverpb::compare::CompareResult;
 use rpc::pb::etcdserverpb::response_op::Response;
 use rpc::pb::etcdserverpb::{
-    Compare, CompactionRequest, RangeRequest, RangeResponse, RequestOp, ResponseHeader,
-    TxnRequest, TxnResponse,
+    CompactionRequest, Compare, RangeRequest, RangeResponse, RequestOp, ResponseHeader, TxnRequest,
+    TxnResponse,
 };
 use rpc::pb::mvccpb;
 use tokio::time::Instant;
@@ -311,10 +311,7 @@ impl EtcdStore {
 
     /// A count-only read of the probe key (at `revision`, else now): what a read that
     /// only wants a header or a compaction check costs.
-    async fn count_probe(
-        &self,
-        revision: Option<Revision>,
-    ) -> Result<RangeResponse, Failure> {
+    async fn count_probe(&self, revision: Option<Revision>) -> Result<RangeResponse, Failure> {
         let request = RangeRequest {
             key: self.probe_key(),
             count_only: true,
@@ -636,10 +633,13 @@ impl EtcdStore {
 
 /// The reads ([`rpc::get`]) of a transaction's answer, in order.
 fn reads(response: &TxnResponse) -> impl Iterator<Item = &RangeResponse> {
-    response.responses.iter().filter_map(|op| match &op.response {
-        Some(Response::ResponseRange(get)) => Some(get),
-        _ => None,
-    })
+    response
+        .responses
+        .iter()
+        .filter_map(|op| match &op.response {
+            Some(Response::ResponseRange(get)) => Some(get),
+            _ => None,
+        })
 }
 
 fn header_revision(

@@ -24,7 +24,10 @@ fn generated_etcd_client_matches_the_proto() {
             // (etcd's per-field version annotations), so it generates no Rust.
             include_imports: false,
             outputs: &[
-                ("etcdserverpb.rs", "src/etcd_store/generated/etcdserverpb.rs"),
+                (
+                    "etcdserverpb.rs",
+                    "src/etcd_store/generated/etcdserverpb.rs",
+                ),
                 ("mvccpb.rs", "src/etcd_store/generated/mvccpb.rs"),
                 ("authpb.rs", "src/etcd_store/generated/authpb.rs"),
             ],

@@ -84,7 +84,10 @@ pub fn binary(name: &str) -> PathBuf {
             .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
             .status()
             .expect("running cargo build");
-        assert!(status.success(), "cargo build --workspace --bins --tests failed");
+        assert!(
+            status.success(),
+            "cargo build --workspace --bins --tests failed"
+        );
     });
     let path = bin_dir().join(name);
     assert!(path.exists(), "binary {} was not built", path.display());

@@ -93,7 +93,10 @@ impl Coordination for EtcdStore {
         let seconds = i64::try_from(ttl.as_secs().max(1)).unwrap_or(i64::MAX);
         let answer = self
             .call(false, move |mut client| async move {
-                let request = LeaseGrantRequest { ttl: seconds, id: 0 };
+                let request = LeaseGrantRequest {
+                    ttl: seconds,
+                    id: 0,
+                };
                 Ok(client.lease.lease_grant(request).await?.into_inner())
             })
             .await

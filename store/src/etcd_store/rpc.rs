@@ -62,9 +62,10 @@ pub(crate) enum Error {
 /// `WithRequireLeader`): a member cut off from the quorum fails it at once with
 /// "no leader" instead of waiting, so the request is retried on another member.
 fn require_leader(mut request: Request<()>) -> Result<Request<()>, Status> {
-    request
-        .metadata_mut()
-        .insert("hasleader", tonic::metadata::MetadataValue::from_static("true"));
+    request.metadata_mut().insert(
+        "hasleader",
+        tonic::metadata::MetadataValue::from_static("true"),
+    );
     Ok(request)
 }
 
@@ -87,9 +88,14 @@ pub(crate) struct Client {
 impl Client {
     /// A channel balanced over `endpoints` (connected lazily, on the first request),
     /// with HTTP/2 keep-alive so that a dead member is noticed while idle.
-    pub fn new(endpoints: &[String], tls: Option<Tls<'_>>, connect_timeout: Duration) -> Result<Self, Error> {
+    pub fn new(
+        endpoints: &[String],
+        tls: Option<Tls<'_>>,
+        connect_timeout: Duration,
+    ) -> Result<Self, Error> {
         let tls = tls.map(|tls| {
-            let mut config = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(tls.ca_pem));
+            let mut config =
+                ClientTlsConfig::new().ca_certificate(Certificate::from_pem(tls.ca_pem));
             if let Some((cert, key)) = tls.identity {
                 config = config.identity(Identity::from_pem(cert, key));
             }
@@ -195,7 +201,12 @@ impl Client {
         let outgoing = futures_util::stream::unfold(receiver, |mut receiver| async move {
             receiver.recv().await.map(|request| (request, receiver))
         });
-        let mut responses = self.lease.clone().lease_keep_alive(outgoing).await?.into_inner();
+        let mut responses = self
+            .lease
+            .clone()
+            .lease_keep_alive(outgoing)
+            .await?
+            .into_inner();
         match responses.message().await? {
             Some(first) if first.ttl > 0 => Ok(Some(KeepAlive {
                 requests,

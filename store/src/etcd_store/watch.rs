@@ -84,9 +84,9 @@ impl Watch {
             ..WatchCreateRequest::default()
         };
         let mut stream = tokio::time::timeout(timeout, self.store.client.watch(create))
-        .await
-        .map_err(|_| backend(format!("no answer from etcd within {timeout:?}").into()))?
-        .map_err(|e| backend(Box::new(e)))?;
+            .await
+            .map_err(|_| backend(format!("no answer from etcd within {timeout:?}").into()))?
+            .map_err(|e| backend(Box::new(e)))?;
         loop {
             let response = tokio::time::timeout(timeout, stream.message())
                 .await
