@@ -16,7 +16,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
-use crate::metrics::{HubMetrics, LimitCounters, Metrics};
+use crate::hub::metrics::HubMetrics;
+use crate::metrics::{LimitCounters, Metrics};
 
 /// One open REST connection: a slot of the cap, counted in `apiserver_connections`.
 pub struct Open {

@@ -11,7 +11,7 @@
 //! 250 concurrent streams per connection. What kube-apiserver does not cap (open
 //! connections, watches, watch `timeoutSeconds`, unauthenticated agent streams) gets a
 //! cap of ours. What each limit refuses is counted in `/metrics`
-//! ([`crate::metrics::LimitCounters`], [`crate::metrics::GatewayCounters`]).
+//! ([`crate::metrics::LimitCounters`], [`crate::hub::metrics::GatewayCounters`]).
 //!
 //! The I/O (accepting, timing out, answering 429) is in [`crate::server`], [`crate::api`]
 //! and the gateway; nothing here touches a socket.

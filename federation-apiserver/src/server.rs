@@ -24,10 +24,11 @@ use crate::hub::Hub;
 use crate::hub::controller::{Controller, Parts};
 use crate::hub::directory::{AgentDirectory, AgentPublisher};
 use crate::hub::gateway::Gateway;
+use crate::hub::metrics::{HubMetrics, report_role};
 use crate::hub::replication::{Replication, Role};
 use crate::hub::tokens::TokenStore;
 use crate::limits::{InFlight, Limits, RequestKind};
-use crate::metrics::{HubMetrics, LimitCounters, Metrics};
+use crate::metrics::{LimitCounters, Metrics};
 use crate::registry::Registry;
 use fedingress_dns::server::DnsServer;
 
@@ -518,17 +519,6 @@ impl Storage {
         match self {
             Storage::Embedded(store) => store.clone(),
             Storage::Shared(store) => store.clone(),
-        }
-    }
-}
-
-/// Keeps the leader gauge true to the election (not to the controller, which may be in
-/// the middle of a pass when leadership ends).
-async fn report_role(mut role: tokio::sync::watch::Receiver<Role>, metrics: Arc<HubMetrics>) {
-    loop {
-        metrics.set_leader(role.borrow_and_update().is_leader());
-        if role.changed().await.is_err() {
-            return;
         }
     }
 }

@@ -61,7 +61,7 @@ impl Default for ApiSettings {
 /// The hub, as `/metrics` sees it.
 pub struct HubHandle {
     pub hub: Arc<crate::hub::Hub>,
-    pub metrics: Arc<crate::metrics::HubMetrics>,
+    pub metrics: Arc<crate::hub::metrics::HubMetrics>,
 }
 
 /// Everything a request handler needs.

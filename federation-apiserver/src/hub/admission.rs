@@ -24,8 +24,9 @@ use hyper::body::{Body, Frame, SizeHint};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::Status;
 
+use crate::hub::metrics::HubMetrics;
 use crate::limits::GatewayLimits;
-use crate::metrics::{HubMetrics, LimitCounters};
+use crate::metrics::LimitCounters;
 
 /// The layer; see the module docs.
 #[derive(Clone)]

@@ -27,6 +27,7 @@ pub mod dns_state;
 pub mod events;
 pub mod gateway;
 pub mod gslb;
+pub mod metrics;
 pub mod namespaces;
 pub mod pki;
 pub mod providers;

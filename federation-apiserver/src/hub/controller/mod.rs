@@ -63,7 +63,7 @@ use super::providers::ProviderSet;
 use super::replication::Role;
 use super::routing_state::{IngressRouting, RoutingStore};
 use super::tokens::TokenStore;
-use crate::metrics::HubMetrics;
+use crate::hub::metrics::HubMetrics;
 use crate::registry::{Registry, Scope};
 use crate::status::ApiError;
 

@@ -173,7 +173,7 @@ pub struct ProviderSet {
 
 /// The providers' metrics as `/metrics` reads them, shared by the [`ProviderSet`] (which
 /// hands over each syncer it starts and stops) and
-/// [`HubMetrics`](crate::metrics::HubMetrics). Nothing is counted here: a scrape reads
+/// [`HubMetrics`](crate::hub::metrics::HubMetrics). Nothing is counted here: a scrape reads
 /// the running syncers' [`ProviderState`] and the connected providers' [`CallStats`].
 pub struct ProviderMetrics {
     providers: Vec<ProviderSeries>,
