@@ -23,6 +23,8 @@ use http::Method;
 use serde::Deserialize;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use crate::hub::admission::GatewayLimits;
+
 /// `limits:` in the config file. Unknown keys are errors; every value must be positive.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -190,14 +192,6 @@ pub struct Limits {
     pub min_request_timeout: Duration,
     pub max_watch_timeout: Duration,
     pub gateway: GatewayLimits,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GatewayLimits {
-    pub max_connections: usize,
-    pub hello_timeout: Duration,
-    pub max_pending_hellos: usize,
-    pub max_streams_per_connection: u32,
 }
 
 impl Default for Limits {

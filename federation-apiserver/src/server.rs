@@ -378,7 +378,7 @@ impl Server {
         }
         tokio::spawn(compact_periodically(store, compaction_interval));
         tokio::spawn(controller.run());
-        let gateway = gateway.serve_with_incoming(crate::connections::capped_incoming(
+        let gateway = gateway.serve_with_incoming(crate::hub::gateway::incoming::capped_incoming(
             agent_listener,
             limits.gateway.max_connections,
             limits.gateway.hello_timeout,

@@ -12,21 +12,31 @@
 //!
 //! Concurrent streams per connection are capped by HTTP/2 itself
 //! (`limits.gateway.maxStreamsPerConnection`, set on the server); connections by
-//! [`crate::connections::capped_incoming`].
+//! [`capped_incoming`](super::gateway::incoming::capped_incoming).
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use hyper::body::{Body, Frame, SizeHint};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::Status;
 
 use crate::hub::metrics::HubMetrics;
-use crate::limits::GatewayLimits;
 use crate::metrics::LimitCounters;
+
+/// The agent gateway's limits on what has not authenticated yet (`limits.gateway:`,
+/// checked by the config).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GatewayLimits {
+    pub max_connections: usize,
+    pub hello_timeout: Duration,
+    pub max_pending_hellos: usize,
+    pub max_streams_per_connection: u32,
+}
 
 /// The layer; see the module docs.
 #[derive(Clone)]

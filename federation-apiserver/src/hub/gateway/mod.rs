@@ -21,6 +21,8 @@
 //!   later change of it ends the session ([`Hub::end_session`], called by the
 //!   controller), so the agent reconnects and is welcomed with the new value.
 
+pub mod incoming;
+
 use std::collections::BTreeMap;
 use std::pin::Pin;
 use std::sync::Arc;

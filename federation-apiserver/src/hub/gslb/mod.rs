@@ -17,7 +17,11 @@ use fedingress_dns::server::DnsServer;
 use fedingress_dns::zone::{Snapshot, ZoneConfig};
 use fedingress_dns::{Location, RoutedIngress};
 
-use crate::config::DnsConfig;
+mod config;
+
+pub use config::{
+    DnsConfig, DnsConfigError, LatencyFile, LocationsFile, PlaceFile, TableEntryFile,
+};
 
 /// A cluster entering or leaving an ingress's answers, or (Anycast) starting or
 /// stopping to announce one of its anycast addresses.
