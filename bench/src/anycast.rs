@@ -42,6 +42,7 @@ use fedingress_tests::anycast::{
     ANYCAST, ANYCAST_PREFIX, AnycastLab, Binaries, DNS, LabOptions, PORT, UNICAST_NAME, unavailable,
 };
 use fedingress_tests::bgp::BirdControl;
+use fedingress_testsupport::Poll;
 
 #[derive(Parser)]
 #[command(about = "Backend death → anycast route withdrawn and client moved (real BGP)")]
@@ -262,20 +263,25 @@ fn kill_cycle(lab: &mut AnycastLab, poll: Duration, busy: bool) -> anyhow::Resul
     })
 }
 
-/// Polls `done` every `poll` until it says yes; the time since `from` when it did.
+/// Polls `done` every `poll` until it says yes, for up to [`LIMIT`] after `from`; the
+/// time since `from` when it did. An error from `done` ends the wait at once.
 fn until(
     from: Instant,
     poll: Duration,
     mut done: impl FnMut() -> anyhow::Result<bool>,
 ) -> anyhow::Result<Duration> {
-    loop {
-        if done()? {
-            return Ok(from.elapsed());
-        }
-        if from.elapsed() > LIMIT {
-            bail!("still not done after {LIMIT:?}");
-        }
-        std::thread::sleep(poll);
+    let mut failed = None;
+    Poll::new(LIMIT.saturating_sub(from.elapsed()))
+        .every(poll)
+        .try_sync("done", || {
+            done().unwrap_or_else(|e| {
+                failed = Some(e);
+                true
+            })
+        })?;
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(from.elapsed()),
     }
 }
 

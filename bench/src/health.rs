@@ -17,8 +17,9 @@ use anyhow::Context;
 use clap::Parser;
 use fedingress_bench::{
     Agent, AgentSpec, Api, Apiserver, Echo, GROUP_PATH, HubTiming, ingress, ms, sibling, summary,
-    today, wait_for,
+    today,
 };
+use fedingress_testsupport::Poll;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -156,13 +157,10 @@ async fn run(
     )
     .await?;
     let through = SocketAddr::new(AGENT_IP.parse()?, PORT);
-    wait_for(
-        Duration::from_secs(60),
-        Duration::from_millis(50),
-        "TCP through the agent",
-        || tcp_echo(through),
-    )
-    .await?;
+    Poll::new(Duration::from_secs(60))
+        .every(Duration::from_millis(50))
+        .try_async("TCP through the agent", || tcp_echo(through))
+        .await?;
     until_healthy(&api, true, Instant::now())
         .await
         .context("waiting for the first healthy status")?;

@@ -18,8 +18,9 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use fedingress_bench::{
     Agent, AgentSpec, Api, Apiserver, CpuWindow, Echo, GROUP_PATH, HubTiming, Proc, Stop, ingress,
-    sibling, today, wait_for,
+    sibling, today,
 };
+use fedingress_testsupport::Poll;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UdpSocket};
 
@@ -306,20 +307,14 @@ async fn run(
     )
     .await?;
     let through_agent = SocketAddr::new(AGENT_IP.parse()?, PORT);
-    wait_for(
-        Duration::from_secs(60),
-        Duration::from_millis(50),
-        "TCP through the agent",
-        || tcp_ping(through_agent),
-    )
-    .await?;
-    wait_for(
-        Duration::from_secs(60),
-        Duration::from_millis(50),
-        "UDP through the agent",
-        || udp_ping(through_agent),
-    )
-    .await?;
+    Poll::new(Duration::from_secs(60))
+        .every(Duration::from_millis(50))
+        .try_async("TCP through the agent", || tcp_ping(through_agent))
+        .await?;
+    Poll::new(Duration::from_secs(60))
+        .every(Duration::from_millis(50))
+        .try_async("UDP through the agent", || udp_ping(through_agent))
+        .await?;
     println!("cluster-agent pid {agent_pid} serving TCP+UDP {through_agent} (standalone driver)");
 
     // (c) setup: HAProxy, TCP mode, one thread.
@@ -345,13 +340,10 @@ async fn run(
             let pid = proc.pid;
             children.push(proc);
             let addr: SocketAddr = HAPROXY.parse()?;
-            wait_for(
-                Duration::from_secs(10),
-                Duration::from_millis(50),
-                "TCP through haproxy",
-                || tcp_ping(addr),
-            )
-            .await?;
+            Poll::new(Duration::from_secs(10))
+                .every(Duration::from_millis(50))
+                .try_async("TCP through haproxy", || tcp_ping(addr))
+                .await?;
             let version = Command::new(&path)
                 .arg("-v")
                 .output()

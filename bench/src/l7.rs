@@ -17,9 +17,8 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use fedingress_bench::{
-    Api, Apiserver, CpuWindow, GROUP_PATH, HubTiming, Proc, sibling, today, wait_for,
-};
+use fedingress_bench::{Api, Apiserver, CpuWindow, GROUP_PATH, HubTiming, Proc, sibling, today};
+use fedingress_testsupport::Poll;
 use serde_json::json;
 
 #[derive(Parser)]
@@ -330,13 +329,10 @@ async fn run(
     children.push(nginx);
     let direct_http = format!("http://{NGINX_IP}:{HTTP_PORT}/");
     let direct_https = format!("https://{NGINX_IP}:{HTTPS_PORT}/");
-    wait_for(
-        Duration::from_secs(10),
-        Duration::from_millis(50),
-        "nginx",
-        || async { probe(&direct_http) },
-    )
-    .await?;
+    Poll::new(Duration::from_secs(10))
+        .every(Duration::from_millis(50))
+        .try_async("nginx", || async { probe(&direct_http) })
+        .await?;
 
     // HAProxy.
     let pem = dir.path().join("haproxy.pem");
@@ -357,13 +353,10 @@ async fn run(
     children.push(haproxy);
     let haproxy_http = format!("http://{HAPROXY_IP}:{HTTP_PORT}/");
     let haproxy_https = format!("https://{HAPROXY_IP}:{HTTPS_PORT}/");
-    wait_for(
-        Duration::from_secs(10),
-        Duration::from_millis(50),
-        "haproxy",
-        || async { probe(&haproxy_http) },
-    )
-    .await?;
+    Poll::new(Duration::from_secs(10))
+        .every(Duration::from_millis(50))
+        .try_async("haproxy", || async { probe(&haproxy_http) })
+        .await?;
 
     // The agent, configured through the hub.
     let api = Api::new(&hub.api)?;
@@ -418,13 +411,10 @@ async fn run(
     let agent_http = format!("http://{AGENT_IP}:{HTTP_PORT}/");
     let agent_https = format!("https://{AGENT_IP}:{HTTPS_PORT}/");
     for url in [&agent_http, &agent_https] {
-        wait_for(
-            Duration::from_secs(60),
-            Duration::from_millis(100),
-            "the agent",
-            || async { probe(url) },
-        )
-        .await?;
+        Poll::new(Duration::from_secs(60))
+            .every(Duration::from_millis(100))
+            .try_async("the agent", || async { probe(url) })
+            .await?;
     }
     dirs.push(dir);
 

@@ -474,29 +474,6 @@ impl Drop for Echo {
     }
 }
 
-/// Sleeps until `check` succeeds (every `every`) or `timeout` passes.
-pub async fn wait_for<F, Fut>(
-    timeout: Duration,
-    every: Duration,
-    what: &str,
-    mut check: F,
-) -> anyhow::Result<()>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<(), String>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        match check().await {
-            Ok(()) => return Ok(()),
-            Err(last) if Instant::now() > deadline => {
-                bail!("{what}: not within {timeout:?} (last: {last})")
-            }
-            Err(_) => tokio::time::sleep(every).await,
-        }
-    }
-}
-
 // --- numbers ---------------------------------------------------------------------------
 
 /// The `p` quantile (0..=1, nearest rank) of sorted durations.

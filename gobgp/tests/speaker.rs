@@ -8,7 +8,6 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
 use std::time::Duration;
 
@@ -16,9 +15,12 @@ use fedingress_gobgp::{
     Community, Global, Gobgpd, GobgpdCommand, Peer, RibEntry, Route, SessionState, Speaker,
     SpeakerError,
 };
+use fedingress_testsupport::Poll;
 
 /// Generous: GoBGP connects out every 5-10 s at best.
 const DEADLINE: Duration = Duration::from_secs(90);
+/// The waits: GoBGP's state changes in seconds, so every 200 ms is often enough.
+const POLL: Poll = Poll::new(DEADLINE).every(Duration::from_millis(200));
 const ASN: u32 = 65000;
 
 fn gobgpd_installed() -> bool {
@@ -48,25 +50,6 @@ async fn run_gobgpd() -> (Gobgpd, Speaker) {
     let mut gobgpd = Gobgpd::start(api_address(), &[]).unwrap();
     let speaker = gobgpd.wait_ready(Duration::from_secs(20)).await.unwrap();
     (gobgpd, speaker)
-}
-
-/// Polls `probe` until it returns `Some`, or panics with `what` and the last value.
-async fn eventually<T, F, Fut>(what: &str, mut probe: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, String>>,
-{
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        let last = match probe().await {
-            Ok(value) => return value,
-            Err(last) => last,
-        };
-        if tokio::time::Instant::now() > deadline {
-            panic!("{what}: still not true after {DEADLINE:?}; last: {last}");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 fn ip(s: &str) -> IpAddr {
@@ -126,7 +109,7 @@ async fn two_speakers_exchange_announcements_and_withdrawals() {
     .unwrap();
 
     for (speaker, neighbor) in [(&site, "127.0.0.3"), (&reflector, "127.0.0.2")] {
-        eventually(
+        POLL.eventually_async(
             &format!("{} sees {neighbor} established", speaker.endpoint()),
             || {
                 let mut speaker = speaker.clone();
@@ -174,7 +157,7 @@ async fn two_speakers_exchange_announcements_and_withdrawals() {
         assert!(entry.best);
     }
 
-    eventually("the reflector learns both routes from the site", || {
+    POLL.eventually_async("the reflector learns both routes from the site", || {
         let mut reflector = reflector.clone();
         let (v4, v6) = (v4.clone(), v6.clone());
         async move {
@@ -205,7 +188,7 @@ async fn two_speakers_exchange_announcements_and_withdrawals() {
     // Withdrawing again is not an error.
     site.withdraw(&v4).await.unwrap();
     assert!(site.rib().await.unwrap().is_empty());
-    eventually("the reflector drops both routes", || {
+    POLL.eventually_async("the reflector drops both routes", || {
         let mut reflector = reflector.clone();
         async move {
             let rib = reflector.rib().await.map_err(|e| e.to_string())?;
@@ -394,7 +377,7 @@ async fn gobgpd_is_killed_on_drop() {
     let pid = gobgpd.id().unwrap();
     assert!(!gone(pid));
     drop(gobgpd);
-    eventually("gobgpd is gone after drop", || async move {
+    POLL.eventually_async("gobgpd is gone after drop", || async move {
         if gone(pid) {
             Ok(())
         } else {
@@ -454,7 +437,7 @@ async fn gobgpd_dies_with_its_parent() {
     assert!(!gone(pid));
     // SIGKILL: the helper's destructors never run; only the parent-death signal is left.
     helper.kill().await.unwrap();
-    eventually("gobgpd dies with its parent", || async move {
+    POLL.eventually_async("gobgpd dies with its parent", || async move {
         if gone(pid) {
             Ok(())
         } else {
@@ -532,7 +515,7 @@ async fn an_announce_only_speaker_learns_nothing_from_its_peers() {
     reflector.announce(&reflected).await.unwrap();
 
     let control = sites[1].1.clone();
-    eventually("the control site learns the reflector's path", || {
+    POLL.eventually_async("the control site learns the reflector's path", || {
         let mut control = control.clone();
         let reflected = reflected.clone();
         async move {

@@ -42,6 +42,9 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+/// The workspace's one polling helper (`fedingress_testsupport::poll`), here for the tests
+/// that import it from the harness.
+pub use fedingress_testsupport::eventually;
 
 /// The directory holding the workspace's binaries for this build profile.
 fn bin_dir() -> PathBuf {
@@ -239,24 +242,6 @@ impl Drop for Process {
         if let Ok(None) = self.child.try_wait() {
             let _ = self.child.kill();
             let _ = self.child.wait();
-        }
-    }
-}
-
-/// Polls `check` until it returns `Some`, or fails after `timeout` with the last reason.
-pub fn eventually<T>(
-    timeout: Duration,
-    what: &str,
-    mut check: impl FnMut() -> Result<T, String>,
-) -> T {
-    let deadline = Instant::now() + timeout;
-    loop {
-        match check() {
-            Ok(value) => return value,
-            Err(reason) if Instant::now() >= deadline => {
-                panic!("timed out after {timeout:?} waiting for {what}: {reason}")
-            }
-            Err(_) => std::thread::sleep(Duration::from_millis(50)),
         }
     }
 }

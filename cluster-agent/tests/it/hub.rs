@@ -24,6 +24,7 @@ use fedingress_api::plan::{
 use fedingress_proto::convert::{agent_from_pb, hub_to_pb};
 use fedingress_proto::pb::agent_gateway_server::{AgentGateway, AgentGatewayServer};
 use fedingress_proto::{AgentToHub, Hello, HubToAgent, pb};
+use fedingress_testsupport::eventually_async;
 use futures_util::StreamExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -192,7 +193,7 @@ struct Hub {
 impl Hub {
     async fn start(addr: SocketAddr) -> Hub {
         // The port may still be held for a moment by a hub just killed.
-        let listener = eventually("binding the hub port", || async {
+        let listener = eventually_async(DEADLINE, "binding the hub port", || async {
             tokio::net::TcpListener::bind(addr).await.ok()
         })
         .await;
@@ -504,25 +505,6 @@ fn welcome(heartbeat_interval_ms: u32) -> HubToAgent {
         lease_ms: heartbeat_interval_ms * 3,
         provider: None,
         cordoned: false,
-    }
-}
-
-/// Polls `probe` until it gives a value (every 10 ms, up to [`DEADLINE`]).
-async fn eventually<T, F, Fut>(what: &str, mut probe: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        if let Some(value) = probe().await {
-            return value;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "not within {DEADLINE:?}: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 

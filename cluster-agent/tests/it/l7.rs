@@ -8,7 +8,6 @@
 #![allow(clippy::unwrap_used)]
 
 use std::convert::Infallible;
-use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::sync::atomic::{AtomicU16, AtomicUsize, Ordering};
@@ -21,6 +20,7 @@ use fedingress_api::ingress::{
     Backend, HttpPath, IngressRule, IngressTls, PathType, Protocol, TlsMode,
 };
 use fedingress_api::plan::{ClusterPlan, IngressKey, IngressShare};
+use fedingress_testsupport::eventually_async;
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
 use hyper::{Request, Response};
@@ -45,24 +45,6 @@ fn test_port(test: u8, k: u16) -> u16 {
 
 fn provider() {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-}
-
-async fn eventually<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<(), String>>,
-{
-    let deadline = Instant::now() + WAIT;
-    loop {
-        match check().await {
-            Ok(()) => return,
-            Err(reason) => assert!(
-                Instant::now() < deadline,
-                "timed out waiting until {what}: {reason}"
-            ),
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -544,7 +526,7 @@ async fn backend_of(client: &reqwest::Client, url: &str) -> String {
 
 /// Waits until every endpoint of every backend of `plan` is healthy.
 async fn all_healthy(standalone: &Standalone, plan: &ClusterPlan) {
-    eventually("every endpoint is healthy", || async {
+    eventually_async(WAIT, "every endpoint is healthy", || async {
         let report = standalone.report(plan);
         for ingress in &report.ingresses {
             for backend in &ingress.backends {
@@ -946,7 +928,7 @@ async fn no_healthy_endpoint_is_503_and_traffic_recovers() {
 
     // The backend dies: 503 once it is unhealthy (502 while a request races the checks).
     web.kill().await;
-    eventually("503 with a clear body", || async {
+    eventually_async(WAIT, "503 with a clear body", || async {
         match get(&http, &url).await {
             (503, _, body)
                 if body == "503 Service Unavailable: no healthy endpoint for service \"web\"\n" =>
@@ -959,7 +941,7 @@ async fn no_healthy_endpoint_is_503_and_traffic_recovers() {
     .await;
     // It returns: traffic flows again.
     let web = Web::start_at(web_addr, "web").await;
-    eventually("200 again", || async {
+    eventually_async(WAIT, "200 again", || async {
         match get(&http, &url).await {
             (200, _, _) => Ok(()),
             other => Err(format!("{other:?}")),
@@ -969,7 +951,7 @@ async fn no_healthy_endpoint_is_503_and_traffic_recovers() {
 
     // The HTTP health check fails on status: unhealthy, 503; passes again: back.
     web.state.health.store(500, Ordering::SeqCst);
-    eventually("503 on a failing health check", || async {
+    eventually_async(WAIT, "503 on a failing health check", || async {
         match get(&http, &url).await {
             (503, _, _) => Ok(()),
             other => Err(format!("{other:?}")),
@@ -977,7 +959,7 @@ async fn no_healthy_endpoint_is_503_and_traffic_recovers() {
     })
     .await;
     web.state.health.store(204, Ordering::SeqCst);
-    eventually("200 once the check passes", || async {
+    eventually_async(WAIT, "200 once the check passes", || async {
         match get(&http, &url).await {
             (200, _, _) => Ok(()),
             other => Err(format!("{other:?}")),
@@ -1065,7 +1047,7 @@ async fn in_flight_requests_survive_route_changes_and_listener_removal() {
         let (http, url) = (http.clone(), format!("{base}/slow/1500"));
         tokio::spawn(async move { get(&http, &url).await })
     };
-    eventually("the slow request reached the backend", || async {
+    eventually_async(WAIT, "the slow request reached the backend", || async {
         (slow.state.in_flight.load(Ordering::SeqCst) == 1)
             .then_some(())
             .ok_or_else(String::new)
@@ -1087,11 +1069,15 @@ async fn in_flight_requests_survive_route_changes_and_listener_removal() {
         let (http, url) = (http.clone(), format!("{base}/slow/1500"));
         tokio::spawn(async move { get(&http, &url).await })
     };
-    eventually("the second slow request reached the backend", || async {
-        (slow.state.in_flight.load(Ordering::SeqCst) == 1)
-            .then_some(())
-            .ok_or_else(String::new)
-    })
+    eventually_async(
+        WAIT,
+        "the second slow request reached the backend",
+        || async {
+            (slow.state.in_flight.load(Ordering::SeqCst) == 1)
+                .then_some(())
+                .ok_or_else(String::new)
+        },
+    )
     .await;
     let gone = ClusterPlan::from(vec![share("shop", 4, Vec::new(), &[])]);
     assert_eq!(standalone.apply(&gone).await, vec![]);
@@ -1100,17 +1086,21 @@ async fn in_flight_requests_survive_route_changes_and_listener_removal() {
         "the listener is closed"
     );
     // Idle keep-alive connections close at once; the busy one finishes its request.
-    eventually("only the busy connection is left draining", || async {
-        let metrics = standalone.metrics();
-        metrics
-            .contains("fedingress_agent_draining_connections 1\n")
-            .then_some(())
-            .ok_or(metrics)
-    })
+    eventually_async(
+        WAIT,
+        "only the busy connection is left draining",
+        || async {
+            let metrics = standalone.metrics();
+            metrics
+                .contains("fedingress_agent_draining_connections 1\n")
+                .then_some(())
+                .ok_or(metrics)
+        },
+    )
     .await;
     let (status, _, body) = in_flight.await.unwrap();
     assert_eq!((status, body.as_str()), (200, "slow done"));
-    eventually("the drain is over", || async {
+    eventually_async(WAIT, "the drain is over", || async {
         let metrics = standalone.metrics();
         metrics
             .contains("fedingress_agent_draining_connections 0\n")
@@ -1153,7 +1143,7 @@ async fn drain_is_bounded_and_shutdown_waits_for_requests_in_flight() {
         let url = format!("http://{ip}:{port}/slow/5000");
         tokio::spawn(async move { http.get(url).send().await.map(|r| r.status()) })
     };
-    eventually("the request reached the backend", || async {
+    eventually_async(WAIT, "the request reached the backend", || async {
         (slow.state.in_flight.load(Ordering::SeqCst) == 1)
             .then_some(())
             .ok_or_else(String::new)
@@ -1183,7 +1173,7 @@ async fn drain_is_bounded_and_shutdown_waits_for_requests_in_flight() {
         let url = format!("http://{ip}:{port}/slow/700");
         tokio::spawn(async move { get(&http, &url).await })
     };
-    eventually("the request reached the backend", || async {
+    eventually_async(WAIT, "the request reached the backend", || async {
         (slow.state.in_flight.load(Ordering::SeqCst) >= 1)
             .then_some(())
             .ok_or_else(String::new)
@@ -1236,7 +1226,7 @@ async fn certificates_are_reloaded_when_their_files_change() {
     assert_eq!(shown().await, der_of(&first));
     let (cert, key) = pki.leaf(&["shop.example.com", "www.shop.example.com"]);
     write_pair(dir.path(), "shop-tls", &cert, &key);
-    eventually("the new certificate is served", || async {
+    eventually_async(WAIT, "the new certificate is served", || async {
         (shown().await == der_of(&cert))
             .then_some(())
             .ok_or_else(String::new)

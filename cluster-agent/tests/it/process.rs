@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use fedingress_agent::state::{PersistedPlan, PlanStore};
 use fedingress_api::ingress::{Backend, IngressRule, Protocol};
 use fedingress_api::plan::{ClusterPlan, IngressKey, IngressShare};
+use fedingress_testsupport::eventually;
 
 const DEADLINE: Duration = Duration::from_secs(20);
 const BIN: &str = env!("CARGO_BIN_EXE_cluster-agent");
@@ -89,17 +90,6 @@ fn get(addr: SocketAddr, path: &str) -> u16 {
         .nth(1)
         .and_then(|code| code.parse().ok())
         .unwrap_or_else(|| panic!("not an HTTP response: {response:?}"))
-}
-
-fn eventually(what: &str, mut probe: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !probe() {
-        assert!(
-            start.elapsed() < DEADLINE,
-            "not within {DEADLINE:?}: {what}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// A port free on 127.0.77.1 right now.
@@ -205,11 +195,11 @@ fn ready_line_health_and_fail_static_without_a_hub() {
         })
         .unwrap();
     let (agent, admin) = Agent::start(&config);
-    eventually("ready on the persisted plan", || {
+    eventually(DEADLINE, "ready on the persisted plan", || {
         get(admin, "/readyz") == 200
     });
     let listener: SocketAddr = format!("127.0.77.1:{port}").parse().unwrap();
-    eventually("the persisted plan's listener is bound", || {
+    eventually(DEADLINE, "the persisted plan's listener is bound", || {
         TcpStream::connect(listener).is_ok()
     });
     assert_eq!(agent.terminate().code(), Some(0));

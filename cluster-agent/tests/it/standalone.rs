@@ -8,7 +8,6 @@
 // Test helpers panic on failure by design (clippy exempts only `#[test]` bodies).
 #![allow(clippy::unwrap_used)]
 
-use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -18,6 +17,7 @@ use fedingress_agent::{Config, Standalone};
 use fedingress_api::cluster::Address;
 use fedingress_api::ingress::{Backend, HttpPath, IngressRule, Protocol, TlsMode};
 use fedingress_api::plan::{AgentReport, ClusterPlan, IngressKey, IngressReport, IngressShare};
+use fedingress_testsupport::eventually_async;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::task::JoinSet;
@@ -216,21 +216,6 @@ fn listener_active(report: &AgentReport, name: &str, protocol: &str) -> u64 {
         .sum()
 }
 
-async fn eventually<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = Instant::now() + WAIT;
-    loop {
-        if check().await {
-            return;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 /// One TCP request/response through a fresh connection.
 async fn tcp_echo(addr: SocketAddr, text: &str) -> String {
     let mut stream = timeout(IO, TcpStream::connect(addr))
@@ -324,7 +309,7 @@ async fn round_robin_across_two_endpoints() {
         ],
     )]);
     assert_eq!(standalone.apply(&plan).await, vec![]);
-    eventually("both endpoints are healthy", || async {
+    eventually_async(WAIT, "both endpoints are healthy", || async {
         ready(&standalone.report(&plan), "echo") == (2, 2)
     })
     .await;
@@ -368,7 +353,7 @@ async fn a_dead_endpoint_turns_unhealthy_and_traffic_moves_to_the_other() {
         ],
     )]);
     assert_eq!(standalone.apply(&plan).await, vec![]);
-    eventually("both endpoints are healthy", || async {
+    eventually_async(WAIT, "both endpoints are healthy", || async {
         ready(&standalone.report(&plan), "echo") == (2, 2)
     })
     .await;
@@ -381,7 +366,7 @@ async fn a_dead_endpoint_turns_unhealthy_and_traffic_moves_to_the_other() {
     changes.borrow_and_update();
     let killed = Instant::now();
     a.kill().await;
-    eventually("the killed endpoint is unhealthy", || async {
+    eventually_async(WAIT, "the killed endpoint is unhealthy", || async {
         ready(&standalone.report(&plan), "echo") == (1, 2)
     })
     .await;
@@ -406,7 +391,7 @@ async fn a_dead_endpoint_turns_unhealthy_and_traffic_moves_to_the_other() {
 
     // With no endpoint left, clients are closed.
     b.kill().await;
-    eventually("no endpoint is healthy", || async {
+    eventually_async(WAIT, "no endpoint is healthy", || async {
         ready(&standalone.report(&plan), "echo") == (0, 2)
     })
     .await;
@@ -437,7 +422,7 @@ async fn failed_connects_eject_an_endpoint_between_checks() {
         vec![rule(Protocol::Tcp, port, "echo", 1)],
     )]);
     assert_eq!(standalone.apply(&plan).await, vec![]);
-    eventually("both endpoints are healthy", || async {
+    eventually_async(WAIT, "both endpoints are healthy", || async {
         ready(&standalone.report(&plan), "echo") == (2, 2)
     })
     .await;
@@ -494,7 +479,7 @@ async fn report_counts_connections_sessions_and_endpoints() {
         );
         clients.push(client);
     }
-    eventually("the endpoint is healthy", || async {
+    eventually_async(WAIT, "the endpoint is healthy", || async {
         ready(&standalone.report(&plan), "echo") == (1, 1)
     })
     .await;
@@ -517,9 +502,11 @@ async fn report_counts_connections_sessions_and_endpoints() {
         assert!(load.connections_per_second > 0.0, "{load:?}");
     }
     drop(streams);
-    eventually("closed TCP connections are no longer active", || async {
-        listener_active(&standalone.report(&plan), "echo", "TCP") == 0
-    })
+    eventually_async(
+        WAIT,
+        "closed TCP connections are no longer active",
+        || async { listener_active(&standalone.report(&plan), "echo", "TCP") == 0 },
+    )
     .await;
     assert_eq!(listener_active(&standalone.report(&plan), "echo", "UDP"), 2);
     // A share the driver has not applied is reported as such.
@@ -680,7 +667,7 @@ async fn udp_sessions_expire_when_idle() {
     assert_eq!(udp_exchange(&client, "one").await, "ONE");
     assert_eq!(listener_active(&standalone.report(&plan), "echo", "UDP"), 1);
     let sent = Instant::now();
-    eventually("the idle session expired", || async {
+    eventually_async(WAIT, "the idle session expired", || async {
         listener_active(&standalone.report(&plan), "echo", "UDP") == 0
     })
     .await;
@@ -720,7 +707,7 @@ async fn ipv6_and_ipv4_listeners_side_by_side() {
         let client = udp_client(listener).await;
         assert_eq!(udp_exchange(&client, "six").await, "SIX");
     }
-    eventually("the IPv6 endpoint is healthy", || async {
+    eventually_async(WAIT, "the IPv6 endpoint is healthy", || async {
         ready(&standalone.report(&plan), "echo") == (1, 1)
     })
     .await;
@@ -961,7 +948,7 @@ async fn connections_over_the_listener_cap_are_closed_and_counted() {
     // The two keep working; once one closes, a new one is taken.
     assert_eq!(exchange(&mut first, "still").await, "STILL");
     drop(second);
-    eventually("a connection slot is free again", || async {
+    eventually_async(WAIT, "a connection slot is free again", || async {
         listener_active(&standalone.report(&plan), "echo", "TCP") < 2
     })
     .await;
@@ -1001,7 +988,7 @@ async fn idle_spliced_connections_are_closed_on_both_sides() {
         ),
         1.0
     );
-    eventually("the connection is gone from the counts", || async {
+    eventually_async(WAIT, "the connection is gone from the counts", || async {
         listener_active(&standalone.report(&plan), "echo", "TCP") == 0
     })
     .await;
@@ -1052,7 +1039,7 @@ async fn a_full_udp_listener_evicts_unassured_sessions_and_refuses_past_assured_
     // Both sessions assured now: D is refused.
     let d = udp_client_from(source(4), addr).await;
     d.send(b"d1").await.unwrap();
-    eventually("D is refused", || async {
+    eventually_async(WAIT, "D is refused", || async {
         count(
             "fedingress_agent_listener_refused_total",
             Some("listener_limit"),
@@ -1062,12 +1049,16 @@ async fn a_full_udp_listener_evicts_unassured_sessions_and_refuses_past_assured_
     // A second port of A's address is over the per-source cap.
     let a_again = udp_client_from(source(1), addr).await;
     a_again.send(b"a-other-port").await.unwrap();
-    eventually("the second port of A's address is refused", || async {
-        count(
-            "fedingress_agent_listener_refused_total",
-            Some("source_limit"),
-        ) == 1.0
-    })
+    eventually_async(
+        WAIT,
+        "the second port of A's address is refused",
+        || async {
+            count(
+                "fedingress_agent_listener_refused_total",
+                Some("source_limit"),
+            ) == 1.0
+        },
+    )
     .await;
     assert_eq!(count("fedingress_agent_listener_evicted_total", None), 1.0);
     assert_eq!(udp_exchange(&a, "a4").await, "A4");

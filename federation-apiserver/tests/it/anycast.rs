@@ -12,11 +12,12 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use fedingress_api::plan::{AnycastRoute, IngressKey, SpeakerReport};
+use fedingress_testsupport::eventually_async;
 use hickory_proto::op::ResponseCode;
 use serde_json::{Value, json};
 use support::agent::FakeAgent;
 use support::dns::query_a;
-use support::{GROUP, TestHub, dns_name, entry, eventually};
+use support::{DEADLINE, GROUP, TestHub, dns_name, entry};
 
 const VIP: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 10);
 const EU_IP: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 21);
@@ -49,7 +50,7 @@ async fn wait_route(hub: &TestHub, cluster: &str, what: &str, check: impl Fn(&Va
 /// The A answer for `vip`, once it is `expected` (NODATA when empty).
 async fn wait_answer(hub: &TestHub, expected: &[Ipv4Addr]) {
     let dns = hub.addresses.dns.unwrap();
-    eventually(&format!("A vip = {expected:?}"), || async {
+    eventually_async(DEADLINE, &format!("A vip = {expected:?}"), || async {
         let answer = query_a(dns, &dns_name("vip")).await;
         (answer.rcode == ResponseCode::NoError && answer.ips == expected)
             .then_some(())
@@ -82,7 +83,7 @@ async fn explain(hub: &TestHub, client: &str) -> (Vec<(String, String)>, String)
 
 /// Waits for an Event about `vip` with `reason` and `message`.
 async fn wait_event(hub: &TestHub, reason: &str, message: &str) {
-    eventually(&format!("event {reason}: {message}"), || async {
+    eventually_async(DEADLINE, &format!("event {reason}: {message}"), || async {
         let events = hub.get("/api/v1/namespaces/default/events").await;
         let seen: Vec<String> = events["items"]
             .as_array()
@@ -278,7 +279,7 @@ async fn reported_routes_reach_status_dns_explain_events_and_fedctl() {
     )
     .await;
     wait_answer(&hub, &[]).await;
-    let cluster = eventually("us-east's speaker in its status", || async {
+    let cluster = eventually_async(DEADLINE, "us-east's speaker in its status", || async {
         let cluster = hub.cluster("us-east").await;
         (cluster["status"]["speaker"]["up"] == false)
             .then(|| cluster.clone())

@@ -11,11 +11,12 @@ use crate::support;
 use std::net::{IpAddr, Ipv4Addr};
 
 use fedingress_api::plan::{IngressKey, RuleError};
+use fedingress_testsupport::eventually_async;
 use hickory_proto::op::ResponseCode;
 use serde_json::{Value, json};
 use support::agent::FakeAgent;
 use support::dns::{Answer, query_a};
-use support::{INGRESSES, TestHub, condition, dns_name, entry, eventually, record_values};
+use support::{DEADLINE, INGRESSES, TestHub, condition, dns_name, entry, record_values};
 
 const EU_IP: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 21);
 const US_IP: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 22);
@@ -28,7 +29,7 @@ fn key(name: &str) -> IngressKey {
 /// NODATA when empty).
 async fn wait_answer(hub: &TestHub, name: &str, expected: &[Ipv4Addr]) -> Answer {
     let dns = hub.addresses.dns.unwrap();
-    eventually(&format!("A {name} = {expected:?}"), || async {
+    eventually_async(DEADLINE, &format!("A {name} = {expected:?}"), || async {
         let answer = query_a(dns, &dns_name(name)).await;
         (answer.rcode == ResponseCode::NoError && answer.ips == expected)
             .then(|| answer.clone())
@@ -93,7 +94,7 @@ async fn status_goes_from_pending_to_applied_and_healthy_after_ack_and_report() 
         "{pending_time} < {offline_time}"
     );
     assert_eq!(condition(&ingress, "Propagated"), "False");
-    let cluster = eventually("eu-west connected", || async {
+    let cluster = eventually_async(DEADLINE, "eu-west connected", || async {
         let cluster = hub.cluster("eu-west").await;
         (cluster["status"]["connected"] == true)
             .then(|| cluster.clone())
@@ -256,7 +257,7 @@ async fn a_cluster_whose_agent_never_acked_is_never_answered() {
     let mut silent = FakeAgent::connect(&hub, "us-east").await;
     silent.expect_share(&key("web"), 1).await;
     silent.report(IpAddr::V4(US_IP), 1);
-    eventually("us-east's report seen", || async {
+    eventually_async(DEADLINE, "us-east's report seen", || async {
         let cluster = hub.cluster("us-east").await;
         (cluster["status"]["addresses"] == json!([{"ip": "127.0.0.22"}]))
             .then_some(())
@@ -313,7 +314,7 @@ async fn a_cluster_whose_agent_stops_heartbeating_goes_offline_after_the_lease()
     let offline = entry(&ingress, "eu-west").unwrap();
     assert_eq!(offline["healthy"], false, "{offline}");
     assert_eq!(condition(&ingress, "Healthy"), "False");
-    let cluster = eventually("eu-west disconnected", || async {
+    let cluster = eventually_async(DEADLINE, "eu-west disconnected", || async {
         let cluster = hub.cluster("eu-west").await;
         (cluster["status"]["connected"] == false)
             .then(|| cluster.clone())
@@ -410,7 +411,7 @@ async fn after_a_restart_dns_answers_from_persisted_state_until_the_lease_passes
             conditions(&ingress)
         );
     }
-    let cluster = eventually("eu-west not connected", || async {
+    let cluster = eventually_async(DEADLINE, "eu-west not connected", || async {
         let cluster = hub.cluster("eu-west").await;
         (condition(&cluster, "Ready") == "False")
             .then(|| cluster.clone())

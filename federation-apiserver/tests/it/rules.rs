@@ -12,10 +12,11 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use fedingress_api::cluster::Address;
 use fedingress_api::plan::{IngressKey, RuleAddresses};
+use fedingress_testsupport::eventually_async;
 use serde_json::{Value, json};
 use support::agent::FakeAgent;
 use support::dns::dig;
-use support::{TestHub, entry, eventually};
+use support::{DEADLINE, TestHub, entry};
 
 const EU_IP: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 21);
 const US_IP: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 22);
@@ -49,13 +50,17 @@ async fn wait_dig(hub: &TestHub, name: &str, qtype: &str, expected: &[String]) {
     let dns = hub.addresses.dns.unwrap();
     let mut expected = expected.to_vec();
     expected.sort();
-    eventually(&format!("dig {name} {qtype} = {expected:?}"), || {
-        let expected = expected.clone();
-        async move {
-            let got = dig(dns, name, qtype).await;
-            (got == expected).then_some(()).ok_or(format!("{got:?}"))
-        }
-    })
+    eventually_async(
+        DEADLINE,
+        &format!("dig {name} {qtype} = {expected:?}"),
+        || {
+            let expected = expected.clone();
+            async move {
+                let got = dig(dns, name, qtype).await;
+                (got == expected).then_some(()).ok_or(format!("{got:?}"))
+            }
+        },
+    )
     .await;
 }
 
@@ -179,7 +184,7 @@ async fn split_udp_load_balancers_and_missing_capabilities_reach_status_and_dns(
     .await;
     assert_eq!(dig(dns, NAME, "A").await, ["127.0.0.21", "127.0.0.22"]);
     assert_eq!(dig(dns, &format!("_dns._tcp.{NAME}"), "SRV").await.len(), 2);
-    let ingress = eventually("Servable names both clusters", || async {
+    let ingress = eventually_async(DEADLINE, "Servable names both clusters", || async {
         let ingress = hub.ingress("dns").await;
         let (_, _, message) = condition(&ingress, "Servable");
         message

@@ -13,6 +13,7 @@ use fedingress_api::plan::{AgentReport, ClusterPlan};
 use fedingress_proto::convert::{agent_from_pb, hub_to_pb};
 use fedingress_proto::pb::agent_gateway_server::{AgentGateway, AgentGatewayServer};
 use fedingress_proto::{AgentToHub, HubToAgent, pb};
+use fedingress_testsupport::eventually_async;
 use futures_util::StreamExt;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -165,17 +166,12 @@ impl FakeHub {
         deadline: Duration,
         check: impl Fn(&AgentReport) -> bool,
     ) -> AgentReport {
-        let until = tokio::time::Instant::now() + deadline;
-        loop {
-            let latest = self.latest_report();
-            if let Some(report) = latest.as_ref().filter(|r| check(r)) {
-                return report.clone();
+        eventually_async(deadline, &format!("a report where {what}"), || async {
+            match self.latest_report() {
+                Some(report) if check(&report) => Ok(report),
+                latest => Err(format!("{latest:#?}")),
             }
-            assert!(
-                tokio::time::Instant::now() < until,
-                "no report within {deadline:?} where {what}; latest: {latest:#?}"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        })
+        .await
     }
 }

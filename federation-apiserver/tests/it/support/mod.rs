@@ -1,8 +1,8 @@
 //! Test support for the apiserver's in-process tests: a hub started with
 //! [`Server::bind`] on loopback port 0 with its embedded DNS server ([`TestHub`]), a
-//! scripted fake cluster agent ([`agent::FakeAgent`]), a one-query DNS client
-//! ([`dns::query_a`]) and the one polling helper ([`eventually`]). Every test under
-//! `tests/` that needs a running hub uses [`TestHub`].
+//! scripted fake cluster agent ([`agent::FakeAgent`]) and a one-query DNS client
+//! ([`dns::query_a`]); waits use `fedingress_testsupport::eventually_async` with
+//! [`DEADLINE`]. Every test under `tests/` that needs a running hub uses [`TestHub`].
 //!
 //! Each hub runs on its own thread with its own tokio runtime: [`TestHub::stop`] drops
 //! that runtime, which ends every task of the hub (controller, gateway, DNS) and closes
@@ -14,12 +14,12 @@
 pub mod agent;
 pub mod dns;
 
-use std::future::Future;
 use std::time::Duration;
 
 use clap::Parser;
 use fedingress_apiserver::config::{self, Cli};
 use fedingress_apiserver::server::{Addresses, Server};
+use fedingress_testsupport::eventually_async;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
@@ -47,26 +47,6 @@ dns:
     - {cidr: 10.2.0.0/16, region: us-east1, latitude: 33.2, longitude: -80.0}
     - {cidr: 10.3.0.0/16, region: asia-south1, latitude: 19.07, longitude: 72.87}
 "#;
-
-/// Polls `check` until it returns `Ok`, failing the test with the last `Err` (what was
-/// seen instead) when [`DEADLINE`] passes first.
-pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, String>>,
-{
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        let seen = match check().await {
-            Ok(found) => return found,
-            Err(seen) => seen,
-        };
-        if tokio::time::Instant::now() >= deadline {
-            panic!("no {what} within {DEADLINE:?}; last seen: {seen}");
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-}
 
 /// A hub served on its own thread and runtime until stopped or dropped.
 pub struct TestHub {
@@ -287,13 +267,17 @@ impl TestHub {
         what: &str,
         check: impl Fn(&Value, &Value) -> bool,
     ) -> Value {
-        eventually(&format!("{what} ({name} on {cluster})"), || async {
-            let ingress = self.ingress(name).await;
-            match entry(&ingress, cluster) {
-                Some(found) if check(&ingress, &found) => Ok(ingress),
-                _ => Err(ingress["status"].to_string()),
-            }
-        })
+        eventually_async(
+            DEADLINE,
+            &format!("{what} ({name} on {cluster})"),
+            || async {
+                let ingress = self.ingress(name).await;
+                match entry(&ingress, cluster) {
+                    Some(found) if check(&ingress, &found) => Ok(ingress),
+                    _ => Err(ingress["status"].to_string()),
+                }
+            },
+        )
         .await
     }
 }
