@@ -1,8 +1,8 @@
 //! Serving limits of the REST API and the agent gateway: the `limits:` block of the
 //! config file ([`LimitsConfig`]), checked into [`Limits`], and the pure decisions the
 //! listeners take with them: which in-flight cap a request counts against
-//! ([`RequestKind`]), how long a watch may last ([`watch_timeout`]), and the
-//! in-flight caps themselves ([`InFlight`]).
+//! ([`RequestKind`]) and the in-flight caps themselves ([`InFlight`]). What a watch may
+//! do goes to the API as [`WatchLimits`] ([`Limits::watch`]).
 //!
 //! Defaults follow kube-apiserver where it has one: `--max-requests-inflight` 400,
 //! `--max-mutating-requests-inflight` 200, `--min-request-timeout` 1800 s,
@@ -24,6 +24,7 @@ use serde::Deserialize;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::hub::admission::GatewayLimits;
+use crate::watch::WatchLimits;
 
 /// `limits:` in the config file. Unknown keys are errors; every value must be positive.
 #[derive(Debug, Clone, Deserialize)]
@@ -192,6 +193,18 @@ pub struct Limits {
     pub min_request_timeout: Duration,
     pub max_watch_timeout: Duration,
     pub gateway: GatewayLimits,
+}
+
+impl Limits {
+    /// The watch caps and durations, as the API applies them.
+    pub fn watch(&self) -> WatchLimits {
+        WatchLimits {
+            max_watches: self.max_watches,
+            max_watches_per_user: self.max_watches_per_user,
+            min_request_timeout: self.min_request_timeout,
+            max_watch_timeout: self.max_watch_timeout,
+        }
+    }
 }
 
 impl Default for Limits {
@@ -367,43 +380,6 @@ impl InFlight {
     }
 }
 
-/// How long a watch lasts: `timeoutSeconds` when given (lowered to the cap; the bool
-/// says whether it was), else a random time in [min, 2 × min] capped the same way.
-///
-/// # Errors
-/// `timeoutSeconds` is not a non-negative integer (the message is for a 400).
-pub fn watch_timeout(
-    requested: Option<&str>,
-    limits: &Limits,
-    random: impl FnOnce(u64, u64) -> u64,
-) -> Result<(Duration, bool), String> {
-    let wanted = match requested {
-        None | Some("") | Some("0") => {
-            let min = limits.min_request_timeout.as_secs();
-            Duration::from_secs(random(min, min.saturating_mul(2)))
-        }
-        Some(text) => Duration::from_secs(
-            text.parse::<u64>()
-                .map_err(|_| format!("invalid timeoutSeconds: {text:?}"))?,
-        ),
-    };
-    if wanted > limits.max_watch_timeout {
-        let capped = requested.is_some_and(|t| !matches!(t, "" | "0"));
-        Ok((limits.max_watch_timeout, capped))
-    } else {
-        Ok((wanted, false))
-    }
-}
-
-/// A random number of seconds in [low, high], for [`watch_timeout`].
-pub fn random_between(low: u64, high: u64) -> u64 {
-    use rand::Rng;
-    if high <= low {
-        return low;
-    }
-    rand::rng().random_range(low..=high)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -539,25 +515,7 @@ mod tests {
     }
 
     #[test]
-    fn watch_timeouts_are_random_without_timeout_seconds_and_capped() {
-        let limits = Limits::default();
-        let (timeout, capped) = watch_timeout(None, &limits, |low, high| {
-            assert_eq!((low, high), (1800, 3600));
-            2000
-        })
-        .unwrap();
-        assert_eq!((timeout, capped), (Duration::from_secs(2000), false));
-        let (timeout, capped) = watch_timeout(Some("5"), &limits, |_, _| 0).unwrap();
-        assert_eq!((timeout, capped), (Duration::from_secs(5), false));
-        let (timeout, capped) = watch_timeout(Some("99999999999"), &limits, |_, _| 0).unwrap();
-        assert_eq!((timeout, capped), (Duration::from_secs(3600), true));
-        assert_eq!(
-            watch_timeout(Some("-1"), &limits, |_, _| 0).unwrap_err(),
-            "invalid timeoutSeconds: \"-1\""
-        );
-        for _ in 0..100 {
-            let seconds = random_between(1800, 3600);
-            assert!((1800..=3600).contains(&seconds));
-        }
+    fn watch_limits_default_to_the_limits_defaults() {
+        assert_eq!(Limits::default().watch(), WatchLimits::default());
     }
 }

@@ -227,7 +227,7 @@ impl Server {
             }),
             ApiSettings {
                 bookmark_interval: settings.bookmark_interval,
-                limits: settings.limits.clone(),
+                watch: settings.limits.watch(),
             },
         );
         state.dns_providers = dns_providers;

@@ -13,6 +13,70 @@ use tokio::sync::mpsc;
 use crate::registry::{Filter, Registry, prefix};
 use crate::status::ApiError;
 
+/// How many watches may be open and how long one lasts (`limits:`); checked by the
+/// config.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WatchLimits {
+    /// Open watches on this server (`limits.maxWatches`).
+    pub max_watches: usize,
+    /// Open watches of one user (`limits.maxWatchesPerUser`).
+    pub max_watches_per_user: usize,
+    /// A watch without `timeoutSeconds` lasts a random time between this and twice this
+    /// (`--min-request-timeout`).
+    pub min_request_timeout: Duration,
+    /// The longest a watch lasts (`limits.maxWatchTimeoutSeconds`).
+    pub max_watch_timeout: Duration,
+}
+
+impl Default for WatchLimits {
+    /// kube-apiserver's `--min-request-timeout` (1800 s) and our caps.
+    fn default() -> Self {
+        Self {
+            max_watches: 2048,
+            max_watches_per_user: 256,
+            min_request_timeout: Duration::from_secs(1800),
+            max_watch_timeout: Duration::from_secs(3600),
+        }
+    }
+}
+
+/// How long a watch lasts: `timeoutSeconds` when given (lowered to the cap; the bool
+/// says whether it was), else a random time in [min, 2 × min] capped the same way.
+///
+/// # Errors
+/// `timeoutSeconds` is not a non-negative integer (the message is for a 400).
+pub fn watch_timeout(
+    requested: Option<&str>,
+    limits: &WatchLimits,
+    random: impl FnOnce(u64, u64) -> u64,
+) -> Result<(Duration, bool), String> {
+    let wanted = match requested {
+        None | Some("") | Some("0") => {
+            let min = limits.min_request_timeout.as_secs();
+            Duration::from_secs(random(min, min.saturating_mul(2)))
+        }
+        Some(text) => Duration::from_secs(
+            text.parse::<u64>()
+                .map_err(|_| format!("invalid timeoutSeconds: {text:?}"))?,
+        ),
+    };
+    if wanted > limits.max_watch_timeout {
+        let capped = requested.is_some_and(|t| !matches!(t, "" | "0"));
+        Ok((limits.max_watch_timeout, capped))
+    } else {
+        Ok((wanted, false))
+    }
+}
+
+/// A random number of seconds in [low, high], for [`watch_timeout`].
+pub fn random_between(low: u64, high: u64) -> u64 {
+    use rand::Rng;
+    if high <= low {
+        return low;
+    }
+    rand::rng().random_range(low..=high)
+}
+
 /// The 429 for a watch a cap refused (`limits.maxWatches`, `limits.maxWatchesPerUser`).
 pub fn refused(refused: crate::metrics::WatchRefused) -> ApiError {
     let message = match refused {
@@ -187,4 +251,32 @@ pub async fn start<R: Resource>(
         }
     });
     Ok(rx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn watch_timeouts_are_random_without_timeout_seconds_and_capped() {
+        let limits = WatchLimits::default();
+        let (timeout, capped) = watch_timeout(None, &limits, |low, high| {
+            assert_eq!((low, high), (1800, 3600));
+            2000
+        })
+        .unwrap();
+        assert_eq!((timeout, capped), (Duration::from_secs(2000), false));
+        let (timeout, capped) = watch_timeout(Some("5"), &limits, |_, _| 0).unwrap();
+        assert_eq!((timeout, capped), (Duration::from_secs(5), false));
+        let (timeout, capped) = watch_timeout(Some("99999999999"), &limits, |_, _| 0).unwrap();
+        assert_eq!((timeout, capped), (Duration::from_secs(3600), true));
+        assert_eq!(
+            watch_timeout(Some("-1"), &limits, |_, _| 0).unwrap_err(),
+            "invalid timeoutSeconds: \"-1\""
+        );
+        for _ in 0..100 {
+            let seconds = random_between(1800, 3600);
+            assert!((1800..=3600).contains(&seconds));
+        }
+    }
 }

@@ -46,14 +46,14 @@ pub struct Peer(pub SocketAddr);
 pub struct ApiSettings {
     pub bookmark_interval: Duration,
     /// Watch caps and durations (`limits:`).
-    pub limits: crate::limits::Limits,
+    pub watch: crate::watch::WatchLimits,
 }
 
 impl Default for ApiSettings {
     fn default() -> Self {
         Self {
             bookmark_interval: Duration::from_secs(10),
-            limits: crate::limits::Limits::default(),
+            watch: crate::watch::WatchLimits::default(),
         }
     }
 }
@@ -1064,11 +1064,11 @@ async fn serve_verb<R: Printable>(
                 params.field_selector.as_deref(),
             )?;
             let (after, initial_events_end) = lists::watch_start(registry, &params).await?;
-            let limits = &state.settings.limits;
-            let (timeout, capped) = crate::limits::watch_timeout(
+            let limits = &state.settings.watch;
+            let (timeout, capped) = crate::watch::watch_timeout(
                 params.timeout_seconds.as_deref(),
                 limits,
-                crate::limits::random_between,
+                crate::watch::random_between,
             )
             .map_err(ApiError::bad_request)?;
             if capped {
