@@ -4,8 +4,9 @@
 //! [`StoreHealth::probe`] reads the store's revision every [`PROBE_INTERVAL`] (with a
 //! deadline of [`PROBE_TIMEOUT`]). While it fails, object requests are refused at once
 //! with 503 (and `Retry-After`) saying why, instead of waiting for the store's own
-//! timeout; DNS serves the last snapshot and agents keep their last plans (nothing
-//! there needs the store), so the replicas are read-only in effect.
+//! timeout; whatever the process serves from memory keeps serving (the hub's DNS and
+//! agent plans; the messages say so through [`Meanwhile`]), so the replicas are
+//! read-only in effect.
 //! When the store answers again the replica records a Warning Event
 //! (`StoreUnavailable`, about the `FederationAPIServer` named after the replica, in
 //! namespace `default`) saying how long it was gone. `/livez` stays 200: restarting
@@ -29,7 +30,7 @@ use fedingress_api::event::ObjectReference;
 use fedingress_store::Store;
 use tokio::sync::watch;
 
-use crate::hub::events::Recorder;
+use crate::events::Recorder;
 use crate::registry::Registry;
 
 /// How often the store is probed.
@@ -52,6 +53,19 @@ pub fn commit_probe_key(replica: &str) -> String {
     format!("/fedingress/health/{replica}")
 }
 
+/// What keeps serving from memory while the store is gone, as the messages say it.
+/// The REST server serves nothing from memory; the process that also runs DNS and the
+/// agent gateway says what they keep doing ([`StoreHealth::with_meanwhile`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Meanwhile {
+    /// Ends a refused request's reason: `…until it answers; {unavailable}`.
+    pub unavailable: &'static str,
+    /// Follows "refused writes" in the recovery Event: `…refused writes{recovered} meanwhile`.
+    pub recovered: &'static str,
+    /// Follows "read-only" in the error logged when the store stops answering.
+    pub logged: &'static str,
+}
+
 /// Shared between the prober, the API and `/readyz`.
 pub struct StoreHealth {
     state: watch::Sender<Availability>,
@@ -59,14 +73,23 @@ pub struct StoreHealth {
     commits: watch::Sender<Availability>,
     /// What the store is, for messages ("etcd" or "the store").
     what: &'static str,
+    /// What keeps serving meanwhile, for messages.
+    meanwhile: Meanwhile,
 }
 
 impl StoreHealth {
+    /// Messages name `what` and nothing that keeps serving meanwhile.
     pub fn new(what: &'static str) -> Arc<Self> {
+        Self::with_meanwhile(what, Meanwhile::default())
+    }
+
+    /// The same, with messages that say what keeps serving while the store is gone.
+    pub fn with_meanwhile(what: &'static str, meanwhile: Meanwhile) -> Arc<Self> {
         Arc::new(Self {
             state: watch::channel(Availability::Available).0,
             commits: watch::channel(Availability::Available).0,
             what,
+            meanwhile,
         })
     }
 
@@ -79,14 +102,20 @@ impl StoreHealth {
         match self.current() {
             Availability::Available => None,
             Availability::Unavailable { since, error } => Some(format!(
-                "{} unavailable since {} ({error}): {} until it answers; DNS and agents keep their last state",
+                "{} unavailable since {} ({error}): {} until it answers{}{}",
                 self.what,
                 since.0.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
                 if write {
                     "this server is read-only, writes are refused"
                 } else {
                     "objects cannot be read"
-                }
+                },
+                if self.meanwhile.unavailable.is_empty() {
+                    ""
+                } else {
+                    "; "
+                },
+                self.meanwhile.unavailable,
             )),
         }
     }
@@ -207,9 +236,10 @@ impl StoreHealth {
                     tracing::warn!(since = %since.0, seconds, "{} answers again: writes accepted", self.what);
                     self.state.send_replace(Availability::Available);
                     let message = format!(
-                        "{} did not answer from {} for {seconds}s ({error}): replica {replica} refused writes and served DNS from its last state meanwhile",
+                        "{} did not answer from {} for {seconds}s ({error}): replica {replica} refused writes{} meanwhile",
                         self.what,
                         since.0.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                        self.meanwhile.recovered,
                     );
                     recorder
                         .record_about(
@@ -228,7 +258,7 @@ impl StoreHealth {
                         .await;
                 }
                 (Some(error), Availability::Available) => {
-                    tracing::error!(error = %error, "{} does not answer: read-only, DNS serves its last state", self.what);
+                    tracing::error!(error = %error, "{} does not answer: read-only{}", self.what, self.meanwhile.logged);
                     self.state.send_replace(Availability::Unavailable {
                         since: Time::new(chrono::Utc::now()),
                         error,

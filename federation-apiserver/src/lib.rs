@@ -14,6 +14,7 @@ pub mod codec;
 pub mod config;
 pub mod connections;
 pub mod discovery;
+pub mod events;
 pub mod health;
 pub mod hub;
 pub mod limits;

@@ -232,11 +232,18 @@ impl Server {
         );
         state.dns_providers = dns_providers;
         let metrics = state.metrics.clone();
-        let health = crate::health::StoreHealth::new(if settings.etcd.is_some() {
-            "etcd"
-        } else {
-            "the store"
-        });
+        let health = crate::health::StoreHealth::with_meanwhile(
+            if settings.etcd.is_some() {
+                "etcd"
+            } else {
+                "the store"
+            },
+            crate::health::Meanwhile {
+                unavailable: "DNS and agents keep their last state",
+                recovered: " and served DNS from its last state",
+                logged: ", DNS serves its last state",
+            },
+        );
         state.health = health.clone();
         // RBAC: bootstrap roles and bindings, then the authorizer's cache. Requests are
         // answered 503 until it is loaded; waiting here keeps that window out of sight.

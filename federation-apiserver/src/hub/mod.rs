@@ -24,7 +24,6 @@ pub mod controller;
 pub mod credentials;
 pub mod directory;
 pub mod dns_state;
-pub mod events;
 pub mod gateway;
 pub mod gslb;
 pub mod metrics;

@@ -1,5 +1,6 @@
-//! Records core/v1 Events about FederatedIngresses (routing changes), so
-//! `kubectl get events` and `kubectl describe` show the history. A repeat of the same
+//! Records core/v1 Events (the hub's routing changes about FederatedIngresses, the
+//! store-health probe's outages), so `kubectl get events` and `kubectl describe` show
+//! the history. A repeat of the same
 //! event on the same object bumps its count instead of adding an event; events older
 //! than [`EVENT_TTL`] are pruned, as kube-apiserver does (one hour).
 
