@@ -39,9 +39,9 @@ use dnscommon::{
 };
 use fedingress_bench::replicas::{ReplicaFlags, Replicas};
 use fedingress_bench::{
-    Agent, AgentSpec, Api, Echo, GROUP_PATH, ms, percentile, print_ratio_table, sibling, summary,
-    today,
+    Agent, AgentSpec, Api, GROUP_PATH, ms, percentile, print_ratio_table, sibling, summary, today,
 };
+use fedingress_testsupport::echo::{Echo, Reply};
 use serde_json::json;
 
 #[derive(Parser)]
@@ -357,7 +357,13 @@ async fn run(
     let mut echoes = Vec::new();
     for (c, (region, _, lat, lon)) in REGIONS.iter().enumerate() {
         let cluster = format!("c{}", c + 1);
-        echoes.push(Echo::start(backend(c), false).await?);
+        echoes.push(
+            Echo::builder()
+                .reply(Reply::Same)
+                .udp(false)
+                .start(backend(c))
+                .with_context(|| format!("echo backend on {}", backend(c)))?,
+        );
         api.create_cluster(&cluster, region, *lat, *lon).await?;
         let token = api.issue_token(&cluster).await?;
         let bind = agent_ip(c).to_string();
@@ -524,7 +530,7 @@ async fn run(
         let jitter = Duration::from_millis(300 + (run as u64 * 73) % args.interval_ms.max(1));
         tokio::time::sleep(jitter).await;
         let t0 = Instant::now();
-        echoes[c].stop_tcp().await;
+        echoes[c].stop_tcp();
         let gone = observe(
             &mut poller,
             &live,
@@ -543,7 +549,7 @@ async fn run(
         }
         tokio::time::sleep(jitter).await;
         let t1 = Instant::now();
-        echoes[c].start_tcp().await?;
+        echoes[c].start_tcp()?;
         let back = observe(
             &mut poller,
             &live,
@@ -778,7 +784,7 @@ async fn leader_kill(
     let c = k % REGIONS.len();
     let ip = agent_ip(c);
     let t1 = Instant::now();
-    echoes[c].stop_tcp().await;
+    echoes[c].stop_tcp();
     let gone = observe(
         poller,
         &live,
@@ -799,7 +805,7 @@ async fn leader_kill(
         }
     }
     let reconnected = reconnected.unwrap_or_default();
-    echoes[c].start_tcp().await?;
+    echoes[c].start_tcp()?;
     observe(
         poller,
         &live,

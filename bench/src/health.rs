@@ -16,10 +16,10 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::Parser;
 use fedingress_bench::{
-    Agent, AgentSpec, Api, Apiserver, Echo, GROUP_PATH, HubTiming, ingress, ms, sibling, summary,
-    today,
+    Agent, AgentSpec, Api, Apiserver, GROUP_PATH, HubTiming, ingress, ms, sibling, summary, today,
 };
 use fedingress_testsupport::Poll;
+use fedingress_testsupport::echo::{Echo, Reply};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -124,7 +124,11 @@ async fn run(
 ) -> anyhow::Result<()> {
     let api = Api::new(&hub.api)?;
     let backend: SocketAddr = BACKEND.parse()?;
-    let mut echo = Echo::start(backend, false).await?;
+    let mut echo = Echo::builder()
+        .reply(Reply::Same)
+        .udp(false)
+        .start(backend)
+        .with_context(|| format!("echo backend on {backend}"))?;
     api.create_namespace(NS).await?;
     api.create_cluster("c1", "europe-west1", 50.4, 3.8).await?;
     let token = api.issue_token("c1").await?;
@@ -172,12 +176,12 @@ async fn run(
         let jitter = Duration::from_millis(300 + (run as u64 * 73) % 200);
         tokio::time::sleep(jitter).await;
         let t0 = Instant::now();
-        echo.stop_tcp().await;
+        echo.stop_tcp();
         let d = until_healthy(&api, false, t0).await?;
         down.push(d);
         tokio::time::sleep(jitter).await;
         let t1 = Instant::now();
-        echo.start_tcp().await?;
+        echo.start_tcp()?;
         let u = until_healthy(&api, true, t1).await?;
         up.push(u);
         println!(

@@ -15,12 +15,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
 use clap::Parser;
 use fedingress_bench::{
-    Agent, AgentSpec, Api, Apiserver, CpuWindow, Echo, GROUP_PATH, HubTiming, Proc, Stop, ingress,
+    Agent, AgentSpec, Api, Apiserver, CpuWindow, GROUP_PATH, HubTiming, Proc, Stop, ingress,
     sibling, today,
 };
 use fedingress_testsupport::Poll;
+use fedingress_testsupport::echo::{Echo, Reply};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UdpSocket};
 
@@ -267,7 +269,12 @@ async fn run(
 ) -> anyhow::Result<()> {
     let api = Api::new(&hub.api)?;
     let backend: SocketAddr = BACKEND.parse()?;
-    let _echo = Echo::start(backend, true).await?;
+    // Its own runtime with as many threads as the bench's, so it is not the bottleneck.
+    let _echo = Echo::builder()
+        .reply(Reply::Same)
+        .threads(std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .start(backend)
+        .with_context(|| format!("echo backend on {backend}"))?;
     let me = std::process::id();
     println!(
         "l4-bench {}: {} TCP connections × {} B writes; {} UDP clients × {} B datagrams (one in flight each); {} s warm-up + {} s measured per test",

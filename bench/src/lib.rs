@@ -1,6 +1,7 @@
 //! Shared plumbing of the fedingress benchmarks: starting the release binaries (found
-//! next to the bench executable) and stopping them by PID, a small REST client, an
-//! in-process echo backend, and the statistics and `/proc` readings the benches print.
+//! next to the bench executable) and stopping them by PID, a small REST client, and the
+//! statistics and `/proc` readings the benches print. The echo backend and the waits are
+//! `fedingress_testsupport`'s.
 //!
 //! Benchmarks print numbers; they assert nothing about timing.
 //!
@@ -25,8 +26,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::task::JoinHandle;
+use tokio::io::{AsyncBufReadExt, BufReader};
 
 pub const GROUP_PATH: &str = "/apis/fedingress.io/v1alpha1";
 
@@ -396,82 +396,6 @@ pub fn ingress(name: &str, rules: &[(&str, u16)], backend_port: u16) -> Value {
         "metadata": {"name": name},
         "spec": {"rules": rules, "traffic": {"dnsName": format!("{name}.bench.test")}}
     })
-}
-
-/// In-process echo backend: TCP (64 KiB reads, written back as is) and UDP on one
-/// address. [`Echo::stop_tcp`] closes the TCP listener and every open connection.
-pub struct Echo {
-    pub addr: SocketAddr,
-    tcp: Option<JoinHandle<()>>,
-    udp: Option<JoinHandle<()>>,
-}
-
-impl Echo {
-    pub async fn start(addr: SocketAddr, udp: bool) -> anyhow::Result<Self> {
-        let mut echo = Self {
-            addr,
-            tcp: None,
-            udp: None,
-        };
-        echo.start_tcp().await?;
-        if udp {
-            let socket = tokio::net::UdpSocket::bind(addr)
-                .await
-                .with_context(|| format!("binding UDP {addr}"))?;
-            echo.udp = Some(tokio::spawn(async move {
-                let mut buffer = vec![0u8; 65536];
-                while let Ok((n, from)) = socket.recv_from(&mut buffer).await {
-                    let _ = socket.send_to(&buffer[..n], from).await;
-                }
-            }));
-        }
-        Ok(echo)
-    }
-
-    /// (Re)starts the TCP listener.
-    pub async fn start_tcp(&mut self) -> anyhow::Result<()> {
-        let listener = tokio::net::TcpListener::bind(self.addr)
-            .await
-            .with_context(|| format!("binding TCP {}", self.addr))?;
-        self.tcp = Some(tokio::spawn(async move {
-            let mut connections = tokio::task::JoinSet::new();
-            while let Ok((mut stream, _)) = listener.accept().await {
-                let _ = stream.set_nodelay(true);
-                connections.spawn(async move {
-                    let mut buffer = vec![0u8; 65536];
-                    loop {
-                        match stream.read(&mut buffer).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => {
-                                if stream.write_all(&buffer[..n]).await.is_err() {
-                                    return;
-                                }
-                            }
-                        }
-                    }
-                });
-                while connections.try_join_next().is_some() {}
-            }
-            // Dropping the JoinSet aborts (closes) every connection.
-        }));
-        Ok(())
-    }
-
-    /// Stops accepting and closes the TCP listener (and its connections).
-    pub async fn stop_tcp(&mut self) {
-        if let Some(task) = self.tcp.take() {
-            task.abort();
-            let _ = task.await;
-        }
-    }
-}
-
-impl Drop for Echo {
-    fn drop(&mut self) {
-        for task in [self.tcp.take(), self.udp.take()].into_iter().flatten() {
-            task.abort();
-        }
-    }
 }
 
 // --- numbers ---------------------------------------------------------------------------

@@ -22,7 +22,6 @@ pub mod anycast;
 pub mod bgp;
 pub mod clouddns_fake;
 pub mod dnsprobe;
-pub mod echo;
 pub mod fedctl;
 pub mod federation;
 pub mod flood;
@@ -42,9 +41,9 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-/// The workspace's one polling helper (`fedingress_testsupport::poll`), here for the tests
-/// that import it from the harness.
-pub use fedingress_testsupport::eventually;
+/// The workspace's one echo backend and polling helper (`fedingress_testsupport`), here
+/// for the tests that import them from the harness.
+pub use fedingress_testsupport::{echo, eventually};
 
 /// The directory holding the workspace's binaries for this build profile.
 fn bin_dir() -> PathBuf {

@@ -3,6 +3,8 @@
 //!
 //! - [`poll`]: waiting until a condition holds ([`eventually`], [`eventually_async`],
 //!   and [`Poll`] for another interval or a `Result` instead of a panic).
+//! - [`echo`]: the echo backend ([`echo::Echo`]: TCP and UDP on one address, on a thread
+//!   of its own) and its clients.
 //!
 //! What belongs here: small, product-independent helpers that more than one crate's
 //! tests would otherwise copy. What does not: anything a product binary links (this crate
@@ -12,6 +14,7 @@
 //! crates (the in-process hub stays in `federation-apiserver/tests`, the labs in
 //! `tests/`).
 
+pub mod echo;
 pub mod poll;
 
 pub use poll::{Poll, Probe, Timeout, eventually, eventually_async};

@@ -23,10 +23,10 @@ use std::time::{Duration, Instant};
 use fedingress_api::ingress::{Backend, IngressRule, Protocol};
 use fedingress_api::plan::{AgentReport, AnycastRoute, ClusterPlan, IngressKey, IngressShare};
 use fedingress_gobgp::{Community, Global, Gobgpd, Peer, RibEntry, Speaker};
+use fedingress_testsupport::echo::{Echo, Reply};
 use support::hub::FakeHub;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::task::JoinHandle;
+use tokio::net::TcpStream;
 
 const BIN: &str = env!("CARGO_BIN_EXE_cluster-agent");
 /// Generous: a BGP session takes a few seconds to come up (GoBGP's connect timer).
@@ -165,49 +165,6 @@ fn on_loopback(address: IpAddr) -> bool {
     String::from_utf8_lossy(&output.stdout).contains(&format!("inet {address}/32 "))
 }
 
-/// A TCP echo backend on a fixed address; `stop` closes it, `start` again reopens it.
-struct Echo {
-    addr: SocketAddr,
-    task: Option<JoinHandle<()>>,
-}
-
-impl Echo {
-    async fn start_on(addr: SocketAddr) -> Echo {
-        let mut echo = Echo { addr, task: None };
-        echo.start().await;
-        echo
-    }
-
-    async fn start(&mut self) {
-        let listener = TcpListener::bind(self.addr).await.unwrap();
-        self.addr = listener.local_addr().unwrap();
-        self.task = Some(tokio::spawn(async move {
-            let mut connections = tokio::task::JoinSet::new();
-            loop {
-                let Ok((mut stream, _)) = listener.accept().await else {
-                    continue;
-                };
-                connections.spawn(async move {
-                    let mut buf = vec![0u8; 1024];
-                    while let Ok(n) = stream.read(&mut buf).await {
-                        if n == 0 || stream.write_all(&buf[..n]).await.is_err() {
-                            break;
-                        }
-                    }
-                });
-                while connections.try_join_next().is_some() {}
-            }
-        }));
-    }
-
-    async fn stop(&mut self) {
-        if let Some(task) = self.task.take() {
-            task.abort();
-            let _ = task.await;
-        }
-    }
-}
-
 async fn echo_through(addr: SocketAddr) -> Result<String, String> {
     let mut stream = tokio::time::timeout(Duration::from_secs(2), TcpStream::connect(addr))
         .await
@@ -331,7 +288,11 @@ async fn routes_follow_health_cordon_the_speaker_and_sigterm() {
     let _cleanup = LoopbackAddress(IpAddr::from(ANYCAST));
     let bgp_port = free_port(PEER_SPEAKER);
     let (_peer_gobgpd, mut peer) = peer_speaker(bgp_port).await;
-    let mut echo = Echo::start_on(SocketAddr::from(([127, 0, 0, 1], 0))).await;
+    let mut echo = Echo::builder()
+        .reply(Reply::Same)
+        .udp(false)
+        .start(SocketAddr::from(([127, 0, 0, 1], 0)))
+        .unwrap();
     let port = free_port(ANYCAST);
     let hub = FakeHub::start(plan(port, echo.addr.port())).await;
     let dir = tempfile::tempdir().unwrap();
@@ -395,7 +356,7 @@ async fn routes_follow_health_cordon_the_speaker_and_sigterm() {
 
     // The backend dies: withdrawn once the health checks notice.
     let stopped = Instant::now();
-    echo.stop().await;
+    echo.stop_tcp();
     wait_route(&mut peer, false, "backend stopped").await;
     eprintln!(
         "MEASURED health loss -> route withdrawn at the peer: {} ms (checks every 200 ms, unhealthyThreshold 2)",
@@ -415,7 +376,7 @@ async fn routes_follow_health_cordon_the_speaker_and_sigterm() {
         on_loopback(IpAddr::from(ANYCAST)),
         "listeners remain: so does the address"
     );
-    echo.start().await;
+    echo.start_tcp().unwrap();
     wait_route(&mut peer, true, "backend back").await;
 
     // Cordoned: withdrawn, and back when uncordoned.

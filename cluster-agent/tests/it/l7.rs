@@ -20,6 +20,7 @@ use fedingress_api::ingress::{
     Backend, HttpPath, IngressRule, IngressTls, PathType, Protocol, TlsMode,
 };
 use fedingress_api::plan::{ClusterPlan, IngressKey, IngressShare};
+use fedingress_testsupport::echo::Echo;
 use fedingress_testsupport::eventually_async;
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
@@ -181,33 +182,7 @@ async fn answer(
 }
 
 // ---------------------------------------------------------------------------------------
-// Raw TCP and TLS echo backends (upper-casing), for TLS rules.
-
-async fn echo_tcp() -> (SocketAddr, tokio::task::JoinHandle<()>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let task = tokio::spawn(async move {
-        loop {
-            let Ok((mut stream, _)) = listener.accept().await else {
-                continue;
-            };
-            tokio::spawn(async move {
-                let mut buf = vec![0u8; 4096];
-                while let Ok(n) = stream.read(&mut buf).await {
-                    if n == 0
-                        || stream
-                            .write_all(&buf[..n].to_ascii_uppercase())
-                            .await
-                            .is_err()
-                    {
-                        break;
-                    }
-                }
-            });
-        }
-    });
-    (addr, task)
-}
+// A TLS echo backend (upper-casing), for TLS rules; the raw TCP one is testsupport's Echo.
 
 /// A TLS server with its own certificate that upper-cases what it gets.
 async fn echo_tls(cert_pem: &str, key_pem: &str) -> (SocketAddr, tokio::task::JoinHandle<()>) {
@@ -827,7 +802,11 @@ async fn tls_passthrough_termination_and_https_share_one_port() {
     let backend_pki = Pki::new("database CA");
     let (db_cert, db_key) = backend_pki.leaf(&["db.example.com"]);
     let (db_addr, _db) = echo_tls(&db_cert, &db_key).await;
-    let (raw_addr, _raw) = echo_tcp().await;
+    let raw = Echo::builder()
+        .udp(false)
+        .start(SocketAddr::from(([127, 0, 0, 1], 0)))
+        .unwrap();
+    let raw_addr = raw.addr;
     let web = Web::start("web").await;
     let mut secrets = agent_pki.secret(dir.path(), "raw-tls", &["raw.example.com"]);
     secrets.push_str(&agent_pki.secret(dir.path(), "shop-tls", &["shop.example.com"]));

@@ -9,18 +9,16 @@
 #![allow(clippy::unwrap_used)]
 
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use fedingress_agent::{Config, Standalone};
 use fedingress_api::cluster::Address;
 use fedingress_api::ingress::{Backend, HttpPath, IngressRule, Protocol, TlsMode};
 use fedingress_api::plan::{AgentReport, ClusterPlan, IngressKey, IngressReport, IngressShare};
+use fedingress_testsupport::echo::Echo;
 use fedingress_testsupport::eventually_async;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
-use tokio::task::JoinSet;
 use tokio::time::timeout;
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -34,102 +32,6 @@ fn test_ip(test: u8) -> IpAddr {
 /// A fixed port for listener `k` of test `test`, in 20000-29999.
 fn test_port(test: u8, k: u16) -> u16 {
     20000 + u16::from(test) * 10 + k
-}
-
-// ---------------------------------------------------------------------------------------
-// An echo backend: TCP and UDP on one port, upper-casing what it receives (as in the
-// bare TCP/UDP ingress blog).
-
-struct Echo {
-    addr: SocketAddr,
-    /// TCP connections that carried data (health checks only connect).
-    tcp_served: Arc<AtomicUsize>,
-    /// UDP datagrams other than the health probe.
-    udp_served: Arc<AtomicUsize>,
-    tasks: JoinSet<()>,
-}
-
-impl Echo {
-    async fn start(ip: IpAddr) -> Echo {
-        for _ in 0..50 {
-            let tcp = TcpListener::bind(SocketAddr::new(ip, 0)).await.unwrap();
-            let addr = tcp.local_addr().unwrap();
-            // The UDP port of the same number may be taken: try another.
-            let Ok(udp) = UdpSocket::bind(addr).await else {
-                continue;
-            };
-            let tcp_served = Arc::new(AtomicUsize::new(0));
-            let udp_served = Arc::new(AtomicUsize::new(0));
-            let mut tasks = JoinSet::new();
-            tasks.spawn(serve_tcp(tcp, Arc::clone(&tcp_served)));
-            tasks.spawn(serve_udp(udp, Arc::clone(&udp_served)));
-            return Echo {
-                addr,
-                tcp_served,
-                udp_served,
-                tasks,
-            };
-        }
-        panic!("no port free for both TCP and UDP on {ip}");
-    }
-
-    fn tcp(&self) -> usize {
-        self.tcp_served.load(Ordering::SeqCst)
-    }
-
-    fn udp(&self) -> usize {
-        self.udp_served.load(Ordering::SeqCst)
-    }
-
-    /// Stops the backend: both sockets and every established connection close.
-    async fn kill(mut self) {
-        self.tasks.shutdown().await;
-    }
-}
-
-async fn serve_tcp(listener: TcpListener, served: Arc<AtomicUsize>) {
-    // Connections live in this task's set: killing the backend closes them too.
-    let mut connections = JoinSet::new();
-    loop {
-        let Ok((mut stream, _)) = listener.accept().await else {
-            continue;
-        };
-        let served = Arc::clone(&served);
-        connections.spawn(async move {
-            let mut buf = vec![0u8; 4096];
-            let mut first = true;
-            while let Ok(n) = stream.read(&mut buf).await {
-                if n == 0 {
-                    break;
-                }
-                if first {
-                    served.fetch_add(1, Ordering::SeqCst);
-                    first = false;
-                }
-                if stream
-                    .write_all(&buf[..n].to_ascii_uppercase())
-                    .await
-                    .is_err()
-                {
-                    break;
-                }
-            }
-        });
-        while connections.try_join_next().is_some() {}
-    }
-}
-
-async fn serve_udp(socket: UdpSocket, served: Arc<AtomicUsize>) {
-    let mut buf = vec![0u8; 65_535];
-    loop {
-        let Ok((n, from)) = socket.recv_from(&mut buf).await else {
-            continue;
-        };
-        if &buf[..n] != b"ping" {
-            served.fetch_add(1, Ordering::SeqCst);
-        }
-        let _ = socket.send_to(&buf[..n].to_ascii_uppercase(), from).await;
-    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -263,7 +165,7 @@ async fn udp_exchange(socket: &UdpSocket, text: &str) -> String {
 async fn tcp_and_udp_share_one_port_and_address() {
     let ip = test_ip(1);
     let port = test_port(1, 0);
-    let echo = Echo::start(IpAddr::from([127, 0, 0, 1])).await;
+    let echo = Echo::start(SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
     let standalone = Standalone::new(&config(Setup {
         binds: vec![bind(ip)],
         services: vec![("echo", vec![echo.addr])],
@@ -284,8 +186,8 @@ async fn tcp_and_udp_share_one_port_and_address() {
     let client = udp_client(listener).await;
     assert_eq!(udp_exchange(&client, "hello udp").await, "HELLO UDP");
     assert_eq!(udp_exchange(&client, "again").await, "AGAIN");
-    assert_eq!(echo.tcp(), 1);
-    assert_eq!(echo.udp(), 2);
+    assert_eq!(echo.tcp_served(), 1);
+    assert_eq!(echo.udp_served(), 2);
     standalone.shutdown().await;
 }
 
@@ -293,8 +195,8 @@ async fn tcp_and_udp_share_one_port_and_address() {
 async fn round_robin_across_two_endpoints() {
     let ip = test_ip(2);
     let port = test_port(2, 0);
-    let a = Echo::start(IpAddr::from([127, 0, 0, 1])).await;
-    let b = Echo::start(IpAddr::from([127, 0, 0, 1])).await;
+    let a = Echo::start(SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
+    let b = Echo::start(SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
     let standalone = Standalone::new(&config(Setup {
         binds: vec![bind(ip)],
         services: vec![("echo", vec![a.addr, b.addr])],
@@ -320,7 +222,7 @@ async fn round_robin_across_two_endpoints() {
             format!("TCP {i}")
         );
     }
-    assert_eq!((a.tcp(), b.tcp()), (5, 5));
+    assert_eq!((a.tcp_served(), b.tcp_served()), (5, 5));
     // UDP sessions are per client: four clients spread two and two.
     for i in 0..4 {
         let client = udp_client(listener).await;
@@ -329,7 +231,7 @@ async fn round_robin_across_two_endpoints() {
             format!("UDP {i}")
         );
     }
-    assert_eq!((a.udp(), b.udp()), (2, 2));
+    assert_eq!((a.udp_served(), b.udp_served()), (2, 2));
     standalone.shutdown().await;
 }
 
@@ -337,8 +239,8 @@ async fn round_robin_across_two_endpoints() {
 async fn a_dead_endpoint_turns_unhealthy_and_traffic_moves_to_the_other() {
     let ip = test_ip(3);
     let port = test_port(3, 0);
-    let a = Echo::start(IpAddr::from([127, 0, 0, 1])).await;
-    let b = Echo::start(IpAddr::from([127, 0, 0, 1])).await;
+    let a = Echo::start(SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
+    let b = Echo::start(SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
     let standalone = Standalone::new(&config(Setup {
         binds: vec![bind(ip)],
         services: vec![("echo", vec![a.addr, b.addr])],
@@ -365,7 +267,7 @@ async fn a_dead_endpoint_turns_unhealthy_and_traffic_moves_to_the_other() {
     let mut changes = standalone.subscribe();
     changes.borrow_and_update();
     let killed = Instant::now();
-    a.kill().await;
+    drop(a);
     eventually_async(WAIT, "the killed endpoint is unhealthy", || async {
         ready(&standalone.report(&plan), "echo") == (1, 2)
     })
@@ -378,19 +280,19 @@ async fn a_dead_endpoint_turns_unhealthy_and_traffic_moves_to_the_other() {
         "health change was signalled"
     );
 
-    let before = b.tcp();
+    let before = b.tcp_served();
     for i in 0..6 {
         assert_eq!(
             tcp_echo(listener, &format!("after {i}")).await,
             format!("AFTER {i}")
         );
     }
-    assert_eq!(b.tcp(), before + 6);
+    assert_eq!(b.tcp_served(), before + 6);
     // The same UDP client gets a new session to the healthy endpoint.
     assert_eq!(udp_exchange(&udp, "after").await, "AFTER");
 
     // With no endpoint left, clients are closed.
-    b.kill().await;
+    drop(b);
     eventually_async(WAIT, "no endpoint is healthy", || async {
         ready(&standalone.report(&plan), "echo") == (0, 2)
     })
@@ -408,8 +310,8 @@ async fn a_dead_endpoint_turns_unhealthy_and_traffic_moves_to_the_other() {
 async fn failed_connects_eject_an_endpoint_between_checks() {
     let ip = test_ip(4);
     let port = test_port(4, 0);
-    let a = Echo::start(IpAddr::from([127, 0, 0, 1])).await;
-    let b = Echo::start(IpAddr::from([127, 0, 0, 1])).await;
+    let a = Echo::start(SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
+    let b = Echo::start(SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
     // One check at apply, the next a minute later: only passive ejection can act.
     let standalone = Standalone::new(&config(Setup {
         binds: vec![bind(ip)],
@@ -426,7 +328,7 @@ async fn failed_connects_eject_an_endpoint_between_checks() {
         ready(&standalone.report(&plan), "echo") == (2, 2)
     })
     .await;
-    a.kill().await;
+    drop(a);
     let listener = SocketAddr::new(ip, port);
     let mut connections = 0;
     while ready(&standalone.report(&plan), "echo") != (1, 2) {
@@ -436,7 +338,7 @@ async fn failed_connects_eject_an_endpoint_between_checks() {
         assert_eq!(tcp_echo(listener, "retry").await, "RETRY");
     }
     assert!(connections >= 2, "ejected after {connections} connections");
-    assert_eq!(b.tcp(), connections);
+    assert_eq!(b.tcp_served(), connections);
     standalone.shutdown().await;
 }
 
@@ -444,7 +346,7 @@ async fn failed_connects_eject_an_endpoint_between_checks() {
 async fn report_counts_connections_sessions_and_endpoints() {
     let ip = test_ip(5);
     let port = test_port(5, 0);
-    let echo = Echo::start(IpAddr::from([127, 0, 0, 1])).await;
+    let echo = Echo::start(SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
     let standalone = Standalone::new(&config(Setup {
         binds: vec![format!("{{bind: '{ip}', advertise: 203.0.113.7}}")],
         services: vec![("echo", vec![echo.addr])],
@@ -523,8 +425,8 @@ async fn a_changed_plan_keeps_unaffected_listeners_and_closes_removed_ones() {
     let ip = test_ip(6);
     let kept = test_port(6, 0);
     let removed = test_port(6, 1);
-    let a = Echo::start(IpAddr::from([127, 0, 0, 1])).await;
-    let b = Echo::start(IpAddr::from([127, 0, 0, 1])).await;
+    let a = Echo::start(SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
+    let b = Echo::start(SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
     let standalone = Standalone::new(&config(Setup {
         binds: vec![bind(ip)],
         services: vec![("one", vec![a.addr]), ("two", vec![b.addr])],
@@ -558,10 +460,10 @@ async fn a_changed_plan_keeps_unaffected_listeners_and_closes_removed_ones() {
     assert!(changes.has_changed().unwrap(), "apply was signalled");
     // The established connection still talks to its endpoint.
     assert_eq!(exchange(&mut established, "still").await, "STILL");
-    assert_eq!(a.tcp(), 2);
+    assert_eq!(a.tcp_served(), 2);
     // New connections take the new backend.
     assert_eq!(tcp_echo(SocketAddr::new(ip, kept), "new").await, "NEW");
-    assert_eq!(b.tcp(), 1);
+    assert_eq!(b.tcp_served(), 1);
     // The removed listeners are closed: TCP refuses, and both ports can be bound again.
     let refused = TcpStream::connect(SocketAddr::new(ip, removed)).await;
     assert!(refused.is_err(), "{refused:?}");
@@ -582,7 +484,7 @@ async fn a_changed_plan_keeps_unaffected_listeners_and_closes_removed_ones() {
 async fn missing_services_are_rule_errors_and_the_rest_is_served() {
     let ip = test_ip(7);
     let port = test_port(7, 0);
-    let echo = Echo::start(IpAddr::from([127, 0, 0, 1])).await;
+    let echo = Echo::start(SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
     let standalone = Standalone::new(&config(Setup {
         binds: vec![bind(ip)],
         services: vec![("echo", vec![echo.addr])],
@@ -646,7 +548,7 @@ async fn missing_services_are_rule_errors_and_the_rest_is_served() {
 async fn udp_sessions_expire_when_idle() {
     let ip = test_ip(8);
     let port = test_port(8, 0);
-    let echo = Echo::start(IpAddr::from([127, 0, 0, 1])).await;
+    let echo = Echo::start(SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
     let standalone = Standalone::new(&config(Setup {
         binds: vec![bind(ip)],
         services: vec![("echo", vec![echo.addr])],
@@ -686,7 +588,7 @@ async fn ipv6_and_ipv4_listeners_side_by_side() {
     let v4 = test_ip(9);
     let v6: IpAddr = "::1".parse().unwrap();
     let port = test_port(9, 0);
-    let echo = Echo::start(v6).await;
+    let echo = Echo::start(SocketAddr::new(v6, 0)).unwrap();
     let standalone = Standalone::new(&config(Setup {
         binds: vec![bind(v4), bind(v6)],
         services: vec![("echo", vec![echo.addr])],
@@ -728,7 +630,7 @@ async fn conflicts_and_bind_failures_are_rule_errors_and_binds_are_retried() {
     let ip = test_ip(10);
     let shared = test_port(10, 0);
     let taken = test_port(10, 1);
-    let echo = Echo::start(IpAddr::from([127, 0, 0, 1])).await;
+    let echo = Echo::start(SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
     let standalone = Standalone::new(&config(Setup {
         binds: vec![bind(ip)],
         services: vec![("echo", vec![echo.addr])],
@@ -780,7 +682,7 @@ async fn conflicts_and_bind_failures_are_rule_errors_and_binds_are_retried() {
 async fn shutdown_closes_every_listener() {
     let ip = test_ip(11);
     let port = test_port(11, 0);
-    let echo = Echo::start(IpAddr::from([127, 0, 0, 1])).await;
+    let echo = Echo::start(SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
     let standalone = Standalone::new(&config(Setup {
         binds: vec![bind(ip)],
         services: vec![("echo", vec![echo.addr])],
@@ -813,7 +715,7 @@ async fn anycast_addresses_of_a_share_are_bound_too() {
     let elsewhere = IpAddr::from([192, 0, 2, 125]);
     let port = test_port(25, 0);
     let other_port = test_port(25, 1);
-    let echo = Echo::start(IpAddr::from([127, 0, 0, 1])).await;
+    let echo = Echo::start(SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
     let standalone = Standalone::new(&config(Setup {
         binds: vec![bind(ip)],
         services: vec![("echo", vec![echo.addr])],
@@ -906,7 +808,7 @@ async fn closed_by_peer(stream: &mut TcpStream) -> bool {
 async fn connections_over_the_listener_cap_are_closed_and_counted() {
     let ip = test_ip(20);
     let port = test_port(20, 0);
-    let echo = Echo::start(IpAddr::from([127, 0, 0, 1])).await;
+    let echo = Echo::start(SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
     let standalone = Standalone::new(&config(Setup {
         binds: vec![bind(ip)],
         services: vec![("echo", vec![echo.addr])],
@@ -961,7 +863,7 @@ async fn connections_over_the_listener_cap_are_closed_and_counted() {
 async fn idle_spliced_connections_are_closed_on_both_sides() {
     let ip = test_ip(21);
     let port = test_port(21, 0);
-    let echo = Echo::start(IpAddr::from([127, 0, 0, 1])).await;
+    let echo = Echo::start(SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
     let standalone = Standalone::new(&config(Setup {
         binds: vec![bind(ip)],
         services: vec![("echo", vec![echo.addr])],
@@ -1003,7 +905,7 @@ async fn idle_spliced_connections_are_closed_on_both_sides() {
 async fn a_full_udp_listener_evicts_unassured_sessions_and_refuses_past_assured_ones() {
     let ip = test_ip(22);
     let port = test_port(22, 0);
-    let echo = Echo::start(IpAddr::from([127, 0, 0, 1])).await;
+    let echo = Echo::start(SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
     let standalone = Standalone::new(&config(Setup {
         binds: vec![bind(ip)],
         services: vec![("echo", vec![echo.addr])],
@@ -1069,7 +971,7 @@ async fn a_full_udp_listener_evicts_unassured_sessions_and_refuses_past_assured_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_connections_time_out_on_slow_headers_and_when_idle() {
     let ip = test_ip(23);
-    let echo = Echo::start(IpAddr::from([127, 0, 0, 1])).await;
+    let echo = Echo::start(SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
     let mut http = IngressRule::new(Protocol::Http);
     http.port = Some(i32::from(test_port(23, 0)));
     http.paths = vec![HttpPath {
@@ -1127,7 +1029,7 @@ async fn http_connections_time_out_on_slow_headers_and_when_idle() {
 async fn a_client_without_a_client_hello_in_time_is_closed_and_counted() {
     let ip = test_ip(24);
     let port = test_port(24, 0);
-    let echo = Echo::start(IpAddr::from([127, 0, 0, 1])).await;
+    let echo = Echo::start(SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
     let standalone = Standalone::new(&config(Setup {
         binds: vec![bind(ip)],
         services: vec![("echo", vec![echo.addr])],
