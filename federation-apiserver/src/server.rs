@@ -261,7 +261,7 @@ impl Server {
         }
         // Namespaces: kube's and those already holding objects, before anything is
         // served (creates are admitted only in namespaces that exist).
-        let namespaces = tokio::spawn(crate::hub::namespaces::bootstrap_until_done(
+        let namespaces = tokio::spawn(crate::registry::namespaces::bootstrap_until_done(
             registry.clone(),
         ));
         if tokio::time::timeout(Duration::from_secs(10), namespaces)

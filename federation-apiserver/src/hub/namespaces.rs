@@ -9,10 +9,10 @@
 //! replica that stops leading stops at once and the next leader starts over from what is
 //! stored (every step is idempotent).
 //!
-//! Bootstrap ([`bootstrap`]) runs at every start on every replica: the namespaces kube
-//! creates, and one for every namespace that holds stored objects without one.
+//! The namespaces created at start are the registry's
+//! ([`crate::registry::namespaces::bootstrap`]).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -363,56 +363,6 @@ fn ignore_gone<T>(result: Result<T, ApiError>) -> Result<Option<T>, ApiError> {
     }
 }
 
-/// Creates the namespaces kube-apiserver creates (`default`, `kube-system`,
-/// `kube-public`, `kube-node-lease`) and one for every namespace that holds stored
-/// objects without one, so objects stored before Namespaces existed keep a namespace.
-///
-/// # Guarantees
-/// Idempotent and safe with several replicas at once: each namespace is created only if
-/// absent, and one created by another replica first counts as done. Each namespace
-/// created for existing objects is logged.
-pub async fn bootstrap(registry: &Registry) -> Result<(), ApiError> {
-    let now = Time(chrono::Utc::now());
-    for name in namespace::BOOTSTRAP {
-        if crate::registry::namespaces::ensure(registry, name, now).await? {
-            tracing::info!(namespace = name, "bootstrap namespace created");
-        }
-    }
-    let mut used = BTreeSet::new();
-    used_namespaces::<FederatedIngress>(registry, &mut used).await?;
-    used_namespaces::<Event>(registry, &mut used).await?;
-    used_namespaces::<RbacRole>(registry, &mut used).await?;
-    used_namespaces::<RoleBinding>(registry, &mut used).await?;
-    for name in used {
-        if crate::registry::namespaces::ensure(registry, &name, now).await? {
-            tracing::info!(namespace = %name, "namespace created for objects stored without one");
-        }
-    }
-    Ok(())
-}
-
-async fn used_namespaces<R: Resource>(
-    registry: &Registry,
-    used: &mut BTreeSet<String>,
-) -> Result<(), ApiError> {
-    let page = registry
-        .list::<R>(None, &Filter::default(), 0, None)
-        .await?;
-    used.extend(
-        page.items
-            .iter()
-            .filter_map(|o| o.metadata().namespace.clone())
-            .filter(|ns| !ns.is_empty()),
-    );
-    Ok(())
-}
-
-/// Runs [`bootstrap`] until it succeeds (the store may not answer yet).
-pub async fn bootstrap_until_done(registry: Registry) {
-    crate::registry::until_written("creating the bootstrap namespaces", || bootstrap(&registry))
-        .await;
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -531,33 +481,6 @@ mod tests {
                 .await
                 .unwrap();
         }
-    }
-
-    #[tokio::test]
-    async fn bootstrap_creates_kubes_namespaces_and_those_of_stored_objects_once() {
-        let dir = tempfile::tempdir().unwrap();
-        let registry = stored::registry(dir.path());
-        stored::ingress(&registry, "legacy", "web").await;
-        bootstrap(&registry).await.unwrap();
-        bootstrap(&registry).await.unwrap();
-        let names: Vec<String> = registry
-            .list::<Namespace>(None, &Filter::default(), 0, None)
-            .await
-            .unwrap()
-            .items
-            .iter()
-            .filter_map(|ns| ns.metadata.name.clone())
-            .collect();
-        assert_eq!(
-            names,
-            [
-                "default",
-                "kube-node-lease",
-                "kube-public",
-                "kube-system",
-                "legacy"
-            ]
-        );
     }
 
     #[tokio::test]

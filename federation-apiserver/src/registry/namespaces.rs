@@ -4,13 +4,20 @@
 //! kube's plugin exempts access reviews (ours are not stored objects, so they never get
 //! here) and deletions; immortal namespaces are refused deletion in the HTTP layer
 //! (`api::namespaces`), where the request's verb is known.
+//!
+//! Bootstrap ([`bootstrap`]) runs at every start on every replica: the namespaces kube
+//! creates, and one for every namespace that holds stored objects without one.
 
-use fedingress_api::namespace::Namespace;
-use fedingress_api::{Resource, Time};
+use std::collections::BTreeSet;
+
+use fedingress_api::event::Event;
+use fedingress_api::namespace::{self, Namespace};
+use fedingress_api::rbac::{Role, RoleBinding};
+use fedingress_api::{FederatedIngress, Resource, Time};
 use http::StatusCode;
 use serde_json::json;
 
-use super::{Registry, group_resource, target};
+use super::{Filter, Registry, group_resource, target};
 use crate::status::ApiError;
 
 /// Whether an object `name` of kind `R` may be created in `namespace`, given what the
@@ -90,10 +97,86 @@ pub async fn ensure(registry: &Registry, name: &str, now: Time) -> Result<bool, 
     }
 }
 
+/// Creates the namespaces kube-apiserver creates (`default`, `kube-system`,
+/// `kube-public`, `kube-node-lease`) and one for every namespace that holds stored
+/// objects without one, so objects stored before Namespaces existed keep a namespace.
+///
+/// # Guarantees
+/// Idempotent and safe with several replicas at once: each namespace is created only if
+/// absent, and one created by another replica first counts as done. Each namespace
+/// created for existing objects is logged.
+pub async fn bootstrap(registry: &Registry) -> Result<(), ApiError> {
+    let now = Time(chrono::Utc::now());
+    for name in namespace::BOOTSTRAP {
+        if ensure(registry, name, now).await? {
+            tracing::info!(namespace = name, "bootstrap namespace created");
+        }
+    }
+    let mut used = BTreeSet::new();
+    used_namespaces::<FederatedIngress>(registry, &mut used).await?;
+    used_namespaces::<Event>(registry, &mut used).await?;
+    used_namespaces::<Role>(registry, &mut used).await?;
+    used_namespaces::<RoleBinding>(registry, &mut used).await?;
+    for name in used {
+        if ensure(registry, &name, now).await? {
+            tracing::info!(namespace = %name, "namespace created for objects stored without one");
+        }
+    }
+    Ok(())
+}
+
+async fn used_namespaces<R: Resource>(
+    registry: &Registry,
+    used: &mut BTreeSet<String>,
+) -> Result<(), ApiError> {
+    let page = registry
+        .list::<R>(None, &Filter::default(), 0, None)
+        .await?;
+    used.extend(
+        page.items
+            .iter()
+            .filter_map(|o| o.metadata().namespace.clone())
+            .filter(|ns| !ns.is_empty()),
+    );
+    Ok(())
+}
+
+/// Runs [`bootstrap`] until it succeeds (the store may not answer yet).
+pub async fn bootstrap_until_done(registry: Registry) {
+    super::until_written("creating the bootstrap namespaces", || bootstrap(&registry)).await;
+}
+
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
+    use fedingress_api::ObjectMeta;
+    use fedingress_store::{Precondition, RedbStore, Store};
+
     use super::*;
-    use fedingress_api::FederatedIngress;
+    use crate::registry::prefix;
+
+    fn registry(dir: &std::path::Path) -> Registry {
+        let store: Arc<dyn Store> =
+            Arc::new(RedbStore::open(&dir.join("db"), Default::default()).unwrap());
+        Registry::new(store)
+    }
+
+    async fn stored_ingress(registry: &Registry, namespace: &str, name: &str) {
+        let ingress = FederatedIngress {
+            metadata: ObjectMeta::namespaced(namespace, name),
+            ..FederatedIngress::default()
+        };
+        registry
+            .store()
+            .put(
+                &format!("{}{name}", prefix::<FederatedIngress>(Some(namespace))),
+                serde_json::to_vec(&ingress).unwrap().into(),
+                Precondition::Absent,
+            )
+            .await
+            .unwrap();
+    }
 
     fn active(name: &str) -> Namespace {
         let mut ns = Namespace::named(name);
@@ -128,6 +211,33 @@ mod tests {
         assert_eq!(
             e.to_status()["details"]["causes"][0]["field"],
             "metadata.namespace"
+        );
+    }
+
+    #[tokio::test]
+    async fn bootstrap_creates_kubes_namespaces_and_those_of_stored_objects_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let registry = registry(dir.path());
+        stored_ingress(&registry, "legacy", "web").await;
+        bootstrap(&registry).await.unwrap();
+        bootstrap(&registry).await.unwrap();
+        let names: Vec<String> = registry
+            .list::<Namespace>(None, &Filter::default(), 0, None)
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .filter_map(|ns| ns.metadata.name.clone())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "default",
+                "kube-node-lease",
+                "kube-public",
+                "kube-system",
+                "legacy"
+            ]
         );
     }
 }
