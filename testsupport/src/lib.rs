@@ -5,6 +5,8 @@
 //!   and [`Poll`] for another interval or a `Result` instead of a panic).
 //! - [`echo`]: the echo backend ([`echo::Echo`]: TCP and UDP on one address, on a thread
 //!   of its own) and its clients.
+//! - `gateway` (feature `gateway`): the fake hub of the agent's tests (`FakeHub`, a real
+//!   `AgentGateway` server; interactive or scripted).
 //!
 //! What belongs here: small, product-independent helpers that more than one crate's
 //! tests would otherwise copy. What does not: anything a product binary links (this crate
@@ -15,6 +17,8 @@
 //! `tests/`).
 
 pub mod echo;
+#[cfg(feature = "gateway")]
+pub mod gateway;
 pub mod poll;
 
 pub use poll::{Poll, Probe, Timeout, eventually, eventually_async};

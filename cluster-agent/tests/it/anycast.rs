@@ -12,8 +12,6 @@
 // Test helpers outside #[test] functions unwrap too: a failure is the test failing.
 #![allow(clippy::unwrap_used)]
 
-use crate::support;
-
 use std::io::{BufRead, BufReader};
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
@@ -24,7 +22,7 @@ use fedingress_api::ingress::{Backend, IngressRule, Protocol};
 use fedingress_api::plan::{AgentReport, AnycastRoute, ClusterPlan, IngressKey, IngressShare};
 use fedingress_gobgp::{Community, Global, Gobgpd, Peer, RibEntry, Speaker};
 use fedingress_testsupport::echo::{Echo, Reply};
-use support::hub::FakeHub;
+use fedingress_testsupport::gateway::FakeHub;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -294,7 +292,7 @@ async fn routes_follow_health_cordon_the_speaker_and_sigterm() {
         .start(SocketAddr::from(([127, 0, 0, 1], 0)))
         .unwrap();
     let port = free_port(ANYCAST);
-    let hub = FakeHub::start(plan(port, echo.addr.port())).await;
+    let hub = FakeHub::scripted(plan(port, echo.addr.port())).await;
     let dir = tempfile::tempdir().unwrap();
     let api = SocketAddr::from(([127, 0, 0, 1], free_port([127, 0, 0, 1])));
     let config = write_config(

@@ -1,13 +1,13 @@
-//! The hub connection loop against a scripted fake hub (a real tonic `AgentGateway`
-//! server on 127.0.0.1:0) and a fake driver that records what it is asked to apply.
-//! Each test scripts the hub side message by message; every wait has a deadline, so a
-//! missing or unexpected message fails the test instead of hanging it.
+//! The hub connection loop against the fake hub (`fedingress_testsupport::gateway`, a
+//! real tonic `AgentGateway` server on 127.0.0.1:0) and a fake driver that records what
+//! it is asked to apply. Each test scripts the hub side message by message; every wait
+//! has a deadline, so a missing or unexpected message fails the test instead of hanging
+//! it.
 
 // Test helpers outside #[test] functions unwrap too: a failure is the test failing.
 #![allow(clippy::unwrap_used)]
 
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -21,229 +21,18 @@ use fedingress_api::ingress::{Backend, IngressRule, Protocol};
 use fedingress_api::plan::{
     AgentReport, ClusterPlan, IngressKey, IngressShare, PlanDelta, RuleError,
 };
-use fedingress_proto::convert::{agent_from_pb, hub_to_pb};
-use fedingress_proto::pb::agent_gateway_server::{AgentGateway, AgentGatewayServer};
-use fedingress_proto::{AgentToHub, Hello, HubToAgent, pb};
-use fedingress_testsupport::eventually_async;
-use futures_util::StreamExt;
+use fedingress_proto::{AgentToHub, HubToAgent};
+use fedingress_testsupport::gateway::FakeHub;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{oneshot, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
-use tokio_stream::wrappers::UnboundedReceiverStream;
-use tonic::{Request, Response, Status, Streaming};
 
 const DEADLINE: Duration = Duration::from_secs(10);
 const TOKEN: &str = "agent-token-1";
 
 /// Within this long of its hub's death an agent is on another one (issue 11).
 const FAILOVER_BOUND: Duration = Duration::from_secs(5);
-
-// --- the fake hub ----------------------------------------------------------------------
-
-/// One accepted agent stream, handed to the test to script.
-struct Conn {
-    hello: Hello,
-    inbound: mpsc::UnboundedReceiver<AgentToHub>,
-    outbound: mpsc::UnboundedSender<Result<pb::HubMessage, Status>>,
-}
-
-impl Conn {
-    fn send(&self, message: HubToAgent) {
-        self.outbound.send(Ok(hub_to_pb(&message))).unwrap();
-    }
-
-    /// The next message `pick` accepts, skipping the others (heartbeats, reports...).
-    async fn expect<T>(&mut self, what: &str, mut pick: impl FnMut(AgentToHub) -> Option<T>) -> T {
-        let wait = async {
-            loop {
-                match self.inbound.recv().await {
-                    Some(message) => {
-                        if let Some(found) = pick(message) {
-                            return found;
-                        }
-                    }
-                    None => panic!("stream closed while waiting for {what}"),
-                }
-            }
-        };
-        tokio::time::timeout(DEADLINE, wait)
-            .await
-            .unwrap_or_else(|_| panic!("no {what} within {DEADLINE:?}"))
-    }
-
-    async fn expect_ack(&mut self) -> u64 {
-        self.expect("Ack", |m| match m {
-            AgentToHub::Ack { version } => Some(version),
-            AgentToHub::Nack { version, .. } => panic!("Nack for {version}, expected an Ack"),
-            _ => None,
-        })
-        .await
-    }
-
-    async fn expect_nack(&mut self) -> (u64, Vec<RuleError>) {
-        self.expect("Nack", |m| match m {
-            AgentToHub::Nack {
-                version,
-                rule_errors,
-                ..
-            } => Some((version, rule_errors)),
-            AgentToHub::Ack { version } => panic!("Ack for {version}, expected a Nack"),
-            _ => None,
-        })
-        .await
-    }
-
-    async fn expect_report(&mut self) -> AgentReport {
-        self.expect("Report", |m| match m {
-            AgentToHub::Report(report) => Some(report),
-            _ => None,
-        })
-        .await
-    }
-
-    /// Waits until the agent's side of the stream is gone.
-    async fn expect_closed(&mut self) {
-        let wait = async { while self.inbound.recv().await.is_some() {} };
-        tokio::time::timeout(DEADLINE, wait)
-            .await
-            .expect("the agent did not drop the stream");
-    }
-}
-
-#[derive(Clone)]
-struct FakeHub {
-    conns: mpsc::UnboundedSender<Conn>,
-    /// Refuse this many more Hellos with Unauthenticated.
-    refuse: Arc<AtomicUsize>,
-    killed: watch::Receiver<bool>,
-}
-
-type HubStream = Pin<Box<dyn futures_util::Stream<Item = Result<pb::HubMessage, Status>> + Send>>;
-
-#[tonic::async_trait]
-impl AgentGateway for FakeHub {
-    type ConnectStream = HubStream;
-
-    async fn join(
-        &self,
-        _request: Request<pb::JoinRequest>,
-    ) -> Result<Response<pb::IssuedCertificate>, Status> {
-        Err(Status::unimplemented("the fake hub issues no certificates"))
-    }
-
-    async fn renew(
-        &self,
-        _request: Request<pb::RenewRequest>,
-    ) -> Result<Response<pb::IssuedCertificate>, Status> {
-        Err(Status::unimplemented("the fake hub issues no certificates"))
-    }
-
-    async fn connect(
-        &self,
-        request: Request<Streaming<pb::AgentMessage>>,
-    ) -> Result<Response<HubStream>, Status> {
-        let mut stream = request.into_inner();
-        let first = stream
-            .message()
-            .await?
-            .ok_or_else(|| Status::invalid_argument("no Hello"))?;
-        let AgentToHub::Hello(hello) = agent_from_pb(first)? else {
-            return Err(Status::invalid_argument("first message is not a Hello"));
-        };
-        if self
-            .refuse
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok()
-        {
-            return Err(Status::unauthenticated("token revoked"));
-        }
-        let (in_tx, inbound) = mpsc::unbounded_channel();
-        tokio::spawn(async move {
-            while let Ok(Some(message)) = stream.message().await {
-                let message = agent_from_pb(message).expect("the agent sent an invalid message");
-                if in_tx.send(message).is_err() {
-                    break;
-                }
-            }
-        });
-        let (outbound, out_rx) = mpsc::unbounded_channel();
-        let _ = self.conns.send(Conn {
-            hello,
-            inbound,
-            outbound,
-        });
-        let mut killed = self.killed.clone();
-        let stream = UnboundedReceiverStream::new(out_rx).take_until(async move {
-            let _ = killed.wait_for(|k| *k).await;
-        });
-        Ok(Response::new(Box::pin(stream)))
-    }
-}
-
-/// A running fake hub; [`Hub::kill`] ends every stream and closes the listener.
-struct Hub {
-    addr: SocketAddr,
-    conns: mpsc::UnboundedReceiver<Conn>,
-    refuse: Arc<AtomicUsize>,
-    kill: watch::Sender<bool>,
-    server: JoinHandle<()>,
-}
-
-impl Hub {
-    async fn start(addr: SocketAddr) -> Hub {
-        // The port may still be held for a moment by a hub just killed.
-        let listener = eventually_async(DEADLINE, "binding the hub port", || async {
-            tokio::net::TcpListener::bind(addr).await.ok()
-        })
-        .await;
-        let addr = listener.local_addr().unwrap();
-        let (conns_tx, conns) = mpsc::unbounded_channel();
-        let (kill, killed) = watch::channel(false);
-        let refuse = Arc::new(AtomicUsize::new(0));
-        let service = FakeHub {
-            conns: conns_tx,
-            refuse: Arc::clone(&refuse),
-            killed: killed.clone(),
-        };
-        let mut signal = killed;
-        let server = tokio::spawn(async move {
-            tonic::transport::Server::builder()
-                .add_service(AgentGatewayServer::new(service))
-                .serve_with_incoming_shutdown(
-                    tonic::transport::server::TcpIncoming::from(listener),
-                    async move {
-                        let _ = signal.wait_for(|k| *k).await;
-                    },
-                )
-                .await
-                .unwrap();
-        });
-        Hub {
-            addr,
-            conns,
-            refuse,
-            kill,
-            server,
-        }
-    }
-
-    async fn next_conn(&mut self) -> Conn {
-        tokio::time::timeout(DEADLINE, self.conns.recv())
-            .await
-            .expect("the agent did not connect")
-            .expect("hub gone")
-    }
-
-    async fn kill(self) -> SocketAddr {
-        self.kill.send_replace(true);
-        tokio::time::timeout(DEADLINE, self.server)
-            .await
-            .expect("the fake hub did not stop")
-            .unwrap();
-        self.addr
-    }
-}
 
 // --- a relay in front of a hub, to kill or pause it ---------------------------------
 
@@ -517,7 +306,7 @@ fn persisted(dir: &std::path::Path) -> Option<PersistedPlan> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hello_snapshot_delta_nack_heartbeats_and_resync() {
     let dir = tempfile::tempdir().unwrap();
-    let mut hub = Hub::start("127.0.0.1:0".parse().unwrap()).await;
+    let mut hub = FakeHub::start("127.0.0.1:0".parse().unwrap()).await;
     let driver = Arc::new(FakeDriver::default());
     let mut agent = RunningAgent::start(settings(hub.addr, dir.path()), Arc::clone(&driver));
 
@@ -636,7 +425,7 @@ async fn hello_snapshot_delta_nack_heartbeats_and_resync() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn persisted_plan_is_served_without_a_hub_and_the_agent_reconnects() {
     let dir = tempfile::tempdir().unwrap();
-    let mut hub = Hub::start("127.0.0.1:0".parse().unwrap()).await;
+    let mut hub = FakeHub::start("127.0.0.1:0".parse().unwrap()).await;
     let first_driver = Arc::new(FakeDriver::default());
     let mut agent = RunningAgent::start(settings(hub.addr, dir.path()), first_driver);
     let mut conn = hub.next_conn().await;
@@ -660,7 +449,7 @@ async fn persisted_plan_is_served_without_a_hub_and_the_agent_reconnects() {
     assert_eq!(driver.applies(), std::slice::from_ref(&v12));
 
     // The hub comes back on the same port: Hello says which plan the agent has.
-    let mut hub = Hub::start(addr).await;
+    let mut hub = FakeHub::start(addr).await;
     let mut conn = hub.next_conn().await;
     assert_eq!(conn.hello.applied_version, 12);
     assert_eq!(conn.hello.applied_digest, v12.digest());
@@ -671,7 +460,7 @@ async fn persisted_plan_is_served_without_a_hub_and_the_agent_reconnects() {
     // The hub restarts again while the agent is connected: the agent reconnects.
     drop(conn);
     let addr = hub.kill().await;
-    let mut hub = Hub::start(addr).await;
+    let mut hub = FakeHub::start(addr).await;
     let mut conn = hub.next_conn().await;
     assert_eq!(conn.hello.applied_version, 12);
     let v13 = plan(&[share("db", 3306), share("cache", 6379)]);
@@ -687,13 +476,13 @@ async fn persisted_plan_is_served_without_a_hub_and_the_agent_reconnects() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_hello_is_retried() {
     let dir = tempfile::tempdir().unwrap();
-    let mut hub = Hub::start("127.0.0.1:0".parse().unwrap()).await;
-    hub.refuse.store(2, Ordering::SeqCst);
+    let mut hub = FakeHub::start("127.0.0.1:0".parse().unwrap()).await;
+    hub.refuse_next(2);
     let driver = Arc::new(FakeDriver::default());
     let agent = RunningAgent::start(settings(hub.addr, dir.path()), Arc::clone(&driver));
     // Two refusals, then the third Hello gets through.
     let mut conn = hub.next_conn().await;
-    assert_eq!(hub.refuse.load(Ordering::SeqCst), 0);
+    assert_eq!(hub.refusals_left(), 0);
     assert_eq!(conn.hello.token, TOKEN);
     conn.send(welcome(100));
     conn.send(snapshot(1, &plan(&[])));
@@ -705,7 +494,7 @@ async fn refused_hello_is_retried() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn driver_changes_are_reported_coalesced_and_periodically() {
     let dir = tempfile::tempdir().unwrap();
-    let mut hub = Hub::start("127.0.0.1:0".parse().unwrap()).await;
+    let mut hub = FakeHub::start("127.0.0.1:0".parse().unwrap()).await;
     let driver = Arc::new(FakeDriver::default());
     let mut settings = settings(hub.addr, dir.path());
     settings.report_interval = Duration::from_millis(300);
@@ -738,8 +527,8 @@ async fn driver_changes_are_reported_coalesced_and_periodically() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_hub_is_replaced_by_the_next_without_a_reapply() {
     let dir = tempfile::tempdir().unwrap();
-    let mut first = Hub::start("127.0.0.1:0".parse().unwrap()).await;
-    let mut second = Hub::start("127.0.0.1:0".parse().unwrap()).await;
+    let mut first = FakeHub::start("127.0.0.1:0".parse().unwrap()).await;
+    let mut second = FakeHub::start("127.0.0.1:0".parse().unwrap()).await;
     let relay = Relay::start(first.addr).await;
     let driver = Arc::new(FakeDriver::default());
     let mut settings = settings_for(&[relay.addr, second.addr], dir.path());
@@ -795,7 +584,7 @@ async fn a_killed_hub_is_replaced_by_the_next_without_a_reapply() {
 async fn an_unreachable_hub_is_skipped_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let dead = closed_port().await;
-    let mut hub = Hub::start("127.0.0.1:0".parse().unwrap()).await;
+    let mut hub = FakeHub::start("127.0.0.1:0".parse().unwrap()).await;
     let mut settings = settings_for(&[dead, hub.addr], dir.path());
     settings.backoff = SLOW;
     let started = Instant::now();
@@ -813,8 +602,8 @@ async fn an_unreachable_hub_is_skipped_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_hub_is_left_within_the_keepalive_bound() {
     let dir = tempfile::tempdir().unwrap();
-    let mut first = Hub::start("127.0.0.1:0".parse().unwrap()).await;
-    let mut second = Hub::start("127.0.0.1:0".parse().unwrap()).await;
+    let mut first = FakeHub::start("127.0.0.1:0".parse().unwrap()).await;
+    let mut second = FakeHub::start("127.0.0.1:0".parse().unwrap()).await;
     let relay = Relay::start(first.addr).await;
     let driver = Arc::new(FakeDriver::default());
     let mut settings = settings_for(&[relay.addr, second.addr], dir.path());
@@ -865,7 +654,7 @@ async fn an_equal_snapshot_is_acknowledged_without_applying() {
     };
     let driver = Arc::new(FakeDriver::default());
     *driver.rule_errors.lock().unwrap() = vec![error.clone()];
-    let mut hub = Hub::start("127.0.0.1:0".parse().unwrap()).await;
+    let mut hub = FakeHub::start("127.0.0.1:0".parse().unwrap()).await;
     let mut agent = RunningAgent::start(settings(hub.addr, dir.path()), Arc::clone(&driver));
     agent.wait_applied(12).await;
     assert_eq!(driver.applies().len(), 1, "the persisted plan, at start");

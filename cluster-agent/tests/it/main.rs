@@ -1,10 +1,8 @@
 //! cluster-agent's integration tests: one test binary, a module per area (run one with
-//! `cargo nextest run -p cluster-agent --test it <module>::`); `support` is their shared
-//! harness.
+//! `cargo nextest run -p cluster-agent --test it <module>::`); their shared harness (the
+//! fake hub, the echo backend, the waits) is `fedingress_testsupport`.
 
 #![allow(clippy::unwrap_used)]
-
-mod support;
 
 mod anycast;
 mod deploy_kubernetes;
