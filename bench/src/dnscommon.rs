@@ -1,13 +1,11 @@
 //! Shared by the DNS benches `dns-bench`, `dns-geo-bench`, `dns-rrl-bench`,
-//! `failover-bench` and the load generator `ecs-load` (each includes it with
-//! `mod dnscommon;`): the release apiserver started with a `dns:` section ([`DnsHub`]),
-//! hand-built DNS packets (a query with an optional EDNS Client Subnet option, and just
-//! enough of a response parser to read the rcode and the A records of the answer
-//! section), the federation of 1,000 Geo ingresses on 3 clusters with simulated agents
-//! ([`GeoFleet`]) and the checks of its answers, and Knot DNS with the same names
-//! ([`start_knot`]; with `mod-rrl`: [`start_knot_with`]).
-
-#![allow(dead_code)]
+//! `failover-bench`, `anycast-bench` and the load generator `ecs-load`: the release
+//! apiserver started with a `dns:` section ([`DnsHub`]), hand-built DNS packets (a query
+//! with an optional EDNS Client Subnet option, and just enough of a response parser to
+//! read the rcode and the A records of the answer section), the federation of 1,000 Geo
+//! ingresses on 3 clusters with simulated agents ([`GeoFleet`]) and the checks of its
+//! answers, and Knot DNS with the same names ([`start_knot`]; with `mod-rrl`:
+//! [`start_knot_with`]).
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -17,12 +15,13 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use fedingress_bench::sim_agent::{AgentStats, agent};
-use fedingress_bench::{Api, GROUP_PATH, HubTiming, Proc};
 use futures_util::StreamExt;
 use serde_json::json;
 use tokio::task::JoinHandle;
 use tonic::transport::Endpoint;
+
+use crate::sim_agent::{AgentStats, agent};
+use crate::{Api, GROUP_PATH, HubTiming, Proc};
 
 /// The zone every bench name lives in.
 pub const ZONE: &str = "fedingress.test";

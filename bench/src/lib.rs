@@ -9,10 +9,12 @@
 //! etcd members and what they wrote; [`replicas`], several apiserver replicas on one
 //! etcd (or one on redb), to kill and restart; [`authz`], authorization at scale
 //! (`apiserver-bench --authz`); [`apply`], server-side apply and managedFields
-//! (`apiserver-bench --apply`).
+//! (`apiserver-bench --apply`); [`dnscommon`], what the DNS benches share. The benches
+//! themselves are the binaries in `src/bin/`.
 
 pub mod apply;
 pub mod authz;
+pub mod dnscommon;
 pub mod etcd;
 pub mod replicas;
 pub mod sim_agent;

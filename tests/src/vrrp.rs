@@ -1,6 +1,7 @@
 //! A site of two hosts sharing a virtual IP through keepalived (VRRPv3), and a client,
 //! on one LAN of network namespaces ([`crate::netns::Lan`]): what the VRRP test
-//! (`tests/vrrp.rs`) and the failover benchmark (`bench/src/vrrp.rs`) run against.
+//! (`tests/tests/e2e/vrrp.rs`) and the failover benchmark (`bench/src/bin/vrrp-bench.rs`)
+//! run against.
 //!
 //! - LAN `10.0.0.0/24`: `host-a` (.1, priority 150), `host-b` (.2, priority 100),
 //!   `client` (.3); the shared address [`VIP`] `10.0.0.100`, TCP port [`PORT`] 7000.

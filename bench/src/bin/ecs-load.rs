@@ -28,8 +28,6 @@
 //! subnets.txt --seconds 10` (see docs/benchmarks.md). It prints numbers; it asserts
 //! nothing.
 
-mod dnscommon;
-
 use std::collections::VecDeque;
 use std::io::ErrorKind;
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
@@ -38,7 +36,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use dnscommon::{LoadFlags, TYPE_A, query};
+use fedingress_bench::dnscommon::{LoadFlags, TYPE_A, query};
 use fedingress_bench::{clock_ticks, cpu_ticks};
 use serde_json::json;
 

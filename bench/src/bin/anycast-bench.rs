@@ -28,8 +28,6 @@
 //! bird2 and gobgpd installed (see docs/benchmarks.md). It prints numbers; it asserts
 //! nothing.
 
-mod dnscommon;
-
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
@@ -37,6 +35,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Parser;
+use fedingress_bench::dnscommon;
 use fedingress_bench::{sibling, today};
 use fedingress_tests::anycast::{
     ANYCAST, ANYCAST_PREFIX, AnycastLab, Binaries, DNS, LabOptions, PORT, UNICAST_NAME, unavailable,

@@ -24,8 +24,6 @@
 //! Run: `cargo build --release --workspace --bins && target/release/failover-bench` (see
 //! docs/benchmarks.md). It prints numbers; it asserts nothing.
 
-mod dnscommon;
-
 use std::collections::BTreeSet;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
@@ -33,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use dnscommon::{
+use fedingress_bench::dnscommon::{
     DEPLOY_TIMING, REGIONS, Response, TYPE_A, TYPE_SOA, ZONE, ask, locations_section, query,
     region_client,
 };

@@ -13,8 +13,6 @@
 //! runs) or `cargo build --release --workspace --bins && target/release/dns-bench` (see
 //! docs/benchmarks.md). It prints numbers; it asserts nothing.
 
-mod dnscommon;
-
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -23,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use dnscommon::{
+use fedingress_bench::dnscommon::{
     CLUSTER_IPS, DEPLOY_TIMING, DnsHub, GeoFleet, REGIONS, TYPE_A, ZONE, ask, dig, knot_version,
     name, query, region_client, start_knot, wait_answers, which, zone_file,
 };

@@ -37,8 +37,6 @@
 //! target/release/dns-rrl-bench` (see docs/benchmarks.md). It prints numbers; it
 //! asserts nothing.
 
-mod dnscommon;
-
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
@@ -48,7 +46,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use dnscommon::{
+use fedingress_bench::dnscommon::{
     DEPLOY_TIMING, DnsHub, GeoFleet, KnotRrl, TYPE_A, ZONE, knot_version, name, query,
     start_knot_with, wait_answers,
 };

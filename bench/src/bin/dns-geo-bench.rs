@@ -25,8 +25,6 @@
 //! --mmdb target/bench-data/GeoLite2-City.mmdb` (see docs/benchmarks.md). It prints
 //! numbers; it asserts nothing.
 
-mod dnscommon;
-
 use std::collections::{BTreeMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -34,7 +32,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use dnscommon::{
+use fedingress_bench::dnscommon;
+use fedingress_bench::dnscommon::{
     CLUSTER_IPS, DEPLOY_TIMING, DnsHub, GeoFleet, KnotGeo, LoadFlags, REGIONS, TYPE_A, ask,
     knot_version, name, query, start_knot, wait_answers,
 };
