@@ -8,13 +8,15 @@
 //! - `gateway` (feature `gateway`): the fake hub of the agent's tests (`FakeHub`, a real
 //!   `AgentGateway` server; interactive or scripted).
 //!
-//! What belongs here: small, product-independent helpers that more than one crate's
-//! tests would otherwise copy. What does not: anything a product binary links (this crate
-//! is a dev-dependency, or a dependency of the test harness and the benchmarks only:
-//! `scripts/check-deps` refuses it as a product crate's normal dependency), fixtures of
-//! one crate (they stay in that crate's `tests/`), and harnesses that need the product's
-//! crates (the in-process hub stays in `federation-apiserver/tests`, the labs in
-//! `tests/`).
+//! What belongs here: helpers that the tests of more than one crate (or the benchmarks)
+//! would otherwise each copy, light to build: tokio only, and the protocol crates
+//! (`fedingress-api`, `fedingress-proto`) only behind the `gateway` feature. What does
+//! not: anything a product binary links (`scripts/check-deps` refuses this crate as a
+//! product crate's normal dependency: it is a dev-dependency there, and a dependency of
+//! the e2e harness and the benchmarks only); the fixtures of one crate (they stay in its
+//! `tests/`); harnesses built on a product crate's implementation (the in-process hub
+//! stays in `federation-apiserver/tests/it/support`, the network-namespace labs and the
+//! third-party fakes in `tests/src`); TLS and HTTP stacks without a feature of their own.
 
 pub mod echo;
 #[cfg(feature = "gateway")]
