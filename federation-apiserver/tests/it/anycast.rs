@@ -234,11 +234,14 @@ async fn reported_routes_reach_status_dns_explain_events_and_fedctl() {
         summary.contains("the network (BGP) carries each client to the nearest announcing site"),
         "{summary}"
     );
-    let speaker_status = hub.cluster("eu-west").await["status"]["speaker"].clone();
-    assert_eq!(
-        speaker_status,
-        json!({"up": true, "peers": 1, "establishedPeers": 1})
-    );
+    // The controller writes ingress statuses before cluster statuses: wait for eu-west's.
+    eventually_async(DEADLINE, "eu-west's speaker in its status", || async {
+        let speaker = hub.cluster("eu-west").await["status"]["speaker"].clone();
+        (speaker == json!({"up": true, "peers": 1, "establishedPeers": 1}))
+            .then_some(())
+            .ok_or(speaker.to_string())
+    })
+    .await;
 
     // eu-west withdraws: its backend lost its endpoints.
     eu.report_anycast(
