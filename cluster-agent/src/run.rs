@@ -18,10 +18,8 @@
 //! agent is ready; `cluster-agent keepalived render -c FILE` prints the keepalived
 //! config of FILE's `vrrp:` section.
 //!
-//! It lives in the library, and `src/main.rs` only calls it, so that the agent's whole
-//! async call tree is compiled once, here: an optimised binary crate compiles again every
-//! generic function and future it polls (release builds share no generics between
-//! crates).
+//! It lives in the library, and `src/main.rs` only calls it: the composition root is
+//! library code that tests and tools can reach.
 
 use std::io::Write;
 use std::net::SocketAddr;

@@ -3,10 +3,8 @@
 //! unreachable or refuses the TLS material), bind, print the READY line, then serve
 //! until SIGTERM/SIGINT.
 //!
-//! It lives in the library, and `src/main.rs` only calls it, so that the server's whole
-//! async call tree is compiled once, here: an optimised binary crate compiles again every
-//! generic function and future it polls (release builds share no generics between
-//! crates), which made the binary take half as long as the library to build.
+//! It lives in the library, and `src/main.rs` only calls it: the composition root is
+//! library code that tests and tools can reach.
 
 use std::process::ExitCode;
 
