@@ -55,10 +55,13 @@ fn bin_dir() -> PathBuf {
         .to_path_buf()
 }
 
-/// Builds every binary of the workspace once per test process, then returns the path
-/// of `name`. The build includes the tests (`--bins --tests`, as scripts/test builds):
-/// with them, cargo resolves the tests' feature set for the binaries too, so the
-/// binaries and the tests share one build of every dependency.
+/// The binaries the end-to-end tests run: the product's, never the benchmarks'.
+pub const PRODUCT_BINARIES: [&str; 3] = ["federation-apiserver", "cluster-agent", "fedctl"];
+
+/// Builds the product's binaries once per test process, then returns the path of
+/// `name`. The build includes the tests (`--tests`, as scripts/test builds): with them,
+/// cargo resolves the tests' feature set for the binaries too, so the binaries and the
+/// tests share one build of every dependency.
 ///
 /// With `FEDINGRESS_TEST_BIN_DIR` set, nothing is built and the binaries are taken from
 /// that directory instead (to run the tests against binaries built elsewhere, e.g. a
@@ -75,7 +78,8 @@ pub fn binary(name: &str) -> PathBuf {
         let release = dir.file_name().is_some_and(|n| n == "release");
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut command = Command::new(cargo);
-        command.args(["build", "--workspace", "--bins", "--tests", "--quiet"]);
+        command.args(["build", "--workspace", "--tests", "--quiet"]);
+        command.args(PRODUCT_BINARIES.iter().flat_map(|name| ["--bin", name]));
         if release {
             command.arg("--release");
         }
@@ -88,7 +92,7 @@ pub fn binary(name: &str) -> PathBuf {
             .expect("running cargo build");
         assert!(
             status.success(),
-            "cargo build --workspace --bins --tests failed"
+            "cargo build --workspace --tests (and the product binaries) failed"
         );
     });
     let path = bin_dir().join(name);
