@@ -8,10 +8,10 @@
 //!   set: placement, conflicts and plans, status, serving state ([`serving`]), and the
 //!   routed ingresses DNS answers from.
 //! - *apply* (this module): publish plans, persist routing state that changed, publish
-//!   what DNS serves ([`dns_state`](super::dns_state)) and rebuild the snapshot when an
-//!   answer-relevant input changed, hand each completed serial to the DNS providers
-//!   ([`providers`](super::providers)), record routing Events, write the statuses that
-//!   differ (concurrently, in one batch). A provider's sync report marks the ingresses
+//!   what DNS serves through this replica's [`DnsReplica`] (which stores it and rebuilds
+//!   the snapshot) when an answer-relevant input changed, hand each completed serial to
+//!   the DNS providers ([`providers`](super::providers)), record routing Events, write
+//!   the statuses that differ (concurrently, in one batch). A provider's sync report marks the ingresses
 //!   whose provider status changed dirty.
 //!
 //! # Roles
@@ -19,9 +19,9 @@
 //! function of the stored objects) and publishes them to the agents it holds. Only the
 //! leader ([`Role::Leader`]) writes: routing state, DNS state, Events, statuses, token
 //! revocations, all through its fenced store; and only it syncs the DNS providers. A
-//! follower serves DNS from the DNS state the leader stored, rebuilt when a batch
-//! completes, with the same serial. With one replica on redb, the role is always
-//! leader and the store unfenced.
+//! follower's [`DnsReplica`] serves DNS from the DNS state the leader stored, rebuilt
+//! when a batch completes, with the same serial. With one replica on redb, the role is
+//! always leader and the store unfenced.
 //!
 //! [`Controller::start`] lists, loads the persisted routing state and runs the first
 //! pass before anything is served, so the DNS server answers from persisted state from
@@ -38,7 +38,7 @@ pub mod decide;
 pub mod observe;
 pub mod serving;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -48,7 +48,7 @@ use fedingress_api::{
     Cluster, ClusterStatus, FederatedIngress, FederatedIngressStatus, Resource, Time,
 };
 use fedingress_dns::RoutedIngress;
-use fedingress_store::{Revision, Store, StoreError, WatchStream};
+use fedingress_store::{Store, StoreError};
 use futures_util::{StreamExt, stream};
 use tokio::sync::watch;
 use tracing::Instrument;
@@ -56,7 +56,7 @@ use tracing::Instrument;
 use self::decide::{Dirty, IngressOutcome, Pass, World, dns_status};
 use self::observe::Cache;
 use super::Hub;
-use super::dns_state::{DnsChange, DnsStore, serial_of};
+use super::dns_state::{DnsReplica, DnsStore, Published};
 use super::gslb::{AnswerChange, Gslb};
 use super::providers::ProviderSet;
 use super::replication::Role;
@@ -85,7 +85,6 @@ struct Writers {
     tokens: TokenStore,
     routing: RoutingStore,
     recorder: Recorder,
-    dns: DnsStore,
 }
 
 impl Writers {
@@ -97,7 +96,6 @@ impl Writers {
             registry,
             tokens: TokenStore::new(store.clone()),
             routing: RoutingStore::new(store.clone()),
-            dns: DnsStore::new(store.clone()),
             store,
         }
     }
@@ -128,16 +126,8 @@ pub struct Controller {
     role: watch::Receiver<Role>,
     /// `Some` while leading.
     writers: Option<Writers>,
-    /// What DNS serves, as stored (followed by every replica).
-    dns_store: DnsStore,
-    stored_dns: BTreeMap<IngressKey, RoutedIngress>,
-    /// Revision of the stored serial key the served snapshot was built at.
-    built_serial: Revision,
-    /// The next DNS publication writes the serial key even without changes (a new
-    /// leader completes its predecessor's last batch).
-    publish_serial: bool,
-    /// DNS steering, when the embedded DNS server runs.
-    gslb: Option<Gslb>,
+    /// What DNS this replica serves: published while leading, followed otherwise.
+    dns: DnsReplica,
     /// The configured DNS providers: fed each completed serial, synced while leading.
     providers: Option<ProviderSet>,
     metrics: Arc<HubMetrics>,
@@ -147,20 +137,13 @@ pub struct Controller {
     routing: BTreeMap<IngressKey, IngressRouting>,
     placements: BTreeMap<IngressKey, Vec<String>>,
     conflicts: BTreeMap<IngressKey, Vec<Conflict>>,
-    routed: BTreeMap<IngressKey, RoutedIngress>,
     /// Connected flag per cluster at the last pass (leases expire without events).
     connected: BTreeMap<String, bool>,
     /// Ingresses whose routing changes with time alone, and when (unix ms).
     timers: BTreeMap<IngressKey, u64>,
-    /// Why names are not (fully) served, from the last snapshot build, by ingress.
-    dns_problems: HashMap<String, Vec<String>>,
     restoring: bool,
     pending: Dirty,
     last_prune: Option<Instant>,
-    /// Revision the DNS state watch resumes after.
-    dns_revision: Revision,
-    /// The highest serial key revision seen in the stored DNS state.
-    stored_serial: Revision,
 }
 
 impl Controller {
@@ -179,18 +162,21 @@ impl Controller {
             metrics,
         } = parts;
         let routing = RoutingStore::new(registry.store().clone()).load().await?;
-        let dns_store = DnsStore::new(registry.store().clone());
-        let (dns, dns_revision) = dns_store.load().await.context("loading the DNS state")?;
         let cache = Cache::list(&registry)
             .await
             .map_err(|e| anyhow::anyhow!("{}", e.message))
             .context("listing clusters and ingresses")?;
+        // DNS answers from the stored state from the first packet.
+        let dns_store = DnsStore::new(registry.store().clone());
+        let dns = DnsReplica::load(dns_store, gslb, metrics.clone(), &cache.ingresses)
+            .await
+            .context("loading the DNS state")?;
         let tick = (agents.settings.lease / 4).max(Duration::from_millis(100));
         tracing::info!(
             clusters = cache.clusters.len(),
             ingresses = cache.ingresses.len(),
             routing_states = routing.len(),
-            dns_names = dns.routed.len(),
+            dns_names = dns.served().len(),
             "controller starting from stored state"
         );
         let mut controller = Self {
@@ -199,11 +185,7 @@ impl Controller {
             agents,
             role,
             writers: None,
-            dns_store,
-            stored_dns: dns.routed.clone(),
-            built_serial: dns.serial_revision.unwrap_or_default(),
-            publish_serial: false,
-            gslb,
+            dns,
             providers,
             metrics,
             tick,
@@ -211,10 +193,8 @@ impl Controller {
             routing,
             placements: BTreeMap::new(),
             conflicts: BTreeMap::new(),
-            routed: dns.routed,
             connected: BTreeMap::new(),
             timers: BTreeMap::new(),
-            dns_problems: HashMap::new(),
             restoring: true,
             pending: Dirty {
                 all: true,
@@ -222,11 +202,7 @@ impl Controller {
                 ..Dirty::default()
             },
             last_prune: None,
-            dns_revision,
-            stored_serial: dns.serial_revision.unwrap_or_default(),
         };
-        // DNS answers from the stored state from the first packet.
-        controller.rebuild_dns(&BTreeSet::new(), controller.built_serial, true);
         controller.take_role().await;
         controller.pass(true).await;
         Ok(controller)
@@ -235,7 +211,6 @@ impl Controller {
     /// Runs until the process ends.
     pub async fn run(mut self) {
         let mut changes = self.agents.subscribe_changes();
-        let mut dns_events: Option<WatchStream> = None;
         loop {
             let mut events = match self
                 .registry
@@ -250,9 +225,7 @@ impl Controller {
                 }
             };
             loop {
-                if dns_events.is_none() {
-                    dns_events = self.watch_dns().await;
-                }
+                self.dns.watch(&self.cache.ingresses).await;
                 let wait = self.next_wait();
                 let mut dns_only = false;
                 tokio::select! {
@@ -261,8 +234,8 @@ impl Controller {
                         Some(Err(e)) => { self.relist(&e).await; break; }
                         None => { self.relist(&StoreError::Closed).await; break; }
                     },
-                    event = next_event(&mut dns_events) => {
-                        self.observe_dns(event, &mut dns_events);
+                    event = self.dns.next_event() => {
+                        self.dns.observe(event, &self.cache.ingresses);
                         dns_only = true;
                     }
                     _ = changes.changed() => {}
@@ -278,7 +251,7 @@ impl Controller {
                     loop {
                         tokio::select! {
                             () = tokio::time::sleep_until(until) => break,
-                            event = next_event(&mut dns_events) => self.observe_dns(event, &mut dns_events),
+                            event = self.dns.next_event() => self.dns.observe(event, &self.cache.ingresses),
                         }
                     }
                 }
@@ -292,10 +265,9 @@ impl Controller {
                         }
                     }
                 }
-                while let Some(event) =
-                    futures_util::FutureExt::now_or_never(next_event(&mut dns_events))
+                while let Some(event) = futures_util::FutureExt::now_or_never(self.dns.next_event())
                 {
-                    self.observe_dns(event, &mut dns_events);
+                    self.dns.observe(event, &self.cache.ingresses);
                 }
                 self.collect_triggers();
                 if !self.pending.is_empty() {
@@ -307,97 +279,6 @@ impl Controller {
                 }
             }
         }
-    }
-
-    /// Starts following the stored DNS state (after a compaction: loads it again first).
-    async fn watch_dns(&mut self) -> Option<WatchStream> {
-        let store = self.registry.store().clone();
-        match store
-            .watch(super::dns_state::PREFIX, self.dns_revision)
-            .await
-        {
-            Ok(events) => Some(events),
-            Err(StoreError::Compacted { .. }) => {
-                match self.dns_store.load().await {
-                    Ok((state, revision)) => {
-                        self.stored_dns = state.routed;
-                        self.dns_revision = revision;
-                        if let Some(serial) = state.serial_revision {
-                            self.follow_dns(serial);
-                        }
-                    }
-                    Err(e) => tracing::warn!(error = %e, "loading the DNS state failed"),
-                }
-                None
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "watching the DNS state failed; retrying");
-                None
-            }
-        }
-    }
-
-    /// One event of the stored DNS state: records are remembered, a serial builds the
-    /// snapshot (followers; the leader built it when it wrote).
-    fn observe_dns(
-        &mut self,
-        event: Option<Result<fedingress_store::Event, StoreError>>,
-        stream: &mut Option<WatchStream>,
-    ) {
-        let event = match event {
-            Some(Ok(event)) => event,
-            Some(Err(e)) => {
-                tracing::warn!(error = %e, "DNS state watch ended; watching again");
-                *stream = None;
-                return;
-            }
-            None => {
-                *stream = None;
-                return;
-            }
-        };
-        self.dns_revision = event.revision;
-        match super::dns_state::decode(&event) {
-            Some(DnsChange::Routed(key, Some(routed))) => {
-                self.stored_dns.insert(key, *routed);
-            }
-            Some(DnsChange::Routed(key, None)) => {
-                self.stored_dns.remove(&key);
-            }
-            Some(DnsChange::Serial(revision)) => {
-                self.stored_serial = self.stored_serial.max(revision);
-                if self.writers.is_none() {
-                    self.follow_dns(revision);
-                }
-            }
-            None => {}
-        }
-    }
-
-    /// Serves the stored DNS state, complete at the serial key's `revision`.
-    fn follow_dns(&mut self, revision: Revision) {
-        if revision <= self.built_serial {
-            return;
-        }
-        let changed: BTreeSet<String> = self
-            .stored_dns
-            .iter()
-            .filter(|(k, v)| self.routed.get(*k) != Some(*v))
-            .map(|(k, _)| k.to_string())
-            .chain(
-                self.routed
-                    .keys()
-                    .filter(|k| !self.stored_dns.contains_key(*k))
-                    .map(ToString::to_string),
-            )
-            .collect();
-        self.routed = self.stored_dns.clone();
-        self.rebuild_dns(&changed, revision, false);
-        tracing::debug!(
-            serial = serial_of(revision),
-            changed = changed.len(),
-            "DNS snapshot follows the stored state"
-        );
     }
 
     /// Takes the role the election says: a new leader loads its predecessor's routing
@@ -420,12 +301,11 @@ impl Controller {
                         tracing::warn!(error = %e, "loading routing state failed; deciding from what agents report")
                     }
                 }
+                self.dns.lead(DnsStore::new(writers.store.clone()));
                 self.writers = Some(writers);
                 if let Some(providers) = &mut self.providers {
                     providers.lead();
                 }
-                self.routed = self.stored_dns.clone();
-                self.publish_serial = true;
                 self.pending.all = true;
                 self.pending.replan = true;
             }
@@ -435,8 +315,7 @@ impl Controller {
                 if let Some(providers) = &mut self.providers {
                     providers.follow();
                 }
-                let serial = self.stored_serial;
-                self.follow_dns(serial);
+                self.dns.follow(&self.cache.ingresses);
             }
             _ => {}
         }
@@ -657,7 +536,7 @@ impl Controller {
                 Some(at) => self.timers.insert(key.clone(), at),
                 None => self.timers.remove(&key),
             };
-            if self.routed.get(&key) != routed.as_ref() {
+            if self.dns.served().get(&key) != routed.as_ref() {
                 routed_changes.push((key.clone(), routed));
             }
             if self.cache.ingresses.contains_key(&key) {
@@ -669,8 +548,7 @@ impl Controller {
 
         // DNS: published, then rebuilt, only when an answer-relevant input changed.
         let answer_changes = self.publish_dns(routed_changes, first).await;
-        if let Some(gslb) = &self.gslb {
-            let snapshot = gslb.snapshot();
+        if let Some(snapshot) = self.dns.snapshot() {
             for (key, status) in &mut statuses {
                 let Some(ingress) = self.cache.ingresses.get(key) else {
                     continue;
@@ -696,7 +574,7 @@ impl Controller {
                 dns_status(
                     status,
                     &dns_name,
-                    self.dns_problems.get(&key.to_string()),
+                    self.dns.problems().get(&key.to_string()),
                     &snapshot,
                     &providers,
                     ingress.metadata().generation.unwrap_or(0),
@@ -736,88 +614,44 @@ impl Controller {
             .await;
     }
 
-    /// Stores what DNS serves for the changed ingresses (then the serial), and rebuilds
-    /// the snapshot from it with that serial: every replica builds the same one. When
-    /// the store refuses, the answers stay as they are and the ingresses are recomputed
-    /// on the next pass. Returns the clusters that entered or left answers.
+    /// Publishes what DNS serves for the changed ingresses (see
+    /// [`DnsReplica::publish`]) and hands a stored serial to the DNS providers. When the
+    /// store refuses, the answers stay as they are: fenced, this replica stops writing;
+    /// otherwise the ingresses are recomputed on the next pass. Returns the clusters
+    /// that entered or left answers.
     async fn publish_dns(
         &mut self,
         changes: Vec<(IngressKey, Option<RoutedIngress>)>,
         first: bool,
     ) -> Vec<AnswerChange> {
-        let Some(writers) = &self.writers else {
-            return Vec::new();
-        };
-        if changes.is_empty() && !self.publish_serial {
-            return Vec::new();
-        }
-        let keys: Vec<IngressKey> = changes.iter().map(|(k, _)| k.clone()).collect();
-        match writers.dns.publish(changes.clone()).await {
-            Ok(serial) => {
-                self.publish_serial = false;
-                for (key, routed) in changes {
-                    match routed {
-                        Some(routed) => self.routed.insert(key, routed),
-                        None => self.routed.remove(&key),
-                    };
-                }
-                let changed: BTreeSet<String> = keys.iter().map(ToString::to_string).collect();
-                let answer_changes = self.rebuild_dns(&changed, serial, first);
+        match self
+            .dns
+            .publish(changes, first, &self.cache.ingresses)
+            .await
+        {
+            Published::Nothing => Vec::new(),
+            Published::Stored {
+                serial,
+                changed,
+                answer_changes,
+            } => {
                 if let Some(providers) = &mut self.providers {
-                    let keys: BTreeSet<IngressKey> = keys.into_iter().collect();
-                    providers.publish(serial_of(serial.max(1)), &self.routed, &keys);
+                    providers.publish(serial, self.dns.served(), &changed);
                 }
                 answer_changes
             }
-            Err(e) => {
-                if e.is_fenced() {
-                    tracing::warn!(error = %e, "no longer the leader: DNS state not published");
-                    self.writers = None;
-                    if let Some(providers) = &mut self.providers {
-                        providers.follow();
-                    }
-                } else {
-                    tracing::warn!(error = %e, "publishing the DNS state failed; answers unchanged, retrying");
-                    self.pending.ingresses.extend(keys);
+            Published::Fenced => {
+                self.writers = None;
+                if let Some(providers) = &mut self.providers {
+                    providers.follow();
                 }
                 Vec::new()
             }
+            Published::Failed(keys) => {
+                self.pending.ingresses.extend(keys);
+                Vec::new()
+            }
         }
-    }
-
-    /// Rebuilds the snapshot from `self.routed` with the serial of `revision` (the serial
-    /// key's); returns the clusters that entered or left the `changed` ingresses' answers.
-    fn rebuild_dns(
-        &mut self,
-        changed: &BTreeSet<String>,
-        revision: Revision,
-        first: bool,
-    ) -> Vec<AnswerChange> {
-        self.built_serial = self.built_serial.max(revision);
-        let Some(gslb) = &mut self.gslb else {
-            return Vec::new();
-        };
-        let mut order: Vec<&RoutedIngress> = self.routed.values().collect();
-        let age = |r: &RoutedIngress| {
-            r.ingress
-                .split_once('/')
-                .map(|(ns, name)| IngressKey::new(ns, name))
-                .and_then(|k| self.cache.ingresses.get(&k))
-                .and_then(|i| i.metadata().creation_timestamp.map(|t| t.0))
-        };
-        order.sort_by(|a, b| (age(a), &a.ingress).cmp(&(age(b), &b.ingress)));
-        let serial = serial_of(revision.max(1));
-        let step = tokio::task::block_in_place(|| gslb.step(&order, changed, serial, first));
-        if let Some(took) = step.build_time {
-            self.metrics.observe_snapshot_build(took);
-        }
-        self.metrics.set_dns_serial(serial);
-        // Anycast route changes are not DNS answer changes.
-        for change in step.changes.iter().filter(|c| c.anycast.is_none()) {
-            self.metrics.count_answer_change(change);
-        }
-        self.dns_problems = step.problems;
-        step.changes
     }
 
     /// When `key`'s routing next changes with time alone.
@@ -858,7 +692,7 @@ impl Controller {
         let Some(providers) = &mut self.providers else {
             return;
         };
-        let changes = providers.take_changes(&self.routed);
+        let changes = providers.take_changes(self.dns.served());
         self.pending.ingresses.extend(changes.dirty);
         let Some(writers) = &mut self.writers else {
             return;
@@ -974,16 +808,6 @@ impl HasStatus for FederatedIngress {
 async fn providers_changed(providers: &mut Option<ProviderSet>) {
     match providers {
         Some(providers) => providers.changed().await,
-        None => std::future::pending().await,
-    }
-}
-
-/// The next event of the DNS state watch (pending forever while there is none).
-async fn next_event(
-    stream: &mut Option<WatchStream>,
-) -> Option<Result<fedingress_store::Event, StoreError>> {
-    match stream {
-        Some(stream) => stream.next().await,
         None => std::future::pending().await,
     }
 }

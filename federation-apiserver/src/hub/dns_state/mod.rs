@@ -9,8 +9,15 @@
 //! snapshot, never a half-applied batch. A new leader writes the serial key after its
 //! first pass, so a batch its predecessor left without one is published too.
 //!
+//! [`DnsReplica`] (in `replica.rs`) is what one replica serves from it: the leader's
+//! publications, or, on every other replica, the stored state as it completes.
+//!
 //! What does not belong here: deciding what is routed (the controller), building the
 //! snapshot (the GSLB step).
+
+mod replica;
+
+pub use replica::{DnsReplica, Published};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -18,7 +25,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use fedingress_api::plan::IngressKey;
 use fedingress_dns::RoutedIngress;
-use fedingress_store::{Event, EventKind, Precondition, Revision, Store, StoreError};
+use fedingress_store::{Event, EventKind, Precondition, Revision, Store, StoreError, WatchStream};
 use futures_util::{StreamExt, stream};
 
 /// Storage prefix of everything DNS serves.
@@ -144,6 +151,11 @@ impl DnsStore {
             }
         }
         Ok((state, first_revision.unwrap_or_default()))
+    }
+
+    /// The changes of the stored DNS state after `revision`, in revision order.
+    pub async fn watch(&self, after: Revision) -> Result<WatchStream, StoreError> {
+        self.store.watch(PREFIX, after).await
     }
 
     /// Writes the changed records, then the serial key; returns the serial key's
