@@ -201,17 +201,13 @@ fn resource_entries<R: Resource>() -> [Value; 2] {
     ]
 }
 
-pub fn group_resources() -> Value {
+/// The group's resources, then `extensions` (the entries of subresources served by the
+/// REST layer's extensions).
+pub fn group_resources(extensions: Vec<Value>) -> Value {
     let mut resources = Vec::new();
     resources.extend(resource_entries::<FederatedIngress>());
     resources.extend(resource_entries::<Cluster>());
-    resources.push(json!({
-        "name": "clusters/token",
-        "singularName": "",
-        "namespaced": false,
-        "kind": "ClusterToken",
-        "verbs": ["create", "get", "delete"],
-    }));
+    resources.extend(extensions);
     json!({
         "kind": "APIResourceList",
         "apiVersion": "v1",

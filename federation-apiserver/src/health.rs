@@ -300,7 +300,7 @@ mod tests {
     /// A store that reads but cannot commit: every write fails.
     struct ReadOnlyStore(fedingress_store::RedbStore);
 
-    #[tonic::async_trait]
+    #[async_trait::async_trait]
     impl Store for ReadOnlyStore {
         async fn revision(
             &self,

@@ -7,6 +7,12 @@
 //! [`registry`] (Kubernetes object semantics, generic over kinds) → a
 //! [`fedingress_store::Store`]. Resource types and validation live in `fedingress-api`;
 //! nothing here defines what a valid FederatedIngress is.
+//!
+//! The REST modules ([`api`], [`auth`], [`registry`], [`codec`], [`discovery`], the
+//! OpenAPI documents, [`protobuf`], [`table`], [`watch`], [`status`], [`health`],
+//! [`events`], [`metrics`]) know nothing of the hub, DNS or the process around them
+//! (`scripts/check-deps` refuses it): the hub's subresources and metrics are added by
+//! [`server`] through [`api::extensions`] ([`hub::endpoints`]).
 
 pub mod api;
 pub mod auth;

@@ -1,19 +1,20 @@
 //! Prometheus metrics of the API server: requests by verb/resource/code, request
 //! latency histograms, open watches and the store revision ([`Metrics`]), and what the
 //! serving limits refused ([`LimitCounters`]), with the text-format pieces the hub's
-//! metrics reuse ([`Histogram`], [`escape`]). The hub's own metrics (`hub::metrics`) are
-//! rendered after these, and the embedded DNS server's counters after those, by
-//! `/metrics`.
+//! metrics reuse ([`Histogram`], [`escape`]). What the REST layer's extensions write
+//! (the hub's metrics, the embedded DNS server's counters) follows these in `/metrics`
+//! ([`crate::api::extensions`]).
 //!
 //! # Guarantees
 //! Label values built from URLs (verb, resource, subresource) come from a fixed set
-//! ([`verb_label`], [`resource_label`]); anything else is `other`, so random paths
-//! cannot grow the label set.
+//! ([`verb_label`], [`resource_label`]; the extensions' subresources are added once, when
+//! the [`Metrics`] are made); anything else is `other`, so random paths cannot grow the
+//! label set.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Upper bounds (seconds) of the latency histogram buckets.
@@ -93,8 +94,9 @@ const RESOURCES: &[&str] = &[
     "selfsubjectaccessreviews",
 ];
 
-/// The subresources a request label may name.
-const SUBRESOURCES: &[&str] = &["status", "explain", "token"];
+/// The subresources the REST layer serves itself; those of the extensions are added
+/// when the [`Metrics`] are made ([`Metrics::with_subresources`]).
+const SUBRESOURCES: &[&str] = &["status"];
 
 /// The `verb` label: one of a fixed set, `""` for requests refused before a verb was
 /// known, else `other`.
@@ -109,39 +111,40 @@ pub fn verb_label(verb: &str) -> &'static str {
         .unwrap_or("other")
 }
 
-/// Every `plural/subresource` label, at `plural * SUBRESOURCES.len() + subresource`
-/// (built once, so that a request's labels are never allocated).
-static SUBRESOURCE_LABELS: LazyLock<Vec<String>> = LazyLock::new(|| {
-    RESOURCES
-        .iter()
-        .flat_map(|plural| {
-            SUBRESOURCES
-                .iter()
-                .map(move |sub| format!("{plural}/{sub}"))
-        })
-        .collect()
-});
+/// A `resource` label: a plural (or `""`, `other`) and maybe a subresource, each from a
+/// fixed set, so that a request's labels are never allocated. Ordered as their text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ResourceLabel(&'static str, Option<&'static str>);
 
-/// The `resource` label: `plural` or `plural/subresource` from a fixed set, `""` for
-/// non-resource paths, else `other`.
-pub fn resource_label(resource: &str) -> &'static str {
+impl std::fmt::Display for ResourceLabel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.1 {
+            Some(sub) => write!(f, "{}/{sub}", self.0),
+            None => f.write_str(self.0),
+        }
+    }
+}
+
+/// The `resource` label: `plural` or `plural/subresource` from a fixed set (the
+/// subresources: `subresources`), `""` for non-resource paths, else `other`.
+pub fn resource_label(resource: &str, subresources: &[&'static str]) -> ResourceLabel {
+    const OTHER: ResourceLabel = ResourceLabel("other", None);
     if resource.is_empty() {
-        return "";
+        return ResourceLabel("", None);
     }
     let (plural, sub) = match resource.split_once('/') {
         Some((plural, sub)) => (plural, Some(sub)),
         None => (resource, None),
     };
-    let Some(p) = RESOURCES.iter().position(|known| *known == plural) else {
-        return "other";
+    let Some(plural) = RESOURCES.iter().find(|known| **known == plural) else {
+        return OTHER;
     };
     match sub {
-        None => RESOURCES.get(p).copied().unwrap_or("other"),
-        Some(sub) => SUBRESOURCES
+        None => ResourceLabel(plural, None),
+        Some(sub) => subresources
             .iter()
-            .position(|known| *known == sub)
-            .and_then(|s| SUBRESOURCE_LABELS.get(p * SUBRESOURCES.len() + s))
-            .map_or("other", String::as_str),
+            .find(|known| **known == sub)
+            .map_or(OTHER, |sub| ResourceLabel(plural, Some(sub))),
     }
 }
 
@@ -238,10 +241,11 @@ impl LimitCounters {
 }
 
 /// A request's labels: verb and resource, each from a fixed set.
-type Labels = (&'static str, &'static str);
+type Labels = (&'static str, ResourceLabel);
 
-#[derive(Default)]
 pub struct Metrics {
+    /// The subresources the `resource` label may name.
+    subresources: Vec<&'static str>,
     requests: Mutex<BTreeMap<(Labels, u16), u64>>,
     latency: Mutex<BTreeMap<Labels, Histogram>>,
     watches: AtomicI64,
@@ -284,10 +288,31 @@ impl Drop for WatchGuard {
     }
 }
 
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::with_subresources(&[])
+    }
+}
+
 impl Metrics {
+    /// Metrics whose `resource` label may also name `subresources` (those served by the
+    /// REST layer's extensions), beside `status`.
+    pub fn with_subresources(subresources: &[&'static str]) -> Self {
+        let mut all = SUBRESOURCES.to_vec();
+        all.extend(subresources.iter().filter(|s| !SUBRESOURCES.contains(s)));
+        Self {
+            subresources: all,
+            requests: Mutex::default(),
+            latency: Mutex::default(),
+            watches: AtomicI64::default(),
+            watches_by_user: Mutex::default(),
+            limits: LimitCounters::default(),
+        }
+    }
+
     pub fn observe(&self, verb: &str, resource: &str, code: u16, elapsed: Duration) {
         let verb = verb_label(verb);
-        let resource = resource_label(resource);
+        let resource = resource_label(resource, &self.subresources);
         // Watches last as long as the client wants: their latency says nothing.
         if verb != "watch"
             && let Ok(mut latency) = self.latency.lock()
@@ -441,6 +466,30 @@ mod tests {
         assert!(text.contains(
             "apiserver_request_total{verb=\"get\",resource=\"clusters/status\",code=\"200\"} 1"
         ));
+    }
+
+    #[test]
+    fn extension_subresources_are_labels_on_every_known_plural() {
+        let metrics = Metrics::with_subresources(&["token"]);
+        metrics.observe("list", "clusters/token", 200, Duration::from_millis(1));
+        metrics.observe(
+            "get",
+            "federatedingresses/token",
+            404,
+            Duration::from_millis(1),
+        );
+        metrics.observe("get", "clusters/explain", 404, Duration::from_millis(1));
+        let text = metrics.render(1);
+        for series in [
+            "{verb=\"list\",resource=\"clusters/token\",code=\"200\"} 1",
+            "{verb=\"get\",resource=\"federatedingresses/token\",code=\"404\"} 1",
+            "{verb=\"get\",resource=\"other\",code=\"404\"} 1",
+        ] {
+            assert!(
+                text.contains(&format!("apiserver_request_total{series}")),
+                "{text}"
+            );
+        }
     }
 
     #[test]

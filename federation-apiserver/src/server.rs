@@ -17,7 +17,8 @@ use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 use tower::ServiceExt;
 
-use crate::api::{self, ApiSettings, AppState, HubHandle, Peer};
+use crate::api::extensions::Extensions;
+use crate::api::{self, ApiSettings, AppState, Peer};
 use crate::config::Settings;
 use crate::connections::Protocol;
 use crate::hub::Hub;
@@ -216,21 +217,26 @@ impl Server {
         })
         .await
         .context("starting the controller")?;
+        let mut extensions = Extensions::default();
+        crate::hub::endpoints::register(
+            &mut extensions,
+            crate::hub::endpoints::Endpoints {
+                tokens: tokens.clone(),
+                dns: dns.as_ref().map(|(server, ..)| server.clone()),
+                dns_providers,
+                hub: hub.clone(),
+                metrics: hub_metrics.clone(),
+            },
+        );
         let mut state = AppState::new(
             registry.clone(),
             settings.auth,
-            tokens.clone(),
-            dns.as_ref().map(|(server, ..)| server.clone()),
-            Some(HubHandle {
-                hub: hub.clone(),
-                metrics: hub_metrics.clone(),
-            }),
             ApiSettings {
                 bookmark_interval: settings.bookmark_interval,
                 watch: settings.limits.watch(),
             },
+            extensions,
         );
-        state.dns_providers = dns_providers;
         let metrics = state.metrics.clone();
         let health = crate::health::StoreHealth::with_meanwhile(
             if settings.etcd.is_some() {

@@ -19,9 +19,9 @@ use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use self::extensions::{Extensions, Subresource, SubresourceRequest};
 use crate::auth::{Authenticator, User};
 use crate::codec::{self, BodyFormat, FieldValidation};
-use crate::hub::tokens::TokenStore;
 use crate::metrics::Metrics;
 use crate::registry::{DeletePreconditions, Filter, Registry, Scope};
 use crate::status::ApiError;
@@ -30,6 +30,7 @@ use crate::{discovery, openapi, openapi_v2, watch};
 
 mod apply;
 mod collection;
+pub mod extensions;
 mod lists;
 mod namespaces;
 mod read_options;
@@ -58,22 +59,12 @@ impl Default for ApiSettings {
     }
 }
 
-/// The hub, as `/metrics` sees it.
-pub struct HubHandle {
-    pub hub: Arc<crate::hub::Hub>,
-    pub metrics: Arc<crate::hub::metrics::HubMetrics>,
-}
-
 /// Everything a request handler needs.
 pub struct AppState {
     pub registry: Registry,
     pub auth: Authenticator,
-    pub tokens: TokenStore,
-    /// The embedded DNS server, when it runs (explain reads its snapshot).
-    pub dns: Option<Arc<fedingress_dns::server::DnsServer>>,
-    /// The configured DNS providers (explain asks which of their records a client gets).
-    pub dns_providers: Vec<Arc<dyn fedingress_dns::provider::DnsProvider>>,
-    pub hub: Option<HubHandle>,
+    /// What the composition root added: subresources and `/metrics` text.
+    extensions: Extensions,
     pub metrics: Arc<Metrics>,
     pub settings: ApiSettings,
     /// Whether the store answers (`/readyz`; writes refused while it does not).
@@ -92,21 +83,16 @@ impl AppState {
     pub fn new(
         registry: Registry,
         auth: Authenticator,
-        tokens: TokenStore,
-        dns: Option<Arc<fedingress_dns::server::DnsServer>>,
-        hub: Option<HubHandle>,
         settings: ApiSettings,
+        extensions: Extensions,
     ) -> Self {
         let document = openapi::group_version_document().to_string();
         let openapi_hash = openapi::content_hash(document.as_bytes());
         Self {
             registry,
             auth,
-            tokens,
-            dns,
-            dns_providers: Vec::new(),
-            hub,
-            metrics: Arc::new(Metrics::default()),
+            metrics: Arc::new(Metrics::with_subresources(&extensions.subresource_names())),
+            extensions,
             settings,
             health: crate::health::StoreHealth::new("the store"),
             authorizer: Arc::new(crate::auth::rbac::Authorizer::default()),
@@ -161,7 +147,8 @@ async fn handle(State(state): State<Arc<AppState>>, request: Request) -> Respons
 
 type Outcome = Result<(&'static str, String, Response), (&'static str, String, ApiError)>;
 
-fn json_response(code: StatusCode, value: &Value) -> Response {
+/// A JSON response with `code`.
+pub fn json_response(code: StatusCode, value: &Value) -> Response {
     (
         code,
         [(header::CONTENT_TYPE, "application/json")],
@@ -231,7 +218,7 @@ impl AuditStart {
     }
 }
 
-async fn dispatch(state: &AppState, request: Request, who: &mut Option<User>) -> Outcome {
+async fn dispatch(state: &Arc<AppState>, request: Request, who: &mut Option<User>) -> Outcome {
     let path = request.uri().path().trim_end_matches('/').to_string();
     let path = if path.is_empty() {
         "/".to_string()
@@ -277,7 +264,11 @@ async fn dispatch(state: &AppState, request: Request, who: &mut Option<User>) ->
             "/api/v1" => return nonresource(discovery::core_resources()),
             "/apis" => return nonresource(discovery::groups()),
             "/apis/fedingress.io" => return nonresource(discovery::group_document()),
-            "/apis/fedingress.io/v1alpha1" => return nonresource(discovery::group_resources()),
+            "/apis/fedingress.io/v1alpha1" => {
+                return nonresource(discovery::group_resources(
+                    state.extensions.discovery_entries(fedingress_api::GROUP),
+                ));
+            }
             "/apis/rbac.authorization.k8s.io" => return nonresource(discovery::rbac_group()),
             "/apis/authorization.k8s.io" => return nonresource(discovery::authorization_group()),
             "/apis/authorization.k8s.io/v1" => {
@@ -320,13 +311,7 @@ async fn dispatch(state: &AppState, request: Request, who: &mut Option<User>) ->
                 if let Some(audit) = &state.audit {
                     audit.write_prometheus(&mut text);
                 }
-                if let Some(hub) = &state.hub {
-                    let connected = hub.hub.agents().values().filter(|a| a.connected).count();
-                    hub.metrics.render(&mut text, connected);
-                }
-                if let Some(dns) = &state.dns {
-                    dns.write_prometheus(&mut text);
-                }
+                state.extensions.write_metrics(&mut text);
                 return Ok((
                     "get",
                     String::new(),
@@ -382,7 +367,7 @@ async fn dispatch(state: &AppState, request: Request, who: &mut Option<User>) ->
         if let Some(target) = namespaces::target(rest) {
             return namespaces::serve(state, &user, target, request).await;
         }
-        let target = parse_target(rest).map_err(|e| ("", String::new(), e))?;
+        let target = parse_target(rest, &state.extensions).map_err(|e| ("", String::new(), e))?;
         if target.plural != Event::PLURAL || target.subresource.is_some() {
             return Err(("", String::new(), ApiError::no_route(&path)));
         }
@@ -418,7 +403,7 @@ async fn dispatch(state: &AppState, request: Request, who: &mut Option<User>) ->
     }
     if let Some(rest) = path.strip_prefix("/apis/rbac.authorization.k8s.io/v1/") {
         use fedingress_api::rbac::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
-        let target = parse_target(rest).map_err(|e| ("", String::new(), e))?;
+        let target = parse_target(rest, &state.extensions).map_err(|e| ("", String::new(), e))?;
         if target.subresource.is_some() {
             return Err(("", String::new(), ApiError::no_route(&path)));
         }
@@ -439,24 +424,9 @@ async fn dispatch(state: &AppState, request: Request, who: &mut Option<User>) ->
     let Some(rest) = path.strip_prefix("/apis/fedingress.io/v1alpha1/") else {
         return Err(("", String::new(), ApiError::no_route(&path)));
     };
-    let target = parse_target(rest).map_err(|e| ("", String::new(), e))?;
-    let token_path = target.plural == Cluster::PLURAL
-        && target.subresource.as_deref() == Some("token")
-        && target.namespace.is_none();
-    if target.plural == FederatedIngress::PLURAL && target.subresource.as_deref() == Some("explain")
-    {
-        let resource = "federatedingresses/explain".to_string();
-        return match serve_explain(state, &user, &target, request.uri()).await {
-            Ok(response) => Ok(("get", resource, response)),
-            Err(e) => Err(("get", resource, e)),
-        };
-    }
-    if token_path {
-        let resource = "clusters/token".to_string();
-        return match serve_tokens(state, &user, &target, request.method(), request.uri()).await {
-            Ok((verb, response)) => Ok((verb, resource, response)),
-            Err((verb, e)) => Err((verb, resource, e)),
-        };
+    let target = parse_target(rest, &state.extensions).map_err(|e| ("", String::new(), e))?;
+    if let Some(subresource) = state.extensions.find(fedingress_api::GROUP, &target) {
+        return serve_extension(state, subresource, user, target, request).await;
     }
     match target.plural.as_str() {
         p if p == FederatedIngress::PLURAL => {
@@ -467,302 +437,43 @@ async fn dispatch(state: &AppState, request: Request, who: &mut Option<User>) ->
     }
 }
 
-/// `GET .../federatedingresses/{name}/explain?client=IP`: which cluster(s) that client
-/// gets from the embedded DNS server and why (strategy, location, distances, health,
-/// load, weights), computed from the snapshot being served, with the SRV answers of its
-/// named L4 rules (`answer.srv`: where each rule is served for that client).
-async fn serve_explain(
-    state: &AppState,
-    user: &User,
-    target: &TargetPath,
-    uri: &http::Uri,
-) -> Result<Response, ApiError> {
-    let namespace = target
-        .namespace
-        .as_deref()
-        .ok_or_else(|| ApiError::no_route(uri.path()))?;
-    let name = target.name.clone().unwrap_or_default();
-    crate::auth::authorize(
-        &state.authorizer,
-        &user.resource_attributes(
-            "get",
-            fedingress_api::GROUP,
-            FederatedIngress::PLURAL,
-            "explain",
-            namespace,
-            &name,
-        ),
-    )?;
-    let ingress = state
-        .registry
-        .get::<FederatedIngress>(Some(namespace), &name)
-        .await?;
-    #[derive(Deserialize)]
-    struct ExplainParams {
-        client: Option<String>,
-    }
-    let params = axum::extract::Query::<ExplainParams>::try_from_uri(uri)
-        .map(|q| q.0)
-        .map_err(|e| ApiError::bad_request(format!("invalid query: {e}")))?;
-    let client = match params.client.as_deref().filter(|c| !c.is_empty()) {
-        Some(text) => Some(text.parse::<std::net::IpAddr>().map_err(|_| {
-            ApiError::bad_request(format!("client: {text:?} is not an IP address"))
-        })?),
-        None => None,
-    };
-    let Some(dns) = &state.dns else {
-        return Err(ApiError::unavailable(
-            "the embedded DNS server is not enabled (dns.listen / --dns-listen)",
-        ));
-    };
-    let dns_name = ingress
-        .spec
-        .effective_dns_name()
-        .unwrap_or_default()
-        .trim_end_matches('.')
-        .to_ascii_lowercase();
-    let snapshot = dns.snapshot();
-    let Some((located, decision)) = snapshot.explain(&dns_name, client) else {
-        return Err(ApiError::unavailable(format!(
-            "{dns_name} is not served yet (see the DNSReady condition of {namespace}/{name})"
-        )));
-    };
-    let lookup_addresses = |qtype| {
-        snapshot
-            .lookup(&dns_name, qtype, client)
-            .answers
-            .iter()
-            .map(|r| r.data.to_string())
-            .collect::<Vec<_>>()
-    };
-    // The SRV answers of the L4 rules that carry a name, for the same client: they point
-    // where each rule is served (a rule may have a load balancer of its own).
-    let mut srv_names: Vec<String> = ingress
-        .spec
-        .rules
-        .iter()
-        .filter(|r| r.protocol.is_l4())
-        .filter_map(|r| {
-            let name = r.name.as_deref()?;
-            Some(format!("_{name}._{}.{dns_name}", r.protocol.transport()))
+/// Serves a subresource of the extensions.
+async fn serve_extension(
+    state: &Arc<AppState>,
+    subresource: &Subresource,
+    user: User,
+    target: TargetPath,
+    request: Request,
+) -> Outcome {
+    let resource = format!("{}/{}", subresource.plural, subresource.name);
+    let served = subresource
+        .serve(SubresourceRequest {
+            state: state.clone(),
+            user,
+            target,
+            method: request.method().clone(),
+            uri: request.uri().clone(),
         })
-        .collect();
-    srv_names.dedup();
-    let srv: Vec<serde_json::Value> = srv_names
-        .iter()
-        .map(|name| {
-            let records: Vec<String> = snapshot
-                .lookup(name, hickory_proto::rr::RecordType::SRV, client)
-                .answers
-                .iter()
-                .map(|r| r.data.to_string())
-                .collect();
-            json!({"name": name, "records": records})
-        })
-        .collect();
-    let providers = provider_explanations(state, &ingress, &dns_name, &located.location);
-    let body = json!({
-        "kind": "RoutingExplanation",
-        "apiVersion": fedingress_api::API_VERSION,
-        "ingress": format!("{namespace}/{name}"),
-        "dnsName": dns_name,
-        "client": client.map(|c| c.to_string()),
-        "location": located,
-        "strategy": decision.strategy.as_str(),
-        "answer": {
-            "clusters": decision.answer.clusters(),
-            "detail": decision.answer,
-            "records": lookup_addresses(hickory_proto::rr::RecordType::A).into_iter().chain(lookup_addresses(hickory_proto::rr::RecordType::AAAA)).collect::<Vec<_>>(),
-            "srv": srv,
-        },
-        "reasons": decision.reasons,
-        "summary": decision.summary,
-        "providers": providers,
-    });
-    Ok(json_response(StatusCode::OK, &body))
-}
-
-/// Per configured DNS provider that publishes `dns_name`: which of the record sets it
-/// holds (as the ingress's `status.dns.providers` lists them) a client at `client`
-/// would get, in the provider's own words. Every replica can answer: the records come
-/// from the stored status, the choice from the provider's policy, no sync needed.
-fn provider_explanations(
-    state: &AppState,
-    ingress: &FederatedIngress,
-    dns_name: &str,
-    client: &fedingress_dns::Location,
-) -> Vec<serde_json::Value> {
-    let statuses = ingress
-        .status
-        .as_ref()
-        .and_then(|s| s.dns.as_ref())
-        .map(|d| d.providers.as_slice())
-        .unwrap_or_default();
-    state
-        .dns_providers
-        .iter()
-        // The status lists exactly the providers that publish this name (not those
-        // that only delegate its zone to the embedded server).
-        .filter(|p| p.manages(dns_name) && statuses.iter().any(|s| s.name == p.name()))
-        .map(|provider| {
-            let status = statuses.iter().find(|s| s.name == provider.name());
-            let records: Vec<fedingress_dns::provider::PublishedRecord> = status
-                .map(|s| s.records.as_slice())
-                .unwrap_or_default()
-                .iter()
-                .filter(|r| r.name.trim_end_matches('.').eq_ignore_ascii_case(dns_name))
-                .map(|r| fedingress_dns::provider::PublishedRecord {
-                    name: r.name.clone(),
-                    type_: r.type_.clone(),
-                    set_identifier: r.set_identifier.clone(),
-                    policy: r.policy.clone(),
-                    values: r.values.clone(),
-                    health_check: r.health_check.clone(),
-                })
-                .collect();
-            let answer = if records.is_empty() {
-                "holds no record for this name yet".to_string()
-            } else {
-                provider.explain(&records, client)
-            };
-            json!({
-                "name": provider.name(),
-                "type": provider.kind(),
-                "synced": status.is_some_and(|s| s.synced),
-                "message": status.map(|s| s.message.as_str()).unwrap_or_default(),
-                "records": records,
-                "answer": answer,
-            })
-        })
-        .collect()
-}
-
-/// The Cluster `token` subresource: POST issues a token (returned once; with
-/// `?type=join[&ttlSeconds=N]` a single-use join token for `fedctl join`'s certificate
-/// flow), GET lists every credential (tokens, join tokens, client certificates by
-/// fingerprint), DELETE `token/{id}` revokes one (and ends the session it
-/// authenticated).
-async fn serve_tokens(
-    state: &AppState,
-    user: &User,
-    target: &TargetPath,
-    method: &Method,
-    uri: &http::Uri,
-) -> Result<(&'static str, Response), (&'static str, ApiError)> {
-    let cluster = target.name.clone().unwrap_or_default();
-    let verb = match (method.as_str(), target.subname.is_some()) {
-        ("POST", false) => "create",
-        ("GET", false) => "list",
-        ("DELETE", true) => "delete",
-        (m, _) => {
-            return Err((
-                "",
-                ApiError::method_not_allowed(format!(
-                    "the server does not allow this method on the requested resource ({m})"
-                )),
-            ));
-        }
-    };
-    crate::auth::authorize(
-        &state.authorizer,
-        &user.resource_attributes(
-            verb,
-            fedingress_api::GROUP,
-            Cluster::PLURAL,
-            "token",
-            "",
-            &cluster,
-        ),
-    )
-    .map_err(|e| (verb, e))?;
-    let fail = |e: ApiError| (verb, e);
-    let object = state
-        .registry
-        .get::<Cluster>(None, &cluster)
-        .await
-        .map_err(fail)?;
-    let uid = object.metadata.uid.clone().unwrap_or_default();
-    let token_object = |c: &crate::hub::tokens::CredentialSummary| {
-        let mut body = json!({
-            "kind": "ClusterToken",
-            "apiVersion": fedingress_api::API_VERSION,
-            "metadata": {"name": c.id, "creationTimestamp": c.created_at},
-            "cluster": cluster,
-            "type": c.kind,
-        });
-        if let Some(expires) = &c.expires_at {
-            body["expirationTimestamp"] = json!(expires);
-        }
-        body
-    };
-    match verb {
-        "create" => {
-            let query = crate::hub::tokens::IssueQuery::parse(uri.query(), state.tokens.join_ttl)
-                .map_err(|m| fail(ApiError::bad_request(m)))?;
-            let now = Time(chrono::Utc::now());
-            let (summary, token) = match query {
-                crate::hub::tokens::IssueQuery::Token => {
-                    let (record, token) = state
-                        .tokens
-                        .issue(&cluster, &uid, now)
-                        .await
-                        .map_err(fail)?;
-                    tracing::info!(cluster, token_id = %record.id, user = %user.name, "agent token issued");
-                    (crate::hub::tokens::CredentialSummary::token(&record), token)
-                }
-                crate::hub::tokens::IssueQuery::Join { ttl } => {
-                    let (record, token) = state
-                        .tokens
-                        .issue_join(&cluster, &uid, ttl, now)
-                        .await
-                        .map_err(fail)?;
-                    tracing::info!(cluster, token_id = %record.id, user = %user.name, expires = %record.expires_at.0, "join token issued");
-                    (crate::hub::tokens::CredentialSummary::join(&record), token)
-                }
-            };
-            let mut body = token_object(&summary);
-            body["token"] = json!(token);
-            Ok((verb, json_response(StatusCode::CREATED, &body)))
-        }
-        "list" => {
-            let records = state.tokens.list_all(&cluster).await.map_err(fail)?;
-            let body = json!({
-                "kind": "ClusterTokenList",
-                "apiVersion": fedingress_api::API_VERSION,
-                "metadata": {},
-                "items": records.iter().map(token_object).collect::<Vec<_>>(),
-            });
-            Ok((verb, json_response(StatusCode::OK, &body)))
-        }
-        _ => {
-            let id = target.subname.clone().unwrap_or_default();
-            state.tokens.revoke(&cluster, &id).await.map_err(fail)?;
-            tracing::info!(cluster, credential = %id, user = %user.name, "agent credential revoked");
-            Ok((
-                verb,
-                json_response(
-                    StatusCode::OK,
-                    &crate::status::success(&format!(
-                        "credential {id} of cluster {cluster} revoked"
-                    )),
-                ),
-            ))
-        }
+        .await;
+    match served.result {
+        Ok(response) => Ok((served.verb, resource, response)),
+        Err(e) => Err((served.verb, resource, e)),
     }
 }
 
-/// A resource URL: `[namespaces/{ns}/]{plural}[/{name}[/{subresource}]]`.
+/// A resource URL: `[namespaces/{ns}/]{plural}[/{name}[/{subresource}[/{subname}]]]`.
 #[derive(Debug, PartialEq, Eq)]
-struct TargetPath {
-    namespace: Option<String>,
-    plural: String,
-    name: Option<String>,
-    subresource: Option<String>,
-    /// The one subresource with names of its own: `clusters/{name}/token/{id}`.
-    subname: Option<String>,
+pub struct TargetPath {
+    pub namespace: Option<String>,
+    pub plural: String,
+    pub name: Option<String>,
+    pub subresource: Option<String>,
+    /// The name within a subresource that has names of its own
+    /// ([`Subresource::named`]: `clusters/{name}/token/{id}`).
+    pub subname: Option<String>,
 }
 
-fn parse_target(rest: &str) -> Result<TargetPath, ApiError> {
+fn parse_target(rest: &str, extensions: &Extensions) -> Result<TargetPath, ApiError> {
     let parts: Vec<&str> = rest.split('/').collect();
     let (namespace, parts) = match parts.as_slice() {
         ["namespaces", ns, tail @ ..] if !tail.is_empty() => (Some(ns.to_string()), tail.to_vec()),
@@ -779,10 +490,10 @@ fn parse_target(rest: &str) -> Result<TargetPath, ApiError> {
             Some(owned(sub)),
             None,
         ),
-        [plural, name, "token", id] => (
+        [plural, name, sub, id] if extensions.is_named(sub) => (
             plural.to_string(),
             Some(owned(name)),
-            Some("token".to_string()),
+            Some(owned(sub)),
             Some(owned(id)),
         ),
         _ => return Err(missing()),
@@ -1402,6 +1113,7 @@ mod tests {
 
     #[test]
     fn parses_resource_paths() {
+        let parse_target = |rest| parse_target(rest, &Extensions::default());
         let t = parse_target("namespaces/default/federatedingresses/shop/status").unwrap();
         assert_eq!(t.namespace.as_deref(), Some("default"));
         assert_eq!(t.plural, "federatedingresses");

@@ -10,6 +10,8 @@
 //! - [`providers`] publishes the routing decisions to the configured cloud DNS
 //!   providers (`dns.providers`) while leading, and turns their syncs into status;
 //! - [`tokens`] issues, lists and revokes agent tokens;
+//! - [`endpoints`] adds the hub's subresources (`explain`, `token`) and metrics to the
+//!   REST surface, through its extensions;
 //! - [`namespaces`] deletes the content of Namespaces being deleted (leader only) and
 //!   creates the bootstrap namespaces at start;
 //! - with several replicas on one etcd: [`replication`] keeps the replica's lease and
@@ -24,6 +26,7 @@ pub mod controller;
 pub mod credentials;
 pub mod directory;
 pub mod dns_state;
+pub mod endpoints;
 pub mod gateway;
 pub mod gslb;
 pub mod metrics;

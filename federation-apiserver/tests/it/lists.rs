@@ -13,10 +13,10 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Body;
 use fedingress_api::rbac::{Grant, Policy};
+use fedingress_apiserver::api::extensions::Extensions;
 use fedingress_apiserver::api::{ApiSettings, AppState, Peer, router};
 use fedingress_apiserver::auth::Authenticator;
 use fedingress_apiserver::auth::rbac::Authorizer;
-use fedingress_apiserver::hub::tokens::TokenStore;
 use fedingress_apiserver::registry::Registry;
 use fedingress_store::{RedbOptions, RedbStore, Store};
 use futures_util::StreamExt;
@@ -43,12 +43,10 @@ impl App {
         );
         let shared: Arc<dyn Store> = store.clone();
         let mut state = AppState::new(
-            Registry::new(shared.clone()),
+            Registry::new(shared),
             Authenticator::new(true),
-            TokenStore::new(shared),
-            None,
-            None,
             ApiSettings::default(),
+            Extensions::default(),
         );
         state.authorizer = Arc::new(Authorizer::with_policy(bootstrap_policy()));
         let app = Self {
