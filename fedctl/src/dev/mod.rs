@@ -556,96 +556,195 @@ async fn start_all(
     supervisor: &mut Supervisor,
     interrupt: &Interrupt,
 ) -> anyhow::Result<bool> {
-    let block = args.block;
-    let deadline = Instant::now() + args.timeout;
+    let mut up = BringUp {
+        args,
+        dir,
+        binaries,
+        supervisor,
+        interrupt,
+        deadline: Instant::now() + args.timeout,
+    };
+    up.echo_backends().await?;
+    let etcd_url = up.etcd().await?;
+    let federation = up.apiservers(etcd_url.as_deref()).await?;
+    let api = Api::new(&kubeconfig::load(
+        std::slice::from_ref(&federation.kubeconfig),
+        None,
+    )?)?;
+    up.clusters(&api, &federation).await?;
+    up.agents(&api).await?;
+    up.sample_service(&api).await?;
+    up.dns_steering(&federation).await?;
+    up.http(&api).await
+}
 
-    // 1. Echo backends.
-    let step = Step::start(Stream::Stdout, label("echo backends"), false);
-    for (i, m) in MEMBERS.iter().enumerate() {
-        interrupt.check()?;
-        let ip = backend_ip(block, i);
-        let started = start_process(
-            "backend",
-            m.name,
-            &binaries.fedctl,
-            vec![
-                "dev".into(),
-                "echo".into(),
-                "--name".into(),
-                m.name.into(),
-                "--listen".into(),
-                format!("{ip}:{BACKEND_PORT}"),
-                "--http".into(),
-                format!("{ip}:{BACKEND_HTTP_PORT}"),
-            ],
-            &dir.join("logs").join(format!("backend-{}.log", m.name)),
-        )
-        .await;
-        match started {
-            Ok(started) => {
-                supervisor.add(started)?;
+/// `dev up`'s bring-up, one method per step, in the order [`start_all`] runs them; each
+/// step prints its own progress line.
+struct BringUp<'a> {
+    args: &'a DevUpArgs,
+    dir: &'a Path,
+    binaries: &'a Binaries,
+    supervisor: &'a mut Supervisor,
+    interrupt: &'a Interrupt,
+    /// For everything the bring-up waits on.
+    deadline: Instant,
+}
+
+/// What the apiserver step leaves for the later steps.
+struct Federation {
+    /// In start order; the first is the default.
+    replicas: Vec<Replica>,
+    /// Every replica's agent gateway, as the agents are told.
+    gateways: Vec<String>,
+    kubeconfig: PathBuf,
+    pki: pki::DevPki,
+}
+
+impl BringUp<'_> {
+    /// Step 1: the echo backends.
+    async fn echo_backends(&mut self) -> anyhow::Result<()> {
+        let block = self.args.block;
+        let step = Step::start(Stream::Stdout, label("echo backends"), false);
+        for (i, m) in MEMBERS.iter().enumerate() {
+            self.interrupt.check()?;
+            let ip = backend_ip(block, i);
+            let started = start_process(
+                "backend",
+                m.name,
+                &self.binaries.fedctl,
+                vec![
+                    "dev".into(),
+                    "echo".into(),
+                    "--name".into(),
+                    m.name.into(),
+                    "--listen".into(),
+                    format!("{ip}:{BACKEND_PORT}"),
+                    "--http".into(),
+                    format!("{ip}:{BACKEND_HTTP_PORT}"),
+                ],
+                &self
+                    .dir
+                    .join("logs")
+                    .join(format!("backend-{}.log", m.name)),
+            )
+            .await;
+            match started {
+                Ok(started) => {
+                    self.supervisor.add(started)?;
+                }
+                Err(e) => {
+                    step.fail("");
+                    return Err(e);
+                }
             }
+        }
+        step.done(&format!(
+            "{} (TCP+UDP :{BACKEND_PORT}, HTTP :{BACKEND_HTTP_PORT})",
+            MEMBERS
+                .iter()
+                .enumerate()
+                .map(|(i, m)| format!("{} {}", m.name, backend_ip(block, i)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+        Ok(())
+    }
+
+    /// Step 2: with --ha, etcd: one member on loopback, its data in the state dir. Returns its
+    /// client URL.
+    async fn etcd(&mut self) -> anyhow::Result<Option<String>> {
+        let Some(exe) = &self.binaries.etcd else {
+            return Ok(None);
+        };
+        let dir = self.dir;
+        self.interrupt.check()?;
+        let step = Step::start(Stream::Stdout, label("etcd"), false);
+        let member = etcd::Member::on(&replica_ip(self.args.block, 0), &dir.join("etcd"))?;
+        let exe = exe.clone();
+        let log = dir.join("logs").join("etcd.log");
+        let started =
+            tokio::task::spawn_blocking(move || member.start(&exe, &log, Duration::from_secs(30)))
+                .await
+                .context("starting etcd")?;
+        let started = match started {
+            Ok(started) => started,
             Err(e) => {
                 step.fail("");
                 return Err(e);
             }
-        }
+        };
+        let ready = self.supervisor.add(started)?;
+        let url = ready["client"].as_str().unwrap_or_default().to_string();
+        self.supervisor.state.etcd = Some(url.clone());
+        self.supervisor.state.save(dir)?;
+        step.done(&format!("{url} (data {}/etcd)", shown(dir)));
+        Ok(Some(url))
     }
-    step.done(&format!(
-        "{} (TCP+UDP :{BACKEND_PORT}, HTTP :{BACKEND_HTTP_PORT})",
-        MEMBERS
-            .iter()
-            .enumerate()
-            .map(|(i, m)| format!("{} {}", m.name, backend_ip(block, i)))
-            .collect::<Vec<_>>()
-            .join(", ")
-    ));
 
-    // 2. With --ha, etcd: one member on loopback, its data in the state dir.
-    let etcd_url = match &binaries.etcd {
-        Some(exe) => {
-            interrupt.check()?;
-            let step = Step::start(Stream::Stdout, label("etcd"), false);
-            let member = etcd::Member::on(&replica_ip(block, 0), &dir.join("etcd"))?;
-            let exe = exe.clone();
-            let log = dir.join("logs").join("etcd.log");
-            let started = tokio::task::spawn_blocking(move || {
-                member.start(&exe, &log, Duration::from_secs(30))
-            })
+    /// Step 3: the apiserver(s) with the embedded DNS server: the embedded store, or etcd at
+    /// `etcd_url`. Then the kubeconfig, a context per replica.
+    async fn apiservers(&mut self, etcd_url: Option<&str>) -> anyhow::Result<Federation> {
+        let (args, dir) = (self.args, self.dir);
+        let planned = planned_replicas(args);
+        // The agent gateway speaks TLS (the agents authenticate with client certificates);
+        // the API stays plain HTTP on loopback.
+        let pki = pki::generate(
+            dir,
+            &planned.iter().map(|r| r.ip.clone()).collect::<Vec<_>>(),
+        )?;
+        let step = Step::start(
+            Stream::Stdout,
+            label(if args.ha { "apiservers" } else { "apiserver" }),
+            false,
+        );
+        for replica in &planned {
+            self.interrupt.check()?;
+            let (command, log) = self.write_apiserver_config(replica, etcd_url, &pki)?;
+            let started = match start_process(
+                "apiserver",
+                replica.name,
+                &self.binaries.apiserver,
+                command,
+                &log,
+            )
             .await
-            .context("starting etcd")?;
-            let started = match started {
+            {
                 Ok(started) => started,
                 Err(e) => {
                     step.fail("");
                     return Err(e);
                 }
             };
-            let ready = supervisor.add(started)?;
-            let url = ready["client"].as_str().unwrap_or_default().to_string();
-            supervisor.state.etcd = Some(url.clone());
-            supervisor.state.save(dir)?;
-            step.done(&format!("{url} (data {}/etcd)", shown(dir)));
-            Some(url)
+            self.record_replica(replica, started)?;
         }
-        None => None,
-    };
+        let replicas = self.supervisor.state.replicas.clone();
+        let Some(first) = replicas.first() else {
+            bail!("no apiserver replica started");
+        };
+        let state = &mut self.supervisor.state;
+        state.api = first.api.clone();
+        state.agent_gateway = first.agent_gateway.clone();
+        state.dns = first.dns.clone();
+        state.save(dir)?;
+        let gateways: Vec<String> = replicas.iter().map(|r| r.agent_gateway.clone()).collect();
+        let kubeconfig = write_kubeconfig(dir, &replicas, &gateways)?;
+        step.done(&apiservers_summary(args.ha, &replicas, dir));
+        Ok(Federation {
+            replicas,
+            gateways,
+            kubeconfig,
+            pki,
+        })
+    }
 
-    // 3. The apiserver(s) with the embedded DNS server: the embedded store, or etcd.
-    let planned = planned_replicas(args);
-    // The agent gateway speaks TLS (the agents authenticate with client certificates);
-    // the API stays plain HTTP on loopback.
-    let pki = pki::generate(
-        dir,
-        &planned.iter().map(|r| r.ip.clone()).collect::<Vec<_>>(),
-    )?;
-    let step = Step::start(
-        Stream::Stdout,
-        label(if args.ha { "apiservers" } else { "apiserver" }),
-        false,
-    );
-    for replica in &planned {
-        interrupt.check()?;
+    /// Writes `replica`'s config file; returns its command line and its log file.
+    fn write_apiserver_config(
+        &self,
+        replica: &Planned,
+        etcd_url: Option<&str>,
+        pki: &pki::DevPki,
+    ) -> anyhow::Result<(Vec<String>, PathBuf)> {
+        let (args, dir) = (self.args, self.dir);
         let (config, log) = if args.ha {
             (
                 dir.join(format!("apiserver-{}.yaml", replica.name)),
@@ -660,8 +759,7 @@ async fn start_all(
         };
         std::fs::write(
             &config,
-            apiserver_config(args, dir, replica.index, etcd_url.as_deref())
-                + &gateway_tls_config(&pki),
+            apiserver_config(args, dir, replica.index, etcd_url) + &gateway_tls_config(pki),
         )
         .with_context(|| format!("writing {}", config.display()))?;
         let mut command = vec!["--config".to_string(), config.display().to_string()];
@@ -669,57 +767,229 @@ async fn start_all(
             // Its name in leader election and in the agent records the replicas share.
             command.extend(["--replica-name".to_string(), replica.name.to_string()]);
         }
-        let started = match start_process(
-            "apiserver",
-            replica.name,
-            &binaries.apiserver,
-            command,
-            &log,
-        )
-        .await
-        {
-            Ok(started) => started,
-            Err(e) => {
-                step.fail("");
-                return Err(e);
-            }
-        };
-        let ready = supervisor.add(started)?;
+        Ok((command, log))
+    }
+
+    /// Supervises a started apiserver and records where it serves.
+    fn record_replica(&mut self, replica: &Planned, started: Started) -> anyhow::Result<()> {
+        let ready = self.supervisor.add(started)?;
         let text = |key: &str| ready[key].as_str().unwrap_or_default().to_string();
-        supervisor.state.replicas.push(Replica {
+        self.supervisor.state.replicas.push(Replica {
             name: replica.name.to_string(),
             context: replica.context.to_string(),
             api: format!("http://{}", text("api")),
             agent_gateway: format!("https://{}", text("agent")),
             dns: text("dns"),
         });
-        supervisor.state.save(dir)?;
+        self.supervisor.state.save(self.dir)
     }
-    let replicas = supervisor.state.replicas.clone();
-    let Some(first) = replicas.first() else {
-        bail!("no apiserver replica started");
-    };
-    supervisor.state.api = first.api.clone();
-    supervisor.state.agent_gateway = first.agent_gateway.clone();
-    supervisor.state.dns = first.dns.clone();
-    supervisor.state.save(dir)?;
-    let gateways: Vec<String> = replicas.iter().map(|r| r.agent_gateway.clone()).collect();
-    let kubeconfig_path = dir.join("kubeconfig");
+
+    /// Step 4: the clusters: objects, tokens and agent configs.
+    async fn clusters(&mut self, api: &Api, federation: &Federation) -> anyhow::Result<()> {
+        let (block, dir) = (self.args.block, self.dir);
+        let step = Step::start(Stream::Stdout, label("clusters"), false);
+        for (i, m) in MEMBERS.iter().enumerate() {
+            self.interrupt.check()?;
+            let body = json!({
+                "apiVersion": fedingress_api::API_VERSION,
+                "kind": "Cluster",
+                "metadata": {"name": m.name, "labels": {"env": "dev", "provider": m.provider}},
+                "spec": {
+                    "region": m.region,
+                    "location": {"latitude": m.latitude, "longitude": m.longitude},
+                    "provider": m.provider,
+                    "capacity": {"rps": 1000, "connections": 10000},
+                },
+            });
+            api.post(&cluster_path(None), &body).await?;
+            // A join token: the agent trades it for a client certificate (mTLS).
+            let token = api
+                .post_empty(&format!("{}?type=join", token_path(m.name, None)))
+                .await?;
+            let cluster_dir = dir.join("clusters").join(m.name);
+            std::fs::create_dir_all(&cluster_dir)?;
+            write_private(
+                &cluster_dir.join("join-token"),
+                format!("{}\n", token["token"].as_str().unwrap_or_default()).as_bytes(),
+            )?;
+            std::fs::write(
+                cluster_dir.join("agent.yaml"),
+                certificate_agent_config(
+                    &agent_config(m, i, block, &federation.gateways),
+                    &federation.pki.ca,
+                ),
+            )?;
+        }
+        step.done(
+            &MEMBERS
+                .iter()
+                .enumerate()
+                .map(|(i, m)| format!("{} ({}) {}", m.name, m.region, cluster_ip(block, i)))
+                .collect::<Vec<_>>()
+                .join(", "),
+        );
+        Ok(())
+    }
+
+    /// Step 4 (cont.): the agents, until every one is connected.
+    async fn agents(&mut self, api: &Api) -> anyhow::Result<()> {
+        let step = Step::start(Stream::Stdout, label("agents"), false);
+        for m in &MEMBERS {
+            self.interrupt.check()?;
+            let config = self.dir.join("clusters").join(m.name).join("agent.yaml");
+            let started = match start_process(
+                "agent",
+                m.name,
+                &self.binaries.agent,
+                vec!["--config".into(), config.display().to_string()],
+                &self.dir.join("logs").join(format!("agent-{}.log", m.name)),
+            )
+            .await
+            {
+                Ok(started) => started,
+                Err(e) => {
+                    step.fail("");
+                    return Err(e);
+                }
+            };
+            self.supervisor.add(started)?;
+        }
+        loop {
+            self.interrupt.check()?;
+            let clusters = api.get(&cluster_path(None), &[]).await?;
+            let connected = clusters["items"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|c| c["status"]["connected"] == true)
+                .count();
+            if connected == MEMBERS.len() {
+                break;
+            }
+            if Instant::now() >= self.deadline {
+                step.fail("");
+                bail!(
+                    "only {connected} of {} agents connected in time",
+                    MEMBERS.len()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        step.done(&format!("{} connected", MEMBERS.len()));
+        Ok(())
+    }
+
+    /// Step 5: the sample service.
+    async fn sample_service(&mut self, api: &Api) -> anyhow::Result<()> {
+        self.interrupt.check()?;
+        let step = Step::start(Stream::Stdout, label("sample service"), false);
+        let applied = apply(api, ECHO_YAML).await?;
+        step.done(&format!(
+            "deploy/examples/echo.yaml: {}",
+            applied.join(", ")
+        ));
+        Ok(())
+    }
+
+    /// Step 6, routing: every region gets its nearest cluster, from every replica.
+    /// Explain answers from the snapshot each replica's DNS server serves.
+    async fn dns_steering(&mut self, federation: &Federation) -> anyhow::Result<()> {
+        let mut replica_apis = Vec::new();
+        for replica in &federation.replicas {
+            let connection = kubeconfig::load(
+                std::slice::from_ref(&federation.kubeconfig),
+                Some(&replica.context),
+            )?;
+            replica_apis.push((replica.name.clone(), Api::new(&connection)?));
+        }
+        let step = Step::start(Stream::Stdout, label("DNS steering"), false);
+        loop {
+            self.interrupt.check()?;
+            let Some(pending) =
+                steering_pending(&replica_apis, self.args.block, self.args.ha).await
+            else {
+                break;
+            };
+            if Instant::now() >= self.deadline {
+                step.fail("");
+                bail!("DNS did not steer every region to its nearest cluster in time: {pending}");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        step.done(&steering_summary(self.args.ha, &federation.replicas));
+        Ok(())
+    }
+
+    /// Step 7, HTTP: echo-http on every cluster. Returns whether it is served.
+    async fn http(&mut self, api: &Api) -> anyhow::Result<bool> {
+        let step = Step::start(Stream::Stdout, label("HTTP"), false);
+        let settle = Instant::now() + Duration::from_secs(10);
+        loop {
+            self.interrupt.check()?;
+            let value = api
+                .get(&ingress_path(Some("default"), Some("echo-http")), &[])
+                .await?;
+            let ingress: FederatedIngress = decode(&value, "echo-http")?;
+            let entries = ingress
+                .status
+                .as_ref()
+                .map(|s| s.clusters.clone())
+                .unwrap_or_default();
+            let healthy = entries.len() == MEMBERS.len()
+                && entries
+                    .iter()
+                    .all(|e| e.phase.as_str() == "Applied" && e.healthy);
+            if healthy {
+                step.done(&format!(
+                    "echo-http: {HTTP_HOST} on port {HTTP_PORT} of every cluster"
+                ));
+                return Ok(true);
+            }
+            let failed = entries.iter().find(|e| e.phase.as_str() == "Failed");
+            if let Some(failed) = failed.filter(|_| Instant::now() >= settle) {
+                step.warn(&format!(
+                    "echo-http is not served: {} reports \"{}\"; TCP and UDP are unaffected",
+                    failed.name, failed.message
+                ));
+                return Ok(false);
+            }
+            if Instant::now() >= self.deadline {
+                step.warn("echo-http is not served yet (see `fedctl describe ingress echo-http`); TCP and UDP are unaffected");
+                return Ok(false);
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+/// Writes the kubeconfig, a context per replica, each knowing every agent gateway;
+/// returns its path.
+fn write_kubeconfig(
+    dir: &Path,
+    replicas: &[Replica],
+    gateways: &[String],
+) -> anyhow::Result<PathBuf> {
+    let path = dir.join("kubeconfig");
     let contexts: Vec<kubeconfig::RenderContext<'_>> = replicas
         .iter()
         .map(|r| kubeconfig::RenderContext {
             name: &r.context,
             server: &r.api,
-            agent_gateways: &gateways,
+            agent_gateways: gateways,
         })
         .collect();
-    write_private(
-        &kubeconfig_path,
-        kubeconfig::render(&contexts, "default").as_bytes(),
-    )
-    .with_context(|| format!("writing {}", kubeconfig_path.display()))?;
-    if args.ha {
-        step.done(&format!(
+    write_private(&path, kubeconfig::render(&contexts, "default").as_bytes())
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(path)
+}
+
+/// The apiserver step's line: where the replicas serve.
+fn apiservers_summary(ha: bool, replicas: &[Replica], dir: &Path) -> String {
+    let Some(first) = replicas.first() else {
+        return String::new();
+    };
+    if ha {
+        format!(
             "{} (agent gateways :{}, DNS :{}, store etcd)",
             replicas
                 .iter()
@@ -728,143 +998,28 @@ async fn start_all(
                 .join(", "),
             port_of(&first.agent_gateway),
             port_of(&first.dns),
-        ));
+        )
     } else {
-        step.done(&format!(
+        format!(
             "{} (agent gateway {}, DNS {}, store {}/hub-data)",
             first.api,
             first.agent_gateway.trim_start_matches("https://"),
             first.dns,
             shown(dir)
-        ));
-    }
-
-    // 4. Clusters: objects, tokens, agent configs, agents.
-    let api = Api::new(&kubeconfig::load(
-        std::slice::from_ref(&kubeconfig_path),
-        None,
-    )?)?;
-    let step = Step::start(Stream::Stdout, label("clusters"), false);
-    for (i, m) in MEMBERS.iter().enumerate() {
-        interrupt.check()?;
-        let body = json!({
-            "apiVersion": fedingress_api::API_VERSION,
-            "kind": "Cluster",
-            "metadata": {"name": m.name, "labels": {"env": "dev", "provider": m.provider}},
-            "spec": {
-                "region": m.region,
-                "location": {"latitude": m.latitude, "longitude": m.longitude},
-                "provider": m.provider,
-                "capacity": {"rps": 1000, "connections": 10000},
-            },
-        });
-        api.post(&cluster_path(None), &body).await?;
-        // A join token: the agent trades it for a client certificate (mTLS).
-        let token = api
-            .post_empty(&format!("{}?type=join", token_path(m.name, None)))
-            .await?;
-        let cluster_dir = dir.join("clusters").join(m.name);
-        std::fs::create_dir_all(&cluster_dir)?;
-        write_private(
-            &cluster_dir.join("join-token"),
-            format!("{}\n", token["token"].as_str().unwrap_or_default()).as_bytes(),
-        )?;
-        std::fs::write(
-            cluster_dir.join("agent.yaml"),
-            certificate_agent_config(&agent_config(m, i, block, &gateways), &pki.ca),
-        )?;
-    }
-    step.done(
-        &MEMBERS
-            .iter()
-            .enumerate()
-            .map(|(i, m)| format!("{} ({}) {}", m.name, m.region, cluster_ip(block, i)))
-            .collect::<Vec<_>>()
-            .join(", "),
-    );
-    let step = Step::start(Stream::Stdout, label("agents"), false);
-    for m in &MEMBERS {
-        interrupt.check()?;
-        let config = dir.join("clusters").join(m.name).join("agent.yaml");
-        let started = match start_process(
-            "agent",
-            m.name,
-            &binaries.agent,
-            vec!["--config".into(), config.display().to_string()],
-            &dir.join("logs").join(format!("agent-{}.log", m.name)),
         )
-        .await
-        {
-            Ok(started) => started,
-            Err(e) => {
-                step.fail("");
-                return Err(e);
-            }
-        };
-        supervisor.add(started)?;
     }
-    loop {
-        interrupt.check()?;
-        let clusters = api.get(&cluster_path(None), &[]).await?;
-        let connected = clusters["items"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|c| c["status"]["connected"] == true)
-            .count();
-        if connected == MEMBERS.len() {
-            break;
-        }
-        if Instant::now() >= deadline {
-            step.fail("");
-            bail!(
-                "only {connected} of {} agents connected in time",
-                MEMBERS.len()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    step.done(&format!("{} connected", MEMBERS.len()));
+}
 
-    // 5. The sample service.
-    interrupt.check()?;
-    let step = Step::start(Stream::Stdout, label("sample service"), false);
-    let applied = apply(&api, ECHO_YAML).await?;
-    step.done(&format!(
-        "deploy/examples/echo.yaml: {}",
-        applied.join(", ")
-    ));
-
-    // 6. Routing: every region gets its nearest cluster, from every replica.
-    // Explain answers from the snapshot each replica's DNS server serves.
-    let mut replica_apis = Vec::new();
-    for replica in &replicas {
-        let connection = kubeconfig::load(
-            std::slice::from_ref(&kubeconfig_path),
-            Some(&replica.context),
-        )?;
-        replica_apis.push((replica.name.clone(), Api::new(&connection)?));
-    }
-    let step = Step::start(Stream::Stdout, label("DNS steering"), false);
-    loop {
-        interrupt.check()?;
-        let Some(pending) = steering_pending(&replica_apis, block, args.ha).await else {
-            break;
-        };
-        if Instant::now() >= deadline {
-            step.fail("");
-            bail!("DNS did not steer every region to its nearest cluster in time: {pending}");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    step.done(&format!(
+/// The DNS steering step's line: which cluster each region gets, and from which replicas.
+fn steering_summary(ha: bool, replicas: &[Replica]) -> String {
+    format!(
         "{ECHO_DNS_NAME}: {}{}",
         MEMBERS
             .iter()
             .map(|m| format!("{} → {}", m.region, m.name))
             .collect::<Vec<_>>()
             .join(", "),
-        if args.ha {
+        if ha {
             format!(
                 " (the same from {})",
                 replicas
@@ -876,46 +1031,7 @@ async fn start_all(
         } else {
             String::new()
         }
-    ));
-
-    // 7. HTTP: echo-http on every cluster.
-    let step = Step::start(Stream::Stdout, label("HTTP"), false);
-    let settle = Instant::now() + Duration::from_secs(10);
-    loop {
-        interrupt.check()?;
-        let value = api
-            .get(&ingress_path(Some("default"), Some("echo-http")), &[])
-            .await?;
-        let ingress: FederatedIngress = decode(&value, "echo-http")?;
-        let entries = ingress
-            .status
-            .as_ref()
-            .map(|s| s.clusters.clone())
-            .unwrap_or_default();
-        let healthy = entries.len() == MEMBERS.len()
-            && entries
-                .iter()
-                .all(|e| e.phase.as_str() == "Applied" && e.healthy);
-        if healthy {
-            step.done(&format!(
-                "echo-http: {HTTP_HOST} on port {HTTP_PORT} of every cluster"
-            ));
-            return Ok(true);
-        }
-        let failed = entries.iter().find(|e| e.phase.as_str() == "Failed");
-        if let Some(failed) = failed.filter(|_| Instant::now() >= settle) {
-            step.warn(&format!(
-                "echo-http is not served: {} reports \"{}\"; TCP and UDP are unaffected",
-                failed.name, failed.message
-            ));
-            return Ok(false);
-        }
-        if Instant::now() >= deadline {
-            step.warn("echo-http is not served yet (see `fedctl describe ingress echo-http`); TCP and UDP are unaffected");
-            return Ok(false);
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    )
 }
 
 /// What still keeps DNS from sending every region's clients to their nearest cluster,
