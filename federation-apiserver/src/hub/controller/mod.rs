@@ -615,10 +615,10 @@ impl Controller {
     }
 
     /// Publishes what DNS serves for the changed ingresses (see
-    /// [`DnsReplica::publish`]) and hands a stored serial to the DNS providers. When the
-    /// store refuses, the answers stay as they are: fenced, this replica stops writing;
-    /// otherwise the ingresses are recomputed on the next pass. Returns the clusters
-    /// that entered or left answers.
+    /// [`DnsReplica::publish`]) and hands a stored serial to the DNS providers. Refused
+    /// as fenced, this replica stops writing (its DNS follows the stored state); refused
+    /// otherwise, the answers stay as they are and the ingresses are recomputed on the
+    /// next pass. Returns the clusters that entered or left answers.
     async fn publish_dns(
         &mut self,
         changes: Vec<(IngressKey, Option<RoutedIngress>)>,

@@ -85,7 +85,7 @@ pub enum Published {
         answer_changes: Vec<AnswerChange>,
     },
     /// The store refused the write because this replica no longer leads: it stopped
-    /// writing, and answers stay as they are.
+    /// writing and follows the stored state (the last complete batch seen, at once).
     Fenced,
     /// The store failed: answers stay as they are; these ingresses are to be published
     /// again.
@@ -252,7 +252,7 @@ impl DnsReplica {
     ///
     /// # Errors
     /// None returned: a refused write is [`Published::Fenced`] (this replica stopped
-    /// writing) or [`Published::Failed`]; the answers stay as they are either way.
+    /// writing and follows) or [`Published::Failed`] (the answers stay as they are).
     pub async fn publish(
         &mut self,
         changes: Vec<(IngressKey, Option<RoutedIngress>)>,
@@ -284,8 +284,11 @@ impl DnsReplica {
                 }
             }
             Err(e) if e.is_fenced() => {
-                tracing::warn!(error = %e, "no longer the leader: DNS state not published");
-                self.writer = None;
+                tracing::warn!(error = %e, "no longer the leader: DNS state not published; following it");
+                // A deposed leader may have seen its successor's batches already (a
+                // resumed pause delivers them before the election says so): it serves
+                // them now, not at the next one (issue 23, item 1).
+                self.follow(ingresses);
                 Published::Fenced
             }
             Err(e) => {
@@ -368,11 +371,12 @@ impl DnsReplica {
 mod tests {
     #![allow(clippy::unwrap_used)]
 
+    use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::Duration;
 
     use bytes::Bytes;
     use fedingress_api::ingress::Traffic;
-    use fedingress_store::{Precondition, RedbOptions, RedbStore, Store};
+    use fedingress_store::{KeyValue, Precondition, RangeResult, RedbOptions, RedbStore, Store};
 
     use super::*;
 
@@ -401,6 +405,75 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = RedbStore::open(&dir.path().join("s.redb"), RedbOptions::default()).unwrap();
         (Arc::new(store), dir)
+    }
+
+    /// A leader's view of the shared store: once `deposed`, its writes are refused as
+    /// a fenced store refuses a deposed leader's ([`StoreError::Fenced`]).
+    struct Fenced {
+        store: Arc<RedbStore>,
+        deposed: AtomicBool,
+    }
+
+    impl Fenced {
+        fn refuse_if_deposed(&self) -> Result<(), StoreError> {
+            if self.deposed.load(Ordering::SeqCst) {
+                return Err(StoreError::Fenced {
+                    key: "/leader".into(),
+                });
+            }
+            Ok(())
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl Store for Fenced {
+        async fn revision(&self) -> Result<Revision, StoreError> {
+            self.store.revision().await
+        }
+        async fn compacted_revision(&self) -> Result<Revision, StoreError> {
+            self.store.compacted_revision().await
+        }
+        async fn get(&self, key: &str) -> Result<Option<KeyValue>, StoreError> {
+            self.store.get(key).await
+        }
+        async fn range(
+            &self,
+            prefix: &str,
+            start_after: Option<&str>,
+            limit: usize,
+        ) -> Result<RangeResult, StoreError> {
+            self.store.range(prefix, start_after, limit).await
+        }
+        async fn range_at(
+            &self,
+            prefix: &str,
+            start_after: Option<&str>,
+            limit: usize,
+            revision: Revision,
+        ) -> Result<RangeResult, StoreError> {
+            self.store
+                .range_at(prefix, start_after, limit, revision)
+                .await
+        }
+        async fn put(
+            &self,
+            key: &str,
+            value: Bytes,
+            precondition: Precondition,
+        ) -> Result<KeyValue, StoreError> {
+            self.refuse_if_deposed()?;
+            self.store.put(key, value, precondition).await
+        }
+        async fn delete(&self, key: &str, precondition: Precondition) -> Result<Event, StoreError> {
+            self.refuse_if_deposed()?;
+            self.store.delete(key, precondition).await
+        }
+        async fn watch(&self, prefix: &str, after: Revision) -> Result<WatchStream, StoreError> {
+            self.store.watch(prefix, after).await
+        }
+        async fn compact(&self, revision: Revision) -> Result<(), StoreError> {
+            self.store.compact(revision).await
+        }
     }
 
     /// A replica of `store`, loaded and watching, following.
@@ -519,5 +592,36 @@ mod tests {
         let late = replica(store).await;
         assert_eq!(late.served(), next.served());
         assert_eq!(late.built_serial(), next.built_serial());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_deposed_leader_stops_writing_and_serves_its_successors_state() {
+        let (store, _dir) = shared();
+        let fenced = Arc::new(Fenced {
+            store: store.clone(),
+            deposed: AtomicBool::new(false),
+        });
+        let mut old = replica(store.clone()).await;
+        old.lead(DnsStore::new(fenced.clone()));
+        stored_serial(publish(&mut old, vec![(key("a"), Some(routed("a")))]).await);
+        let built = old.built_serial();
+        observe_until(&mut old, built).await;
+
+        // Paused past its lease: another replica leads and publishes a change; the old
+        // leader's watch delivers it when it resumes, before it learns its role.
+        fenced.deposed.store(true, Ordering::SeqCst);
+        let mut new = replica(store.clone()).await;
+        new.lead(DnsStore::new(store.clone()));
+        stored_serial(publish(&mut new, vec![(key("b"), Some(routed("b")))]).await);
+        observe_until(&mut old, new.built_serial()).await;
+        assert!(old.built_serial() < new.built_serial());
+
+        // Its next publication is refused: it writes no more and serves the stored state
+        // at once, not at the next change (issue 23, item 1).
+        let refused = publish(&mut old, vec![(key("c"), Some(routed("c")))]).await;
+        assert!(matches!(refused, Published::Fenced), "{refused:?}");
+        assert!(!old.is_leading());
+        assert_eq!(old.served(), new.served());
+        assert_eq!(old.built_serial(), new.built_serial());
     }
 }
