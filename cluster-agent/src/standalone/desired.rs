@@ -14,7 +14,7 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use fedingress_api::ingress::{IngressRule, IngressTls, PathType, Protocol, TlsMode};
+use fedingress_api::ingress::{HttpPath, IngressRule, IngressTls, PathType, Protocol, TlsMode};
 use fedingress_api::names;
 use fedingress_api::plan::{ClusterPlan, IngressKey, IngressShare, RuleError};
 
@@ -204,19 +204,19 @@ pub(crate) fn compute(
         let tls = Arc::new(share.tls.clone());
         for (index, rule) in share.rules.iter().enumerate() {
             let rule_index = u32::try_from(index).unwrap_or(u32::MAX);
-            let mut errors = Vec::new();
-            add_rule(
-                &ctx,
-                &mut desired,
-                &mut claims,
-                &mut out,
+            let errors = AddRule {
+                ctx: &ctx,
+                desired: &mut desired,
+                claims: &mut claims,
+                out: &mut out,
                 key,
                 share,
-                &tls,
+                tls: &tls,
                 rule,
-                rule_index,
-                &mut errors,
-            );
+                index: rule_index,
+                errors: Vec::new(),
+            }
+            .run();
             out.errors
                 .extend(errors.into_iter().map(|message| RuleError {
                     ingress: key.clone(),
@@ -291,274 +291,332 @@ fn check_certificate(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn add_rule(
-    ctx: &Ctx<'_>,
-    desired: &mut Desired,
-    claims: &mut Claims,
-    out: &mut DesiredShare,
-    key: &IngressKey,
-    share: &IngressShare,
-    tls: &Arc<Vec<IngressTls>>,
-    rule: &IngressRule,
-    rule_index: u32,
-    errors: &mut Vec<String>,
-) {
-    let protocol = rule.protocol;
-    let kind = Kind::of(protocol);
-    let me = Owner {
-        ingress: key.clone(),
-        rule: rule_index,
-    };
-    let Some(port) = rule
-        .effective_port()
-        .and_then(|p| u16::try_from(p).ok())
-        .filter(|p| *p != 0)
-    else {
-        errors.push(format!("{protocol} rule needs a port 1-65535"));
-        return;
-    };
+/// One rule of a share on its way into [`Desired`]: what it reads and what it writes.
+/// [`AddRule::run`] checks the rule's port, then hands over to the method for its
+/// protocol; each method stops at the first error that keeps the rule (or a path) out.
+struct AddRule<'a> {
+    ctx: &'a Ctx<'a>,
+    desired: &'a mut Desired,
+    claims: &'a mut Claims,
+    out: &'a mut DesiredShare,
+    key: &'a IngressKey,
+    share: &'a IngressShare,
+    tls: &'a Arc<Vec<IngressTls>>,
+    rule: &'a IngressRule,
+    /// Index of the rule in the share.
+    index: u32,
+    /// The rule's errors, in the order they were found.
+    errors: Vec<String>,
+}
 
-    // The port: one TCP-port kind per port; UDP apart.
-    if kind.on_tcp()
-        && let Some((held, owner)) = claims.tcp_ports.get(&port)
-        && *held != kind
-    {
-        errors.push(format!(
-            "port {port} is already served by the {held} listener of {}",
-            owner.describe(key)
-        ));
-        return;
+impl AddRule<'_> {
+    /// Adds the rule; returns its errors.
+    fn run(mut self) -> Vec<String> {
+        let protocol = self.rule.protocol;
+        let kind = Kind::of(protocol);
+        let Some(port) = self
+            .rule
+            .effective_port()
+            .and_then(|p| u16::try_from(p).ok())
+            .filter(|p| *p != 0)
+        else {
+            self.errors
+                .push(format!("{protocol} rule needs a port 1-65535"));
+            return self.errors;
+        };
+
+        // The port: one TCP-port kind per port; UDP apart.
+        if kind.on_tcp()
+            && let Some((held, owner)) = self.claims.tcp_ports.get(&port)
+            && *held != kind
+        {
+            self.errors.push(format!(
+                "port {port} is already served by the {held} listener of {}",
+                owner.describe(self.key)
+            ));
+            return self.errors;
+        }
+
+        let host = self.rule.host().map(str::to_ascii_lowercase);
+        match protocol {
+            Protocol::Tcp | Protocol::Udp => self.l4(protocol, kind, port),
+            Protocol::Tls => self.tls_rule(kind, port, host),
+            Protocol::Http | Protocol::Https => self.http(protocol, kind, port, host),
+        }
+        self.errors
     }
 
-    let host = rule.host().map(str::to_ascii_lowercase);
+    /// This rule, as the holder of a claim.
+    fn me(&self) -> Owner {
+        Owner {
+            ingress: self.key.clone(),
+            rule: self.index,
+        }
+    }
 
-    match protocol {
-        Protocol::Tcp | Protocol::Udp => {
-            let Some(backend) = &rule.backend else {
-                errors.push(format!("{protocol} rule has no backend"));
-                return;
-            };
-            let Some(bport) = backend_port(backend.port) else {
-                errors.push(format!("backend port {} is not 1-65535", backend.port));
-                return;
-            };
-            let backend_key = (backend.service.clone(), bport);
-            let addrs = match endpoints(ctx, &backend.service, bport) {
-                Ok(addrs) => addrs,
-                Err(message) => {
-                    errors.push(message);
-                    add_backend(out, &backend_key);
-                    return;
-                }
-            };
-            let taken = match protocol {
-                Protocol::Udp => claims.udp_ports.get(&port),
-                _ => claims.tcp_ports.get(&port).map(|(_, owner)| owner),
-            };
-            if let Some(owner) = taken {
-                errors.push(format!(
-                    "{protocol} port {port} is already served by {}",
-                    owner.describe(key)
-                ));
-                return;
-            }
-            match protocol {
-                Protocol::Udp => {
-                    claims.udp_ports.insert(port, me.clone());
-                }
-                _ => {
-                    claims.tcp_ports.insert(port, (kind, me.clone()));
-                }
-            }
-            let route = RouteSpec {
-                ingress: key.clone(),
-                rule: rule_index,
-                backend: backend_key.clone(),
-            };
-            desired
-                .listeners
-                .insert((kind, port), DesiredListener::L4(route));
-            use_backend(desired, &backend_key, addrs, |p| match protocol {
-                Protocol::Udp => p.udp = true,
-                _ => p.tcp = true,
-            });
-            out.listeners.push((protocol, (kind, port)));
-            add_backend(out, &backend_key);
+    fn route(&self, backend: &BackendKey) -> RouteSpec {
+        RouteSpec {
+            ingress: self.key.clone(),
+            rule: self.index,
+            backend: backend.clone(),
         }
-        Protocol::Tls => {
-            let Some(host) = host else {
-                errors.push("TLS rule needs a host (the SNI name it routes)".to_owned());
-                return;
-            };
-            let Some(backend) = &rule.backend else {
-                errors.push("TLS rule has no backend".to_owned());
-                return;
-            };
-            let Some(bport) = backend_port(backend.port) else {
-                errors.push(format!("backend port {} is not 1-65535", backend.port));
-                return;
-            };
-            let backend_key = (backend.service.clone(), bport);
-            let terminate = rule.effective_tls_mode() != Some(TlsMode::Passthrough);
-            if terminate && let Err(message) = check_certificate(ctx, share, protocol, Some(&host))
-            {
-                errors.push(message);
-                add_backend(out, &backend_key);
-                return;
-            }
-            let addrs = match endpoints(ctx, &backend.service, bport) {
-                Ok(addrs) => addrs,
-                Err(message) => {
-                    errors.push(message);
-                    add_backend(out, &backend_key);
-                    return;
-                }
-            };
-            if let Some((other, owner)) = claims.sni.get(&(port, host.clone())) {
-                errors.push(format!(
-                    "TLS host {host} on port {port} is already served by {} ({other})",
-                    owner.describe(key)
-                ));
+    }
+
+    /// A TCP or UDP rule: the whole port to its backend.
+    fn l4(&mut self, protocol: Protocol, kind: Kind, port: u16) {
+        let Some(backend) = &self.rule.backend else {
+            self.errors.push(format!("{protocol} rule has no backend"));
+            return;
+        };
+        let Some(bport) = backend_port(backend.port) else {
+            self.errors
+                .push(format!("backend port {} is not 1-65535", backend.port));
+            return;
+        };
+        let backend_key = (backend.service.clone(), bport);
+        let addrs = match endpoints(self.ctx, &backend.service, bport) {
+            Ok(addrs) => addrs,
+            Err(message) => {
+                self.errors.push(message);
+                add_backend(self.out, &backend_key);
                 return;
             }
-            claims
-                .sni
-                .insert((port, host.clone()), (protocol, me.clone()));
-            claims.tcp_ports.entry(port).or_insert((kind, me.clone()));
-            let spec = SniSpec {
-                host,
-                route: RouteSpec {
-                    ingress: key.clone(),
-                    rule: rule_index,
-                    backend: backend_key.clone(),
-                },
-                tls: terminate.then(|| Arc::clone(tls)),
-            };
-            match desired
-                .listeners
-                .entry((kind, port))
-                .or_insert_with(|| DesiredListener::Tls {
-                    sni: Vec::new(),
-                    https: Vec::new(),
-                }) {
-                DesiredListener::Tls { sni, .. } => sni.push(spec),
-                _ => unreachable_listener(),
-            }
-            use_backend(desired, &backend_key, addrs, |p| p.tcp = true);
-            push_listener(out, protocol, (kind, port));
-            add_backend(out, &backend_key);
+        };
+        let taken = match protocol {
+            Protocol::Udp => self.claims.udp_ports.get(&port),
+            _ => self.claims.tcp_ports.get(&port).map(|(_, owner)| owner),
+        };
+        if let Some(owner) = taken {
+            self.errors.push(format!(
+                "{protocol} port {port} is already served by {}",
+                owner.describe(self.key)
+            ));
+            return;
         }
-        Protocol::Http | Protocol::Https => {
-            if rule.paths.is_empty() {
-                errors.push(format!("{protocol} rule has no paths"));
+        let me = self.me();
+        match protocol {
+            Protocol::Udp => {
+                self.claims.udp_ports.insert(port, me);
+            }
+            _ => {
+                self.claims.tcp_ports.insert(port, (kind, me));
+            }
+        }
+        let route = self.route(&backend_key);
+        self.desired
+            .listeners
+            .insert((kind, port), DesiredListener::L4(route));
+        use_backend(self.desired, &backend_key, addrs, |p| match protocol {
+            Protocol::Udp => p.udp = true,
+            _ => p.tcp = true,
+        });
+        self.out.listeners.push((protocol, (kind, port)));
+        add_backend(self.out, &backend_key);
+    }
+
+    /// A TLS rule: its host's SNI name on the port's TLS listener, terminated or passed
+    /// through.
+    fn tls_rule(&mut self, kind: Kind, port: u16, host: Option<String>) {
+        let protocol = Protocol::Tls;
+        let Some(host) = host else {
+            self.errors
+                .push("TLS rule needs a host (the SNI name it routes)".to_owned());
+            return;
+        };
+        let Some(backend) = &self.rule.backend else {
+            self.errors.push("TLS rule has no backend".to_owned());
+            return;
+        };
+        let Some(bport) = backend_port(backend.port) else {
+            self.errors
+                .push(format!("backend port {} is not 1-65535", backend.port));
+            return;
+        };
+        let backend_key = (backend.service.clone(), bport);
+        let terminate = self.rule.effective_tls_mode() != Some(TlsMode::Passthrough);
+        if terminate
+            && let Err(message) = check_certificate(self.ctx, self.share, protocol, Some(&host))
+        {
+            self.errors.push(message);
+            add_backend(self.out, &backend_key);
+            return;
+        }
+        let addrs = match endpoints(self.ctx, &backend.service, bport) {
+            Ok(addrs) => addrs,
+            Err(message) => {
+                self.errors.push(message);
+                add_backend(self.out, &backend_key);
                 return;
             }
-            if protocol == Protocol::Https {
-                if let Err(message) = check_certificate(ctx, share, protocol, host.as_deref()) {
-                    errors.push(message);
-                    for path in &rule.paths {
-                        if let Some(bport) = backend_port(path.backend.port) {
-                            add_backend(out, &(path.backend.service.clone(), bport));
-                        }
-                    }
-                    return;
-                }
-                if let Some(host) = &host
-                    && let Some((Protocol::Tls, owner)) = claims.sni.get(&(port, host.clone()))
-                {
-                    errors.push(format!(
-                        "TLS host {host} on port {port} is already served by {} (TLS)",
-                        owner.describe(key)
-                    ));
-                    return;
-                }
-            }
-            let mut served = 0usize;
-            for (j, path) in rule.paths.iter().enumerate() {
-                let at = format!("paths[{j}] ({} {})", path.path, path.path_type);
-                let Some(bport) = backend_port(path.backend.port) else {
-                    errors.push(format!(
-                        "{at}: backend port {} is not 1-65535",
-                        path.backend.port
-                    ));
-                    continue;
-                };
-                if !path.path.starts_with('/') {
-                    errors.push(format!("{at}: path must start with /"));
-                    continue;
-                }
-                let backend_key = (path.backend.service.clone(), bport);
-                add_backend(out, &backend_key);
-                let addrs = match endpoints(ctx, &path.backend.service, bport) {
-                    Ok(addrs) => addrs,
-                    Err(message) => {
-                        errors.push(format!("{at}: {message}"));
-                        continue;
-                    }
-                };
-                let path_key = (
-                    kind,
-                    port,
-                    host.clone().unwrap_or_default(),
-                    path.path.clone(),
-                    path.path_type,
-                );
-                if let Some(owner) = claims.paths.get(&path_key) {
-                    errors.push(format!(
-                        "{at}: {protocol} host {} path {} ({}) on port {port} is already served by {}",
-                        host.as_deref().unwrap_or("*"),
-                        path.path,
-                        path.path_type,
-                        owner.describe(key)
-                    ));
-                    continue;
-                }
-                claims.paths.insert(path_key, me.clone());
-                let spec = PathSpec {
-                    host: host.clone(),
-                    path: path.path.clone(),
-                    path_type: path.path_type,
-                    route: RouteSpec {
-                        ingress: key.clone(),
-                        rule: rule_index,
-                        backend: backend_key.clone(),
-                    },
-                    tls: (protocol == Protocol::Https).then(|| Arc::clone(tls)),
-                };
-                let listener =
-                    desired
-                        .listeners
-                        .entry((kind, port))
-                        .or_insert_with(|| match kind {
-                            Kind::Http => DesiredListener::Http(Vec::new()),
-                            _ => DesiredListener::Tls {
-                                sni: Vec::new(),
-                                https: Vec::new(),
-                            },
-                        });
-                match listener {
-                    DesiredListener::Http(paths) | DesiredListener::Tls { https: paths, .. } => {
-                        paths.push(spec);
-                    }
-                    DesiredListener::L4(_) => unreachable_listener(),
-                }
-                use_backend(desired, &backend_key, addrs, |p| p.http = true);
+        };
+        if let Some((other, owner)) = self.claims.sni.get(&(port, host.clone())) {
+            self.errors.push(format!(
+                "TLS host {host} on port {port} is already served by {} ({other})",
+                owner.describe(self.key)
+            ));
+            return;
+        }
+        let me = self.me();
+        self.claims
+            .sni
+            .insert((port, host.clone()), (protocol, me.clone()));
+        self.claims.tcp_ports.entry(port).or_insert((kind, me));
+        let spec = SniSpec {
+            host,
+            route: self.route(&backend_key),
+            tls: terminate.then(|| Arc::clone(self.tls)),
+        };
+        match self
+            .desired
+            .listeners
+            .entry((kind, port))
+            .or_insert_with(|| DesiredListener::Tls {
+                sni: Vec::new(),
+                https: Vec::new(),
+            }) {
+            DesiredListener::Tls { sni, .. } => sni.push(spec),
+            _ => unreachable_listener(),
+        }
+        use_backend(self.desired, &backend_key, addrs, |p| p.tcp = true);
+        push_listener(self.out, protocol, (kind, port));
+        add_backend(self.out, &backend_key);
+    }
+
+    /// An HTTP or HTTPS rule: each of its paths on the port's listener; the port (and
+    /// an HTTPS host's SNI name) is claimed once a path is served.
+    fn http(&mut self, protocol: Protocol, kind: Kind, port: u16, host: Option<String>) {
+        if self.rule.paths.is_empty() {
+            self.errors.push(format!("{protocol} rule has no paths"));
+            return;
+        }
+        if protocol == Protocol::Https && !self.https_allowed(port, host.as_deref()) {
+            return;
+        }
+        let rule = self.rule;
+        let mut served = 0usize;
+        for (j, path) in rule.paths.iter().enumerate() {
+            if self.http_path(protocol, kind, port, host.as_ref(), j, path) {
                 served += 1;
             }
-            if served > 0 {
-                claims.tcp_ports.entry(port).or_insert((kind, me.clone()));
-                if protocol == Protocol::Https
-                    && let Some(host) = &host
-                {
-                    claims
-                        .sni
-                        .entry((port, host.clone()))
-                        .or_insert((protocol, me.clone()));
-                }
-                push_listener(out, protocol, (kind, port));
-            }
         }
+        if served > 0 {
+            let me = self.me();
+            self.claims
+                .tcp_ports
+                .entry(port)
+                .or_insert((kind, me.clone()));
+            if protocol == Protocol::Https
+                && let Some(host) = &host
+            {
+                self.claims
+                    .sni
+                    .entry((port, host.clone()))
+                    .or_insert((protocol, me));
+            }
+            push_listener(self.out, protocol, (kind, port));
+        }
+    }
+
+    /// Whether an HTTPS rule can be served at all: a certificate for its host, and its
+    /// host not a TLS rule's SNI name on the port. When not, the error is recorded (and
+    /// for a missing certificate, the backends of its paths).
+    fn https_allowed(&mut self, port: u16, host: Option<&str>) -> bool {
+        if let Err(message) = check_certificate(self.ctx, self.share, Protocol::Https, host) {
+            self.errors.push(message);
+            for path in &self.rule.paths {
+                if let Some(bport) = backend_port(path.backend.port) {
+                    add_backend(self.out, &(path.backend.service.clone(), bport));
+                }
+            }
+            return false;
+        }
+        if let Some(host) = host
+            && let Some((Protocol::Tls, owner)) = self.claims.sni.get(&(port, host.to_owned()))
+        {
+            self.errors.push(format!(
+                "TLS host {host} on port {port} is already served by {} (TLS)",
+                owner.describe(self.key)
+            ));
+            return false;
+        }
+        true
+    }
+
+    /// Path `j` of an HTTP or HTTPS rule; returns whether it is served.
+    fn http_path(
+        &mut self,
+        protocol: Protocol,
+        kind: Kind,
+        port: u16,
+        host: Option<&String>,
+        j: usize,
+        path: &HttpPath,
+    ) -> bool {
+        let at = format!("paths[{j}] ({} {})", path.path, path.path_type);
+        let Some(bport) = backend_port(path.backend.port) else {
+            self.errors.push(format!(
+                "{at}: backend port {} is not 1-65535",
+                path.backend.port
+            ));
+            return false;
+        };
+        if !path.path.starts_with('/') {
+            self.errors.push(format!("{at}: path must start with /"));
+            return false;
+        }
+        let backend_key = (path.backend.service.clone(), bport);
+        add_backend(self.out, &backend_key);
+        let addrs = match endpoints(self.ctx, &path.backend.service, bport) {
+            Ok(addrs) => addrs,
+            Err(message) => {
+                self.errors.push(format!("{at}: {message}"));
+                return false;
+            }
+        };
+        let path_key = (
+            kind,
+            port,
+            host.cloned().unwrap_or_default(),
+            path.path.clone(),
+            path.path_type,
+        );
+        if let Some(owner) = self.claims.paths.get(&path_key) {
+            self.errors.push(format!(
+                "{at}: {protocol} host {} path {} ({}) on port {port} is already served by {}",
+                host.map_or("*", String::as_str),
+                path.path,
+                path.path_type,
+                owner.describe(self.key)
+            ));
+            return false;
+        }
+        self.claims.paths.insert(path_key, self.me());
+        let spec = PathSpec {
+            host: host.cloned(),
+            path: path.path.clone(),
+            path_type: path.path_type,
+            route: self.route(&backend_key),
+            tls: (protocol == Protocol::Https).then(|| Arc::clone(self.tls)),
+        };
+        let listener = self
+            .desired
+            .listeners
+            .entry((kind, port))
+            .or_insert_with(|| match kind {
+                Kind::Http => DesiredListener::Http(Vec::new()),
+                _ => DesiredListener::Tls {
+                    sni: Vec::new(),
+                    https: Vec::new(),
+                },
+            });
+        match listener {
+            DesiredListener::Http(paths) | DesiredListener::Tls { https: paths, .. } => {
+                paths.push(spec);
+            }
+            DesiredListener::L4(_) => unreachable_listener(),
+        }
+        use_backend(self.desired, &backend_key, addrs, |p| p.http = true);
+        true
     }
 }
 
