@@ -1,6 +1,6 @@
 //! The controller's *decide* step: a pure function from what was observed ([`World`])
-//! and what changed ([`Dirty`]) to placement, status, routing state and the routed
-//! ingresses the DNS snapshot is built from ([`Pass`]). No I/O, no clock: `now` is an
+//! and what changed ([`Dirty`]) to placement, status, routing state, the routed
+//! ingresses the DNS snapshot is built from and what is done to agents ([`Pass`]). No I/O, no clock: `now` is an
 //! input. Unit-tested in `tests.rs` beside this file.
 //!
 //! # Guarantees
@@ -92,11 +92,22 @@ pub struct Dirty {
     /// An ingress's spec, generation or deletion changed, or one came or went: plans
     /// and conflicts are recomputed.
     pub replan: bool,
+    /// Clusters deleted (each deletion seen, even when one of that name was created
+    /// again since).
+    pub deleted_clusters: BTreeSet<String>,
+    /// Clusters whose `spec.provider` or `spec.unschedulable` (cordon), what a Welcome
+    /// tells the agent, changed.
+    pub welcome_changed: BTreeSet<String>,
 }
 
 impl Dirty {
     pub fn is_empty(&self) -> bool {
-        !self.all && !self.replan && self.ingresses.is_empty() && self.clusters.is_empty()
+        !self.all
+            && !self.replan
+            && self.ingresses.is_empty()
+            && self.clusters.is_empty()
+            && self.deleted_clusters.is_empty()
+            && self.welcome_changed.is_empty()
     }
 
     pub fn merge(&mut self, other: Dirty) {
@@ -104,7 +115,29 @@ impl Dirty {
         self.replan |= other.replan;
         self.ingresses.extend(other.ingresses);
         self.clusters.extend(other.clusters);
+        self.deleted_clusters.extend(other.deleted_clusters);
+        self.welcome_changed.extend(other.welcome_changed);
     }
+}
+
+/// Why a session ends when its Cluster's provider or cordon changed.
+pub const WELCOME_CHANGED: &str =
+    "the cluster's provider or cordon changed: reconnect for a new Welcome";
+/// Why a session ends when its Cluster was deleted.
+pub const CLUSTER_DELETED: &str = "the cluster was deleted";
+
+/// Something done to a cluster's agent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AgentAction {
+    /// The Cluster was deleted: every credential of its agent (tokens, join tokens,
+    /// certificates) is revoked. The leader's to do.
+    RevokeCredentials { cluster: String },
+    /// The agent's session ends with `reason`, so that it reconnects (and is welcomed
+    /// anew). Every replica ends the sessions it holds.
+    EndSession {
+        cluster: String,
+        reason: &'static str,
+    },
 }
 
 /// One ingress's outcome of a pass.
@@ -131,11 +164,16 @@ pub struct Pass {
     pub ingresses: BTreeMap<IngressKey, IngressOutcome>,
     /// Cluster statuses that differ from the stored ones.
     pub cluster_statuses: BTreeMap<String, ClusterStatus>,
+    /// What is done to agents, in order.
+    pub agent_actions: Vec<AgentAction>,
 }
 
 /// The pass for `dirty` in `world`.
 pub fn decide(world: &World<'_>, dirty: &Dirty) -> Pass {
-    let mut pass = Pass::default();
+    let mut pass = Pass {
+        agent_actions: agent_actions(dirty),
+        ..Pass::default()
+    };
     let now_ms = world.now_ms();
 
     // Placement of changed ingresses (and of all when clusters changed).
@@ -258,6 +296,29 @@ pub fn decide(world: &World<'_>, dirty: &Dirty) -> Pass {
         }
     }
     pass
+}
+
+/// What the clusters deleted or changed since the previous pass mean for their agents:
+/// a deleted cluster's credentials are revoked and its session ends; an agent whose
+/// Welcome would say something else reconnects.
+fn agent_actions(dirty: &Dirty) -> Vec<AgentAction> {
+    let mut actions = Vec::new();
+    for cluster in &dirty.deleted_clusters {
+        actions.push(AgentAction::RevokeCredentials {
+            cluster: cluster.clone(),
+        });
+        actions.push(AgentAction::EndSession {
+            cluster: cluster.clone(),
+            reason: CLUSTER_DELETED,
+        });
+    }
+    for cluster in &dirty.welcome_changed {
+        actions.push(AgentAction::EndSession {
+            cluster: cluster.clone(),
+            reason: WELCOME_CHANGED,
+        });
+    }
+    actions
 }
 
 /// The clusters an ingress is placed on; objects being deleted are placed nowhere (their

@@ -3,16 +3,17 @@
 //! - *observe* ([`observe`]): every Cluster and FederatedIngress is listed once, then
 //!   kept current from a store watch; agents' messages name the clusters they concern
 //!   ([`Hub::take_dirty`]); leases and timers are checked on a tick. Each change marks
-//!   what it affects dirty.
+//!   what it affects dirty, and does nothing else.
 //! - *decide* ([`decide::decide`]): a pure function of the observed world and the dirty
-//!   set: placement, conflicts and plans, status, serving state ([`serving`]), and the
-//!   routed ingresses DNS answers from.
-//! - *apply* (this module): publish plans, persist routing state that changed, publish
-//!   what DNS serves through this replica's [`DnsReplica`] (which stores it and rebuilds
-//!   the snapshot) when an answer-relevant input changed, hand each completed serial to
-//!   the DNS providers ([`providers`](super::providers)), record routing Events, write
-//!   the statuses that differ (concurrently, in one batch). A provider's sync report marks the ingresses
-//!   whose provider status changed dirty.
+//!   set: placement, conflicts and plans, status, serving state ([`serving`]), the
+//!   routed ingresses DNS answers from, and what is done to agents
+//!   ([`decide::AgentAction`]: a deleted cluster's credentials revoked, sessions ended).
+//! - *apply* (this module): do the agent actions, publish plans, persist routing state
+//!   that changed, publish what DNS serves through this replica's [`DnsReplica`] (which
+//!   stores it and rebuilds the snapshot) when an answer-relevant input changed, hand
+//!   each completed serial to the DNS providers ([`providers`](super::providers)),
+//!   record routing Events, write the statuses that differ (concurrently, in one batch).
+//!   A provider's sync report marks the ingresses whose provider status changed dirty.
 //!
 //! # Roles
 //! Every replica runs a controller. Each computes placement and plans itself (a pure
@@ -53,7 +54,7 @@ use futures_util::{StreamExt, stream};
 use tokio::sync::watch;
 use tracing::Instrument;
 
-use self::decide::{Dirty, IngressOutcome, Pass, World, dns_status};
+use self::decide::{AgentAction, Dirty, IngressOutcome, Pass, World, dns_status};
 use self::observe::Cache;
 use super::Hub;
 use super::dns_state::{DnsReplica, DnsStore, Published};
@@ -71,9 +72,6 @@ use crate::status::ApiError;
 const DEBOUNCE: Duration = Duration::from_millis(20);
 /// Status writes in flight at once.
 const WRITE_CONCURRENCY: usize = 32;
-/// Why a session ends when its Cluster's provider changed.
-const WELCOME_CHANGED: &str =
-    "the cluster's provider or cordon changed: reconnect for a new Welcome";
 
 /// The field manager of the controller's writes.
 pub const CONTROLLER_MANAGER: &str = "fedingress-controller";
@@ -230,7 +228,7 @@ impl Controller {
                 let mut dns_only = false;
                 tokio::select! {
                     event = events.next() => match event {
-                        Some(Ok(event)) => self.observe(&event).await,
+                        Some(Ok(event)) => self.observe(&event),
                         Some(Err(e)) => { self.relist(&e).await; break; }
                         None => { self.relist(&StoreError::Closed).await; break; }
                     },
@@ -258,7 +256,7 @@ impl Controller {
                 let mut broken = None;
                 while let Some(Some(event)) = futures_util::FutureExt::now_or_never(events.next()) {
                     match event {
-                        Ok(event) => self.observe(&event).await,
+                        Ok(event) => self.observe(&event),
                         Err(e) => {
                             broken = Some(e);
                             break;
@@ -338,29 +336,10 @@ impl Controller {
             .max(Duration::from_millis(5))
     }
 
-    async fn observe(&mut self, event: &fedingress_store::Event) {
-        let observed = self.cache.apply(event);
-        for gone in observed.deleted_clusters {
-            let Some(writers) = &self.writers else {
-                continue;
-            };
-            match writers.tokens.revoke_all(&gone).await {
-                Ok(n) => {
-                    tracing::info!(cluster = %gone, tokens = n, "cluster deleted: tokens revoked")
-                }
-                Err(e) => {
-                    tracing::warn!(cluster = %gone, error = %e, "revoking tokens of a deleted cluster failed")
-                }
-            }
-        }
-        for cluster in observed.welcome_changed {
-            tracing::info!(
-                cluster,
-                "cluster provider or cordon changed: ending its agent's session"
-            );
-            self.sessions.end_session(&cluster, WELCOME_CHANGED);
-        }
-        self.pending.merge(observed.dirty);
+    /// One store event: the cache takes it, and what it affects is pending.
+    fn observe(&mut self, event: &fedingress_store::Event) {
+        let dirty = self.cache.apply(event);
+        self.pending.merge(dirty);
     }
 
     /// The watch broke (compaction, store closed): list again and recompute everything.
@@ -368,31 +347,9 @@ impl Controller {
         tracing::warn!(error = %error, "controller watch ended; listing again");
         loop {
             match Cache::list(&self.registry).await {
-                Ok(cache) => {
-                    for (name, cluster) in &cache.clusters {
-                        let before = self.cache.clusters.get(name);
-                        if before.is_some_and(|b| observe::welcome_changed(b, cluster)) {
-                            self.sessions.end_session(name, WELCOME_CHANGED);
-                        }
-                    }
-                    let gone: Vec<String> = self
-                        .cache
-                        .clusters
-                        .keys()
-                        .filter(|n| !cache.clusters.contains_key(*n))
-                        .cloned()
-                        .collect();
-                    self.cache = cache;
-                    for cluster in gone {
-                        let Some(writers) = &self.writers else {
-                            continue;
-                        };
-                        if let Err(e) = writers.tokens.revoke_all(&cluster).await {
-                            tracing::warn!(cluster, error = %e, "revoking tokens of a deleted cluster failed");
-                        }
-                    }
-                    self.pending.all = true;
-                    self.pending.replan = true;
+                Ok(listed) => {
+                    let dirty = self.cache.replace(listed);
+                    self.pending.merge(dirty);
                     return;
                 }
                 Err(e) => {
@@ -485,7 +442,11 @@ impl Controller {
             plans,
             ingresses,
             cluster_statuses,
+            agent_actions,
         } = pass;
+        for action in agent_actions {
+            self.apply_agent_action(action).await;
+        }
         for (key, placed) in placements {
             if self.cache.ingresses.contains_key(&key) {
                 self.placements.insert(key, placed);
@@ -669,6 +630,30 @@ impl Controller {
             &routing.failover,
         );
         held.into_iter().chain(failover).min()
+    }
+
+    /// Revokes a deleted cluster's credentials (while leading) or ends an agent's
+    /// session (every replica, for the sessions it holds).
+    async fn apply_agent_action(&self, action: AgentAction) {
+        match action {
+            AgentAction::RevokeCredentials { cluster } => {
+                let Some(writers) = &self.writers else {
+                    return;
+                };
+                match writers.tokens.revoke_all(&cluster).await {
+                    Ok(n) => {
+                        tracing::info!(cluster, tokens = n, "cluster deleted: tokens revoked")
+                    }
+                    Err(e) => {
+                        tracing::warn!(cluster, error = %e, "revoking tokens of a deleted cluster failed")
+                    }
+                }
+            }
+            AgentAction::EndSession { cluster, reason } => {
+                tracing::info!(cluster, reason, "ending the agent's session");
+                self.sessions.end_session(&cluster, reason);
+            }
+        }
     }
 
     async fn save_routing(&self, saves: Vec<(IngressKey, Option<IngressRouting>)>) {

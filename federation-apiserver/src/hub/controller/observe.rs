@@ -2,6 +2,10 @@
 //! FederatedIngress, listed once and then kept current from a store watch (as
 //! kube-runtime's reflector does), and the [`Dirty`] set each change implies. Nothing is
 //! listed or decoded again while the store is idle.
+//!
+//! Observing only updates the cache: what a change means for agents (a deleted
+//! cluster's credentials revoked, a session ended) is decided from the [`Dirty`] set
+//! ([`super::decide::AgentAction`]) and applied with the pass.
 
 use std::collections::BTreeMap;
 
@@ -19,17 +23,6 @@ pub struct Cache {
     pub clusters: BTreeMap<String, Cluster>,
     pub ingresses: BTreeMap<IngressKey, FederatedIngress>,
     pub revision: Revision,
-}
-
-/// What one store event changed.
-#[derive(Debug, Default)]
-pub struct Observed {
-    pub dirty: Dirty,
-    /// Clusters deleted (their agents' tokens are revoked).
-    pub deleted_clusters: Vec<String>,
-    /// Clusters whose `spec.provider` or `spec.unschedulable` (cordon) changed: their
-    /// agents' sessions end, so that they reconnect and are welcomed with the new values.
-    pub welcome_changed: Vec<String>,
 }
 
 impl Cache {
@@ -55,13 +48,37 @@ impl Cache {
         })
     }
 
+    /// Replaces everything with a new list (after the watch broke): everything is
+    /// recomputed, and clusters deleted or changed meanwhile are marked as the watch
+    /// would have.
+    pub fn replace(&mut self, listed: Cache) -> Dirty {
+        let mut dirty = Dirty {
+            all: true,
+            replan: true,
+            ..Dirty::default()
+        };
+        for (name, before) in &self.clusters {
+            match listed.clusters.get(name) {
+                Some(after) if welcome_changed(before, after) => {
+                    dirty.welcome_changed.insert(name.clone());
+                }
+                Some(_) => {}
+                None => {
+                    dirty.deleted_clusters.insert(name.clone());
+                }
+            }
+        }
+        *self = listed;
+        dirty
+    }
+
     /// The store prefix that holds both kinds (watched from [`Cache::revision`]).
     pub fn watch_prefix() -> String {
         format!("/registry/{}/", fedingress_api::GROUP)
     }
 
     /// Applies one watch event; events of other kinds are ignored.
-    pub fn apply(&mut self, event: &Event) -> Observed {
+    pub fn apply(&mut self, event: &Event) -> Dirty {
         self.revision = self.revision.max(event.revision);
         let key = event.kv.key.as_str();
         if key.starts_with(&prefix::<Cluster>(None)) {
@@ -69,42 +86,42 @@ impl Cache {
         } else if key.starts_with(&prefix::<FederatedIngress>(None)) {
             self.apply_ingress(event)
         } else {
-            Observed::default()
+            Dirty::default()
         }
     }
 
-    fn apply_cluster(&mut self, event: &Event) -> Observed {
-        let mut observed = Observed::default();
+    fn apply_cluster(&mut self, event: &Event) -> Dirty {
+        let mut dirty = Dirty::default();
         let decoded = match event.kind {
             EventKind::Put => match Registry::decode_stored::<Cluster>(&event.kv) {
                 Ok(cluster) => Some(cluster),
-                Err(_) => return observed,
+                Err(_) => return dirty,
             },
             EventKind::Delete => None,
         };
         let name = match (&decoded, event.kv.key.rsplit('/').next()) {
             (Some(cluster), _) => cluster.name().to_string(),
             (None, Some(name)) => name.to_string(),
-            (None, None) => return observed,
+            (None, None) => return dirty,
         };
         let before = match &decoded {
             Some(cluster) => self.clusters.insert(name.clone(), cluster.clone()),
             None => self.clusters.remove(&name),
         };
-        observed.dirty.clusters.insert(name.clone());
+        dirty.clusters.insert(name.clone());
         match (&before, &decoded) {
             (Some(before), Some(after)) => {
                 let placement_inputs = before.spec != after.spec
                     || before.metadata.labels != after.metadata.labels
                     || before.metadata.deletion_timestamp != after.metadata.deletion_timestamp;
                 if welcome_changed(before, after) {
-                    observed.welcome_changed.push(name.clone());
+                    dirty.welcome_changed.insert(name.clone());
                 }
                 if placement_inputs {
-                    observed.dirty.all = true;
+                    dirty.all = true;
                 } else if before.is_connected() != after.is_connected() {
                     // Only maxClusters placement looks at connectivity.
-                    observed.dirty.ingresses.extend(
+                    dirty.ingresses.extend(
                         self.ingresses
                             .iter()
                             .filter(|(_, i)| i.spec.placement.max_clusters.is_some())
@@ -112,28 +129,28 @@ impl Cache {
                     );
                 }
             }
-            (None, Some(_)) => observed.dirty.all = true,
+            (None, Some(_)) => dirty.all = true,
             (Some(_), None) => {
-                observed.dirty.all = true;
-                observed.deleted_clusters.push(name);
+                dirty.all = true;
+                dirty.deleted_clusters.insert(name);
             }
             (None, None) => {}
         }
-        observed
+        dirty
     }
 
-    fn apply_ingress(&mut self, event: &Event) -> Observed {
-        let mut observed = Observed::default();
+    fn apply_ingress(&mut self, event: &Event) -> Dirty {
+        let mut dirty = Dirty::default();
         let (key, decoded) = match event.kind {
             EventKind::Put => match Registry::decode_stored::<FederatedIngress>(&event.kv) {
                 Ok(ingress) => (IngressKey::of(&ingress), Some(ingress)),
-                Err(_) => return observed,
+                Err(_) => return dirty,
             },
             EventKind::Delete => {
                 let mut parts = event.kv.key.rsplit('/');
                 match (parts.next(), parts.next()) {
                     (Some(name), Some(namespace)) => (IngressKey::new(namespace, name), None),
-                    _ => return observed,
+                    _ => return dirty,
                 }
             }
         };
@@ -141,7 +158,7 @@ impl Cache {
             Some(ingress) => self.ingresses.insert(key.clone(), ingress.clone()),
             None => self.ingresses.remove(&key),
         };
-        observed.dirty.replan = match (&before, &decoded) {
+        dirty.replan = match (&before, &decoded) {
             (Some(before), Some(after)) => {
                 before.spec != after.spec
                     || before.metadata.generation != after.metadata.generation
@@ -151,8 +168,8 @@ impl Cache {
             }
             _ => true,
         };
-        observed.dirty.ingresses.insert(key);
-        observed
+        dirty.ingresses.insert(key);
+        dirty
     }
 }
 

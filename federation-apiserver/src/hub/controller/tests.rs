@@ -1,4 +1,5 @@
-//! Unit tests of [`super::decide`]: worlds built in memory, no I/O.
+//! Unit tests of [`super::decide`] (and of what the observe cache marks dirty for it):
+//! worlds built in memory, no I/O.
 
 #![allow(clippy::unwrap_used)]
 
@@ -15,6 +16,7 @@ use fedingress_api::{Cluster, FederatedIngress, Time};
 use fedingress_dns::SrvService;
 
 use super::*;
+use crate::hub::controller::observe::Cache;
 use crate::hub::routing_state::{IngressRouting, Serving};
 use crate::hub::{AgentState, Published};
 
@@ -1033,4 +1035,124 @@ fn routes_of_other_strategies_do_not_reach_routing() {
     let pass = f.step();
     let routed = pass.ingresses[&key("geo")].routed.as_ref().unwrap();
     assert!(routed.clusters.iter().all(|c| c.anycast.is_empty()));
+}
+
+/// A watch event of the Cluster `cluster`: a put, or (`None`) the deletion of `name`.
+fn cluster_event(name: &str, cluster: Option<&Cluster>, revision: i64) -> fedingress_store::Event {
+    use fedingress_store::{Event, EventKind, KeyValue};
+    let kv = KeyValue {
+        key: format!("{}{name}", crate::registry::prefix::<Cluster>(None)),
+        value: cluster
+            .map(|c| serde_json::to_vec(c).unwrap().into())
+            .unwrap_or_default(),
+        create_revision: 1,
+        mod_revision: revision,
+    };
+    Event {
+        revision,
+        kind: match cluster {
+            Some(_) => EventKind::Put,
+            None => EventKind::Delete,
+        },
+        kv,
+        prev: None,
+    }
+}
+
+fn cache_of(f: &Fixture) -> Cache {
+    Cache {
+        clusters: f.clusters.clone(),
+        ingresses: f.ingresses.clone(),
+        revision: 1,
+    }
+}
+
+fn end(cluster: &str, reason: &'static str) -> AgentAction {
+    AgentAction::EndSession {
+        cluster: cluster.into(),
+        reason,
+    }
+}
+
+#[test]
+fn a_deleted_cluster_is_only_observed_and_its_pass_revokes_and_ends_its_session() {
+    let mut f = Fixture::new();
+    f.step();
+    let mut cache = cache_of(&f);
+    let dirty = cache.apply(&cluster_event("us-east", None, 2));
+    assert!(!cache.clusters.contains_key("us-east"));
+    assert_eq!(dirty.deleted_clusters, ["us-east".to_string()].into());
+    assert!(dirty.all);
+
+    f.clusters = cache.clusters.clone();
+    let pass = f.decide(&dirty);
+    assert_eq!(
+        pass.agent_actions,
+        [
+            AgentAction::RevokeCredentials {
+                cluster: "us-east".into()
+            },
+            end("us-east", CLUSTER_DELETED),
+        ]
+    );
+    let plans = pass.plans.unwrap();
+    assert!(!plans.contains_key("us-east"), "no plan: its entry goes");
+    // Done once: the next pass has nothing to do to agents.
+    assert!(f.decide(&Dirty::default()).agent_actions.is_empty());
+}
+
+#[test]
+fn a_provider_or_cordon_change_ends_the_session_and_other_edits_do_not() {
+    let f = Fixture::new();
+    let mut cache = cache_of(&f);
+    let mut relabelled = f.clusters["eu-west"].clone();
+    relabelled
+        .metadata
+        .labels
+        .insert("tier".into(), "gold".into());
+    let dirty = cache.apply(&cluster_event("eu-west", Some(&relabelled), 2));
+    assert!(dirty.all && dirty.welcome_changed.is_empty());
+    assert!(f.decide(&dirty).agent_actions.is_empty());
+
+    let mut cordoned = relabelled.clone();
+    cordoned.spec.unschedulable = true;
+    let dirty = cache.apply(&cluster_event("eu-west", Some(&cordoned), 3));
+    assert_eq!(dirty.welcome_changed, ["eu-west".to_string()].into());
+    assert_eq!(
+        f.decide(&dirty).agent_actions,
+        [end("eu-west", WELCOME_CHANGED)]
+    );
+}
+
+#[test]
+fn a_relist_marks_the_clusters_deleted_or_rewelcomed_while_the_watch_was_down() {
+    let f = Fixture::new();
+    let mut cache = cache_of(&f);
+    let mut listed = cache_of(&f);
+    listed.clusters.remove("us-east");
+    listed
+        .clusters
+        .get_mut("eu-west")
+        .unwrap()
+        .spec
+        .unschedulable = true;
+    listed.revision = 9;
+    let dirty = cache.replace(listed);
+    assert_eq!(cache.revision, 9);
+    assert!(dirty.all && dirty.replan);
+    assert_eq!(dirty.deleted_clusters, ["us-east".to_string()].into());
+    assert_eq!(dirty.welcome_changed, ["eu-west".to_string()].into());
+    let mut merged = Dirty::default();
+    merged.merge(dirty);
+    assert!(!merged.is_empty());
+    assert_eq!(
+        f.decide(&merged).agent_actions,
+        [
+            AgentAction::RevokeCredentials {
+                cluster: "us-east".into()
+            },
+            end("us-east", CLUSTER_DELETED),
+            end("eu-west", WELCOME_CHANGED),
+        ]
+    );
 }
