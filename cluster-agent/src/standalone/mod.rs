@@ -268,28 +268,47 @@ impl Standalone {
         errors
     }
 
-    #[allow(clippy::type_complexity)]
-    fn reconcile(
-        &self,
-        plan: &ClusterPlan,
-    ) -> (Pending, Vec<(String, Arc<Tracker>, JoinHandle<()>)>) {
+    /// Brings the endpoints, pools and routes in line with `plan`, closes the listeners
+    /// it no longer wants and re-routes the kept ones; returns what is left to start and
+    /// the closing listeners to wait for.
+    fn reconcile(&self, plan: &ClusterPlan) -> (Pending, Vec<Closing>) {
         let certs = Arc::clone(&self.certs);
         let desired = desired::compute(plan, &self.services, &|s| certs.contains(s));
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         if state.cert_watch.is_none() && !self.certs.is_empty() {
             state.cert_watch = Some(tokio::spawn(watch_certs(Arc::clone(&self.certs))));
         }
+        self.sync_endpoints(&mut state, wanted_endpoints(&desired));
+        let pools = pools_of(&desired, &state.endpoints);
+        let mut seeder = Seeder {
+            pools: &pools,
+            empty: Arc::new(Pool::new(Vec::new())),
+            old_loads: std::mem::take(&mut state.share_loads),
+            kept_loads: BTreeMap::new(),
+        };
+        let seeds = seeder.seeds(&desired);
+        state.share_loads = seeder.kept_loads;
+        let wanted = self.listener_ids(plan, &desired, &seeds);
+        let closing = close_unwanted(&mut state, &wanted);
+        let (start, users) = reroute(&state, wanted, seeds);
+        state.pools = pools;
+        (
+            Pending {
+                start,
+                users,
+                shares: desired.shares,
+            },
+            closing,
+        )
+    }
 
-        // Endpoints: keep (with their health) those still in use, check new ones.
-        let mut wanted: BTreeMap<(String, SocketAddr), desired::Probes> = BTreeMap::new();
-        for ((service, _), backend) in &desired.backends {
-            for addr in &backend.endpoints {
-                let probes = wanted.entry((service.clone(), *addr)).or_default();
-                probes.tcp |= backend.probes.tcp;
-                probes.udp |= backend.probes.udp;
-                probes.http |= backend.probes.http;
-            }
-        }
+    /// Endpoints: keeps (with their health) those still in use, stops checking the
+    /// others, starts checking new ones; sets what each endpoint is behind.
+    fn sync_endpoints(
+        &self,
+        state: &mut State,
+        wanted: BTreeMap<(String, SocketAddr), desired::Probes>,
+    ) {
         state.endpoints.retain(|key, checked| {
             let keep = wanted.contains_key(key);
             if !keep {
@@ -318,93 +337,16 @@ impl Standalone {
             let task = health::spawn(Arc::clone(&endpoint), Arc::clone(&self.checks));
             state.endpoints.insert(key, Checked { endpoint, task });
         }
+    }
 
-        // Pools, one per backend {service, port}.
-        let pools: BTreeMap<BackendKey, Arc<Pool>> = desired
-            .backends
-            .iter()
-            .map(|(key, backend)| {
-                let endpoints = backend
-                    .endpoints
-                    .iter()
-                    .filter_map(|addr| {
-                        state
-                            .endpoints
-                            .get(&(key.0.clone(), *addr))
-                            .map(|c| Arc::clone(&c.endpoint))
-                    })
-                    .collect();
-                (key.clone(), Arc::new(Pool::new(endpoints)))
-            })
-            .collect();
-        let empty = Arc::new(Pool::new(Vec::new()));
-        let pool_of = |key: &BackendKey| Arc::clone(pools.get(key).unwrap_or(&empty));
-
-        // Share loads of L7 listeners: keep the counters of pairs still in use.
-        let mut share_loads = std::mem::take(&mut state.share_loads);
-        let mut kept_loads = BTreeMap::new();
-        let mut share_load = |listener: ListenerKey, ingress: &IngressKey| {
-            let key = (listener, ingress.clone());
-            let load = share_loads
-                .remove(&key)
-                .or_else(|| kept_loads.get(&key).cloned())
-                .unwrap_or_else(LoadCounters::new);
-            kept_loads.insert(key, Arc::clone(&load));
-            load
-        };
-
-        // Routes per listener key.
-        let mut seeds: BTreeMap<ListenerKey, (Seed, Vec<(IngressKey, u32)>)> = BTreeMap::new();
-        for (&key, listener) in &desired.listeners {
-            let target = |spec: &desired::RouteSpec, load: Arc<LoadCounters>| {
-                Arc::new(Target {
-                    ingress: spec.ingress.clone(),
-                    rule: spec.rule,
-                    service: spec.backend.0.clone(),
-                    pool: pool_of(&spec.backend),
-                    load,
-                })
-            };
-            let (seed, users) = match listener {
-                DesiredListener::L4(spec) => (
-                    Seed::L4(Arc::new(Route {
-                        ingress: spec.ingress.clone(),
-                        rule: spec.rule,
-                        pool: pool_of(&spec.backend),
-                    })),
-                    vec![(spec.ingress.clone(), spec.rule)],
-                ),
-                DesiredListener::Http(paths) => {
-                    let table =
-                        http_table(paths, |spec| target(spec, share_load(key, &spec.ingress)));
-                    (Seed::Http(Arc::new(table)), users_of(paths, &[]))
-                }
-                DesiredListener::Tls { sni, https } => {
-                    let mut table = TlsTable {
-                        https: Arc::new(http_table(https, |spec| {
-                            target(spec, share_load(key, &spec.ingress))
-                        })),
-                        ..TlsTable::default()
-                    };
-                    for spec in sni {
-                        let route = SniRoute {
-                            target: target(&spec.route, share_load(key, &spec.route.ingress)),
-                            certs: spec.tls.as_ref().map(|tls| CertSource {
-                                ingress: spec.route.ingress.clone(),
-                                tls: Arc::clone(tls),
-                            }),
-                        };
-                        table.sni.insert(Some(&spec.host), route);
-                    }
-                    (Seed::Tls(Arc::new(table)), users_of(https, sni))
-                }
-            };
-            seeds.insert(key, (seed, users));
-        }
-        state.share_loads = kept_loads;
-
-        // Listeners: close the ones no longer wanted, re-route the kept, queue the new.
-        // A share's anycast addresses are bound too, for its listeners.
+    /// Every listener the seeds ask for, on every bind address and on the anycast
+    /// addresses of the shares with routes on it.
+    fn listener_ids(
+        &self,
+        plan: &ClusterPlan,
+        desired: &desired::Desired,
+        seeds: &Seeds,
+    ) -> BTreeSet<ListenerId> {
         let mut anycast: BTreeMap<ListenerKey, BTreeSet<IpAddr>> = BTreeMap::new();
         for (key, share) in &desired.shares {
             let addresses = plan.ingresses.get(key).map(|s| &s.anycast_addresses);
@@ -415,7 +357,7 @@ impl Standalone {
                     .extend(addresses.into_iter().flatten());
             }
         }
-        let wanted: BTreeSet<ListenerId> = seeds
+        seeds
             .keys()
             .flat_map(|&(kind, port)| {
                 let extra = anycast.get(&(kind, port)).into_iter().flatten();
@@ -424,47 +366,7 @@ impl Standalone {
                     .chain(extra)
                     .map(move |&bind| ListenerId { kind, port, bind })
             })
-            .collect();
-        let mut closing = Vec::new();
-        let removed: Vec<ListenerId> = state
-            .listeners
-            .keys()
-            .filter(|id| !wanted.contains(id))
-            .copied()
-            .collect();
-        for id in removed {
-            if let Some(running) = state.listeners.remove(&id) {
-                tracing::info!(listener = %id.label(), "closing listener");
-                let _ = running.stop.send(());
-                closing.push((id.label(), running.tracker, running.task));
-            }
-        }
-        let mut start = Vec::new();
-        let mut users = BTreeMap::new();
-        let mut seeds_by_key: BTreeMap<ListenerKey, Seed> = BTreeMap::new();
-        for (key, (seed, who)) in seeds {
-            users.insert(key, who);
-            seeds_by_key.insert(key, seed);
-        }
-        for id in wanted {
-            let Some(seed) = seeds_by_key.get(&id.key()) else {
-                continue;
-            };
-            let seed = seed.clone();
-            match state.listeners.get(&id) {
-                Some(running) => running.routing.update(seed),
-                None => start.push((id, seed)),
-            }
-        }
-        state.pools = pools;
-        (
-            Pending {
-                start,
-                users,
-                shares: desired.shares,
-            },
-            closing,
-        )
+            .collect()
     }
 
     /// Binds the new listeners, starts draining the removed ones, records the shares;
@@ -744,25 +646,20 @@ impl Standalone {
     pub fn metrics(&self) -> String {
         let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let now = Instant::now();
-        let mut out = String::new();
-        let mut family = |name: &str, kind: &str, help: &str, rows: Vec<(String, String)>| {
-            let _ = writeln!(out, "# HELP {name} {help}");
-            let _ = writeln!(out, "# TYPE {name} {kind}");
-            for (labels, value) in rows {
-                if labels.is_empty() {
-                    let _ = writeln!(out, "{name} {value}");
-                } else {
-                    let _ = writeln!(out, "{name}{{{labels}}} {value}");
-                }
-            }
-        };
-        let listener_labels = |id: &ListenerId| {
-            format!(
-                "kind=\"{}\",address=\"{}\"",
-                id.kind,
-                SocketAddr::new(id.bind, id.port)
-            )
-        };
+        let mut out = Exposition::default();
+        self.listener_metrics(&mut out, &state, now);
+        fd_budget_metrics(&mut out, &self.limits);
+        http_metrics(&mut out, &state, now);
+        self.backend_metrics(&mut out, &state);
+        for d in &state.draining {
+            tracing::trace!(listener = %d.label, open = d.tracker.open(), "draining");
+        }
+        out.0
+    }
+
+    /// The families of every bound listener: connections, limits, and what was refused,
+    /// evicted or timed out.
+    fn listener_metrics(&self, out: &mut Exposition, state: &State, now: Instant) {
         let per_listener = |f: &dyn Fn(&Running) -> String| {
             state
                 .listeners
@@ -770,25 +667,25 @@ impl Standalone {
                 .map(|(id, running)| (listener_labels(id), f(running)))
                 .collect::<Vec<_>>()
         };
-        family(
+        out.family(
             "fedingress_agent_listener_active_connections",
             "gauge",
             "Open connections (TCP, HTTP, TLS) or sessions (UDP) of a bound listener.",
             per_listener(&|r| r.load.active().to_string()),
         );
-        family(
+        out.family(
             "fedingress_agent_listener_connections_total",
             "counter",
             "Connections or sessions a bound listener accepted since it started.",
             per_listener(&|r| r.load.connections_total().to_string()),
         );
-        family(
+        out.family(
             "fedingress_agent_listener_connections_per_second",
             "gauge",
             "New connections or sessions per second over the last 5 s.",
             per_listener(&|r| format!("{:.3}", r.load.per_second(now))),
         );
-        family(
+        out.family(
             "fedingress_agent_listener_limit",
             "gauge",
             "Most connections (TCP, HTTP, TLS) or sessions (UDP) a bound listener holds (limits.connectionsPerListener, limits.udpSessionsPerListener).",
@@ -804,97 +701,13 @@ impl Standalone {
                 })
                 .collect(),
         );
-        family(
-            "fedingress_agent_listener_refused_total",
-            "counter",
-            "New connections or UDP sessions refused at a limit: listener_limit, source_limit (UDP sessions of one client address), fd_budget (file descriptors; for HTTP a 503 instead of an upstream connection).",
-            state
-                .listeners
-                .iter()
-                .flat_map(|(id, r)| {
-                    r.load.guard.refusals().into_iter().map(move |(reason, n)| {
-                        (
-                            format!("{},reason=\"{reason}\"", listener_labels(id)),
-                            n.to_string(),
-                        )
-                    })
-                })
-                .collect(),
-        );
-        family(
-            "fedingress_agent_listener_evicted_total",
-            "counter",
-            "UDP sessions ended to make room for a new one (the oldest session whose client never answered a reply).",
-            state
-                .listeners
-                .iter()
-                .filter(|(id, _)| id.kind == Kind::Udp)
-                .map(|(id, r)| (listener_labels(id), r.load.guard.evictions().to_string()))
-                .collect(),
-        );
-        family(
-            "fedingress_agent_listener_timed_out_total",
-            "counter",
-            "Connections or UDP sessions closed by a timer: idle (no bytes or datagrams either way), handshake (TLS), header (HTTP/1.1 request head).",
-            state
-                .listeners
-                .iter()
-                .flat_map(|(id, r)| {
-                    r.load.guard.timeouts().into_iter().map(move |(reason, n)| {
-                        (
-                            format!("{},reason=\"{reason}\"", listener_labels(id)),
-                            n.to_string(),
-                        )
-                    })
-                })
-                .collect(),
-        );
-        family(
-            "fedingress_agent_fd_budget",
-            "gauge",
-            "File descriptors the data plane may hold for client connections, upstream connections and UDP sessions: RLIMIT_NOFILE less limits.reservedFileDescriptors.",
-            vec![(String::new(), self.limits.fds.limit().to_string())],
-        );
-        family(
-            "fedingress_agent_fd_budget_used",
-            "gauge",
-            "File descriptors of the budget held now.",
-            vec![(String::new(), self.limits.fds.used().to_string())],
-        );
-        let l7: Vec<(&ListenerId, &Running)> = state
-            .listeners
-            .iter()
-            .filter(|(id, _)| matches!(id.kind, Kind::Http | Kind::Tls))
-            .collect();
-        family(
-            "fedingress_agent_http_requests_per_second",
-            "gauge",
-            "HTTP requests answered per second over the last 5 s, per HTTP(S) listener.",
-            l7.iter()
-                .map(|(id, r)| {
-                    (
-                        listener_labels(id),
-                        format!("{:.3}", r.load.requests_per_second(now)),
-                    )
-                })
-                .collect(),
-        );
-        family(
-            "fedingress_agent_http_responses_total",
-            "counter",
-            "HTTP responses (proxied or the agent's own) by status class.",
-            l7.iter()
-                .flat_map(|(id, r)| {
-                    r.load.responses().into_iter().map(move |(class, n)| {
-                        (
-                            format!("{},code=\"{class}\"", listener_labels(id)),
-                            n.to_string(),
-                        )
-                    })
-                })
-                .collect(),
-        );
-        family(
+        listener_guard_metrics(out, state);
+    }
+
+    /// The families of the backends: endpoint health, connections still draining, idle
+    /// upstream connections, TLS secrets.
+    fn backend_metrics(&self, out: &mut Exposition, state: &State) {
+        out.family(
             "fedingress_agent_endpoint_healthy",
             "gauge",
             "1 when a backend endpoint passes its health checks, 0 when unhealthy or not checked yet.",
@@ -910,7 +723,7 @@ impl Standalone {
                 })
                 .collect(),
         );
-        family(
+        out.family(
             "fedingress_agent_draining_connections",
             "gauge",
             "Connections of removed listeners that are still finishing.",
@@ -924,7 +737,7 @@ impl Standalone {
                     .to_string(),
             )],
         );
-        family(
+        out.family(
             "fedingress_agent_upstream_idle_connections",
             "gauge",
             "Idle pooled HTTP/1.1 connections to endpoints.",
@@ -938,7 +751,7 @@ impl Standalone {
                     .to_string(),
             )],
         );
-        family(
+        out.family(
             "fedingress_agent_tls_secret_loaded",
             "gauge",
             "1 when a configured TLS secret's certificate and key are loaded.",
@@ -953,10 +766,6 @@ impl Standalone {
                 })
                 .collect(),
         );
-        for d in &state.draining {
-            tracing::trace!(listener = %d.label, open = d.tracker.open(), "draining");
-        }
-        out
     }
 
     /// Closes every listener, drains their connections (for at most `drainTimeoutMs`;
@@ -1045,6 +854,317 @@ impl Driver for Standalone {
     fn is_draining(&self) -> bool {
         Standalone::is_draining(self)
     }
+}
+
+/// A removed listener on its way out: its label, its connections, its accept loop.
+type Closing = (String, Arc<Tracker>, JoinHandle<()>);
+
+/// The routes of each listener key, with the rules that use the listener.
+type Seeds = BTreeMap<ListenerKey, (Seed, Vec<(IngressKey, u32)>)>;
+
+/// Every endpoint in use, with the probes of every backend it is behind.
+fn wanted_endpoints(desired: &desired::Desired) -> BTreeMap<(String, SocketAddr), desired::Probes> {
+    let mut wanted: BTreeMap<(String, SocketAddr), desired::Probes> = BTreeMap::new();
+    for ((service, _), backend) in &desired.backends {
+        for addr in &backend.endpoints {
+            let probes = wanted.entry((service.clone(), *addr)).or_default();
+            probes.tcp |= backend.probes.tcp;
+            probes.udp |= backend.probes.udp;
+            probes.http |= backend.probes.http;
+        }
+    }
+    wanted
+}
+
+/// Pools, one per backend {service, port}, of its checked endpoints.
+fn pools_of(
+    desired: &desired::Desired,
+    endpoints: &BTreeMap<(String, SocketAddr), Checked>,
+) -> BTreeMap<BackendKey, Arc<Pool>> {
+    desired
+        .backends
+        .iter()
+        .map(|(key, backend)| {
+            let endpoints = backend
+                .endpoints
+                .iter()
+                .filter_map(|addr| {
+                    endpoints
+                        .get(&(key.0.clone(), *addr))
+                        .map(|c| Arc::clone(&c.endpoint))
+                })
+                .collect();
+            (key.clone(), Arc::new(Pool::new(endpoints)))
+        })
+        .collect()
+}
+
+/// Builds the routes of every listener key from the pools; share loads of L7 listeners
+/// keep the counters of (listener, ingress) pairs still in use.
+struct Seeder<'a> {
+    pools: &'a BTreeMap<BackendKey, Arc<Pool>>,
+    /// The pool of a backend without one.
+    empty: Arc<Pool>,
+    /// The share loads before this apply; those still in use move to `kept_loads`.
+    old_loads: BTreeMap<(ListenerKey, IngressKey), Arc<LoadCounters>>,
+    kept_loads: BTreeMap<(ListenerKey, IngressKey), Arc<LoadCounters>>,
+}
+
+impl Seeder<'_> {
+    /// Routes per listener key, with the rules that use each listener.
+    fn seeds(&mut self, desired: &desired::Desired) -> Seeds {
+        let mut seeds = BTreeMap::new();
+        for (&key, listener) in &desired.listeners {
+            seeds.insert(key, self.seed(key, listener));
+        }
+        seeds
+    }
+
+    fn seed(
+        &mut self,
+        key: ListenerKey,
+        listener: &DesiredListener,
+    ) -> (Seed, Vec<(IngressKey, u32)>) {
+        match listener {
+            DesiredListener::L4(spec) => (
+                Seed::L4(Arc::new(Route {
+                    ingress: spec.ingress.clone(),
+                    rule: spec.rule,
+                    pool: self.pool_of(&spec.backend),
+                })),
+                vec![(spec.ingress.clone(), spec.rule)],
+            ),
+            DesiredListener::Http(paths) => {
+                let table = http_table(paths, |spec| self.target(key, spec));
+                (Seed::Http(Arc::new(table)), users_of(paths, &[]))
+            }
+            DesiredListener::Tls { sni, https } => {
+                let mut table = TlsTable {
+                    https: Arc::new(http_table(https, |spec| self.target(key, spec))),
+                    ..TlsTable::default()
+                };
+                for spec in sni {
+                    let route = SniRoute {
+                        target: self.target(key, &spec.route),
+                        certs: spec.tls.as_ref().map(|tls| CertSource {
+                            ingress: spec.route.ingress.clone(),
+                            tls: Arc::clone(tls),
+                        }),
+                    };
+                    table.sni.insert(Some(&spec.host), route);
+                }
+                (Seed::Tls(Arc::new(table)), users_of(https, sni))
+            }
+        }
+    }
+
+    fn pool_of(&self, key: &BackendKey) -> Arc<Pool> {
+        Arc::clone(self.pools.get(key).unwrap_or(&self.empty))
+    }
+
+    /// The target of an L7 route on `listener`, counting on its share's load.
+    fn target(&mut self, listener: ListenerKey, spec: &desired::RouteSpec) -> Arc<Target> {
+        let load = self.share_load(listener, &spec.ingress);
+        Arc::new(Target {
+            ingress: spec.ingress.clone(),
+            rule: spec.rule,
+            service: spec.backend.0.clone(),
+            pool: self.pool_of(&spec.backend),
+            load,
+        })
+    }
+
+    fn share_load(&mut self, listener: ListenerKey, ingress: &IngressKey) -> Arc<LoadCounters> {
+        let key = (listener, ingress.clone());
+        let load = self
+            .old_loads
+            .remove(&key)
+            .or_else(|| self.kept_loads.get(&key).cloned())
+            .unwrap_or_else(LoadCounters::new);
+        self.kept_loads.insert(key, Arc::clone(&load));
+        load
+    }
+}
+
+/// Stops the running listeners not in `wanted`; returns them, to wait for.
+fn close_unwanted(state: &mut State, wanted: &BTreeSet<ListenerId>) -> Vec<Closing> {
+    let mut closing = Vec::new();
+    let removed: Vec<ListenerId> = state
+        .listeners
+        .keys()
+        .filter(|id| !wanted.contains(id))
+        .copied()
+        .collect();
+    for id in removed {
+        if let Some(running) = state.listeners.remove(&id) {
+            tracing::info!(listener = %id.label(), "closing listener");
+            let _ = running.stop.send(());
+            closing.push((id.label(), running.tracker, running.task));
+        }
+    }
+    closing
+}
+
+/// Swaps the routes of the running listeners in `wanted`; returns the ones to start,
+/// with their routes, and who uses each listener key.
+#[allow(clippy::type_complexity)]
+fn reroute(
+    state: &State,
+    wanted: BTreeSet<ListenerId>,
+    seeds: Seeds,
+) -> (
+    Vec<(ListenerId, Seed)>,
+    BTreeMap<ListenerKey, Vec<(IngressKey, u32)>>,
+) {
+    let mut start = Vec::new();
+    let mut users = BTreeMap::new();
+    let mut seeds_by_key: BTreeMap<ListenerKey, Seed> = BTreeMap::new();
+    for (key, (seed, who)) in seeds {
+        users.insert(key, who);
+        seeds_by_key.insert(key, seed);
+    }
+    for id in wanted {
+        let Some(seed) = seeds_by_key.get(&id.key()) else {
+            continue;
+        };
+        let seed = seed.clone();
+        match state.listeners.get(&id) {
+            Some(running) => running.routing.update(seed),
+            None => start.push((id, seed)),
+        }
+    }
+    (start, users)
+}
+
+/// Metric families in the Prometheus text format, as they are written.
+#[derive(Default)]
+struct Exposition(String);
+
+impl Exposition {
+    /// Writes one family: its help, its type and a sample per `(labels, value)` row.
+    fn family(&mut self, name: &str, kind: &str, help: &str, rows: Vec<(String, String)>) {
+        let out = &mut self.0;
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} {kind}");
+        for (labels, value) in rows {
+            if labels.is_empty() {
+                let _ = writeln!(out, "{name} {value}");
+            } else {
+                let _ = writeln!(out, "{name}{{{labels}}} {value}");
+            }
+        }
+    }
+}
+
+/// The labels of a bound listener's samples.
+fn listener_labels(id: &ListenerId) -> String {
+    format!(
+        "kind=\"{}\",address=\"{}\"",
+        id.kind,
+        SocketAddr::new(id.bind, id.port)
+    )
+}
+
+/// What the listeners' guards counted: refusals at a limit, UDP evictions, timeouts.
+fn listener_guard_metrics(out: &mut Exposition, state: &State) {
+    out.family(
+        "fedingress_agent_listener_refused_total",
+        "counter",
+        "New connections or UDP sessions refused at a limit: listener_limit, source_limit (UDP sessions of one client address), fd_budget (file descriptors; for HTTP a 503 instead of an upstream connection).",
+        state
+            .listeners
+            .iter()
+            .flat_map(|(id, r)| {
+                r.load.guard.refusals().into_iter().map(move |(reason, n)| {
+                    (
+                        format!("{},reason=\"{reason}\"", listener_labels(id)),
+                        n.to_string(),
+                    )
+                })
+            })
+            .collect(),
+    );
+    out.family(
+        "fedingress_agent_listener_evicted_total",
+        "counter",
+        "UDP sessions ended to make room for a new one (the oldest session whose client never answered a reply).",
+        state
+            .listeners
+            .iter()
+            .filter(|(id, _)| id.kind == Kind::Udp)
+            .map(|(id, r)| (listener_labels(id), r.load.guard.evictions().to_string()))
+            .collect(),
+    );
+    out.family(
+        "fedingress_agent_listener_timed_out_total",
+        "counter",
+        "Connections or UDP sessions closed by a timer: idle (no bytes or datagrams either way), handshake (TLS), header (HTTP/1.1 request head).",
+        state
+            .listeners
+            .iter()
+            .flat_map(|(id, r)| {
+                r.load.guard.timeouts().into_iter().map(move |(reason, n)| {
+                    (
+                        format!("{},reason=\"{reason}\"", listener_labels(id)),
+                        n.to_string(),
+                    )
+                })
+            })
+            .collect(),
+    );
+}
+
+/// The file descriptor budget and how much of it is held.
+fn fd_budget_metrics(out: &mut Exposition, limits: &Limits) {
+    out.family(
+        "fedingress_agent_fd_budget",
+        "gauge",
+        "File descriptors the data plane may hold for client connections, upstream connections and UDP sessions: RLIMIT_NOFILE less limits.reservedFileDescriptors.",
+        vec![(String::new(), limits.fds.limit().to_string())],
+    );
+    out.family(
+        "fedingress_agent_fd_budget_used",
+        "gauge",
+        "File descriptors of the budget held now.",
+        vec![(String::new(), limits.fds.used().to_string())],
+    );
+}
+
+/// The HTTP(S) listeners' request rates and responses by status class.
+fn http_metrics(out: &mut Exposition, state: &State, now: Instant) {
+    let l7: Vec<(&ListenerId, &Running)> = state
+        .listeners
+        .iter()
+        .filter(|(id, _)| matches!(id.kind, Kind::Http | Kind::Tls))
+        .collect();
+    out.family(
+        "fedingress_agent_http_requests_per_second",
+        "gauge",
+        "HTTP requests answered per second over the last 5 s, per HTTP(S) listener.",
+        l7.iter()
+            .map(|(id, r)| {
+                (
+                    listener_labels(id),
+                    format!("{:.3}", r.load.requests_per_second(now)),
+                )
+            })
+            .collect(),
+    );
+    out.family(
+        "fedingress_agent_http_responses_total",
+        "counter",
+        "HTTP responses (proxied or the agent's own) by status class.",
+        l7.iter()
+            .flat_map(|(id, r)| {
+                r.load.responses().into_iter().map(move |(class, n)| {
+                    (
+                        format!("{},code=\"{class}\"", listener_labels(id)),
+                        n.to_string(),
+                    )
+                })
+            })
+            .collect(),
+    );
 }
 
 /// The HTTP table of `paths`, with targets made by `target`.
