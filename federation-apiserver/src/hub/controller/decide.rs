@@ -1,7 +1,9 @@
 //! The controller's *decide* step: a pure function from what was observed ([`World`])
-//! and what changed ([`Dirty`]) to placement, status, routing state, the routed
-//! ingresses the DNS snapshot is built from and what is done to agents ([`Pass`]). No I/O, no clock: `now` is an
-//! input. Unit-tested in `tests.rs` beside this file.
+//! and what changed ([`Dirty`]) to placement, status, routing state and its timers, the
+//! routed ingresses the DNS snapshot is built from and what is done to agents
+//! ([`Pass`]); then, once DNS is published, the DNS part of each status and the Events
+//! of answer changes ([`settle`]). No I/O, no clock: `now` is an input. Unit-tested in
+//! `tests.rs` beside this file.
 //!
 //! # Guarantees
 //! - Only dirty ingresses (changed themselves, placed or serving on a dirty cluster, or
@@ -13,7 +15,7 @@
 //!   capability gets the rule anyway (its agent reports the rule error); the hub sets
 //!   `Servable=False` and leaves the cluster out of that rule's SRV answers.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use fedingress_api::capability;
@@ -35,6 +37,7 @@ use fedingress_dns::zone::Snapshot;
 use fedingress_dns::{ClusterView, Location, RoutedIngress, ServiceAddresses, SrvService};
 
 use super::super::AgentState;
+use super::super::gslb::AnswerChange;
 use super::super::providers::{ProviderNameStatus, ProviderReadiness};
 use super::super::routing_state::{IngressRouting, Serving};
 use super::serving::{AgentKnowledge, serving};
@@ -149,6 +152,9 @@ pub struct IngressOutcome {
     pub routing: Option<IngressRouting>,
     /// What DNS serves for it; `None` when its name is not served.
     pub routed: Option<RoutedIngress>,
+    /// When its routing next changes with time alone (unix ms): a failback hold ends or
+    /// a Failover wait passes. A pass is due then.
+    pub timer: Option<u64>,
 }
 
 /// What a pass decided.
@@ -264,6 +270,7 @@ pub fn decide(world: &World<'_>, dirty: &Dirty) -> Pass {
                     status: FederatedIngressStatus::default(),
                     routing: None,
                     routed: None,
+                    timer: None,
                 },
             );
             continue;
@@ -388,9 +395,30 @@ fn ingress_outcome(
     }
     IngressOutcome {
         status,
+        timer: next_change_ms(ingress, &routing, now_ms),
         routing: Some(routing),
         routed,
     }
+}
+
+/// When `routing` of `ingress` next changes with time alone (unix ms): the earliest
+/// failback hold of a healthy cluster that ends after `now_ms`, or the next Failover
+/// change.
+fn next_change_ms(
+    ingress: &FederatedIngress,
+    routing: &IngressRouting,
+    now_ms: u64,
+) -> Option<u64> {
+    let held = routing
+        .clusters
+        .values()
+        .filter(|s| s.healthy == Some(true))
+        .filter_map(|s| s.held_until_ms)
+        .filter(|&at| at > now_ms)
+        .min();
+    let failover =
+        fedingress_dns::routing::next_failover_change_ms(&ingress.spec.traffic, &routing.failover);
+    held.into_iter().chain(failover).min()
 }
 
 fn condition(type_: &str, ok: bool, reason: &str, message: impl Into<String>) -> Condition {
@@ -1058,6 +1086,136 @@ fn routed_ingress(
             .find(|r| r.protocol.transport() == "tcp")
             .and_then(|r| r.effective_port())
             .and_then(|p| u16::try_from(p).ok()),
+    })
+}
+
+/// What DNS serves once a pass has published, for the statuses ([`settle`]).
+pub struct Served<'a> {
+    /// The embedded server's snapshot.
+    pub snapshot: &'a Snapshot,
+    /// Why names are not (fully) served, from the last snapshot build, by ingress
+    /// (`namespace/name`).
+    pub problems: &'a HashMap<String, Vec<String>>,
+    /// Each configured provider's entry for the ingress (computed by
+    /// [`crate::hub::providers`]), by ingress.
+    pub providers: &'a BTreeMap<IngressKey, Vec<ProviderNameStatus>>,
+}
+
+/// An Event to record on an ingress.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IngressEvent {
+    pub ingress: IngressKey,
+    /// `Normal` or `Warning`.
+    pub type_: &'static str,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// What the leader writes once DNS is published.
+#[derive(Debug, Default, PartialEq)]
+pub struct Writes {
+    /// Events of clusters that entered or left answers, in order; recorded first.
+    pub events: Vec<IngressEvent>,
+    /// Ingress statuses, their DNS part included, that differ from the stored ones.
+    pub ingress_statuses: Vec<(IngressKey, FederatedIngressStatus)>,
+}
+
+/// The rest of a pass once DNS is published: each recomputed ingress's `statuses`
+/// completed with what DNS serves ([`dns_status`]; left as they are without the
+/// embedded server), the ones that differ from the stored ones, and the Events of the
+/// publication's `answer_changes`. Ingresses no longer in `ingresses` are left out.
+pub fn settle(
+    ingresses: &BTreeMap<IngressKey, FederatedIngress>,
+    statuses: Vec<(IngressKey, FederatedIngressStatus)>,
+    served: Option<&Served<'_>>,
+    answer_changes: &[AnswerChange],
+    now: Time,
+) -> Writes {
+    let no_providers = Vec::new();
+    let ingress_statuses = statuses
+        .into_iter()
+        .filter_map(|(key, mut status)| {
+            let ingress = ingresses.get(&key)?;
+            if let Some(served) = served {
+                dns_status(
+                    &mut status,
+                    &served_name(ingress),
+                    served.problems.get(&key.to_string()),
+                    served.snapshot,
+                    served.providers.get(&key).unwrap_or(&no_providers),
+                    ingress.metadata().generation.unwrap_or(0),
+                    now,
+                );
+            }
+            (ingress.status.as_ref() != Some(&status)).then_some((key, status))
+        })
+        .collect();
+    let events = answer_changes
+        .iter()
+        .filter_map(|change| answer_event(change, ingresses))
+        .collect();
+    Writes {
+        events,
+        ingress_statuses,
+    }
+}
+
+/// The name DNS serves for `ingress`, as the snapshot and the providers spell it (lower
+/// case, no trailing dot; empty when it has none).
+pub fn served_name(ingress: &FederatedIngress) -> String {
+    ingress
+        .spec
+        .effective_dns_name()
+        .unwrap_or_default()
+        .trim_end_matches('.')
+        .to_ascii_lowercase()
+}
+
+/// The Event of a cluster entering or leaving an ingress's answers (or, for Anycast, of
+/// a route announced or withdrawn); `None` when the ingress is gone.
+pub fn answer_event(
+    change: &AnswerChange,
+    ingresses: &BTreeMap<IngressKey, FederatedIngress>,
+) -> Option<IngressEvent> {
+    let (key, ingress) = change
+        .ingress
+        .split_once('/')
+        .map(|(ns, name)| IngressKey::new(ns, name))
+        .and_then(|k| ingresses.get_key_value(&k))?;
+    let dns_name = ingress.spec.effective_dns_name().unwrap_or_default();
+    let (type_, reason, message) = match (change.anycast, change.joined) {
+        (Some(_), true) => (
+            "Normal",
+            "AnycastAnnounced",
+            format!("{} {}", change.cluster, change.detail),
+        ),
+        (Some(_), false) => (
+            "Warning",
+            "AnycastWithdrawn",
+            format!("{} {}", change.cluster, change.detail),
+        ),
+        (None, true) => (
+            "Normal",
+            "ClusterJoinedAnswers",
+            format!(
+                "cluster {} joined the DNS answers for {dns_name}: {}",
+                change.cluster, change.detail
+            ),
+        ),
+        (None, false) => (
+            "Warning",
+            "ClusterLeftAnswers",
+            format!(
+                "cluster {} left the DNS answers for {dns_name}: {}",
+                change.cluster, change.detail
+            ),
+        ),
+    };
+    Some(IngressEvent {
+        ingress: key.clone(),
+        type_,
+        reason,
+        message,
     })
 }
 

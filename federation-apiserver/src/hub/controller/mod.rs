@@ -5,15 +5,19 @@
 //!   ([`Hub::take_dirty`]); leases and timers are checked on a tick. Each change marks
 //!   what it affects dirty, and does nothing else.
 //! - *decide* ([`decide::decide`]): a pure function of the observed world and the dirty
-//!   set: placement, conflicts and plans, status, serving state ([`serving`]), the
-//!   routed ingresses DNS answers from, and what is done to agents
-//!   ([`decide::AgentAction`]: a deleted cluster's credentials revoked, sessions ended).
+//!   set: placement, conflicts and plans, status, serving state ([`serving`]) and when
+//!   it next changes with time alone (failback holds, Failover waits), the routed
+//!   ingresses DNS answers from, and what is done to agents ([`decide::AgentAction`]: a
+//!   deleted cluster's credentials revoked, sessions ended). Once DNS is published,
+//!   [`decide::settle`], pure too, completes each status with what DNS serves and turns
+//!   the answer changes into Events.
 //! - *apply* (this module): do the agent actions, publish plans, persist routing state
-//!   that changed, publish what DNS serves through this replica's [`DnsReplica`] (which
-//!   stores it and rebuilds the snapshot) when an answer-relevant input changed, hand
-//!   each completed serial to the DNS providers ([`providers`](super::providers)),
-//!   record routing Events, write the statuses that differ (concurrently, in one batch).
-//!   A provider's sync report marks the ingresses whose provider status changed dirty.
+//!   that changed and arm its timers, publish what DNS serves through this replica's
+//!   [`DnsReplica`] (which stores it and rebuilds the snapshot) when an answer-relevant
+//!   input changed, hand each completed serial to the DNS providers
+//!   ([`providers`](super::providers)); then record the Events and write the statuses
+//!   `settle` says (concurrently, in one batch). A provider's sync report marks the
+//!   ingresses whose provider status changed dirty.
 //!
 //! # Roles
 //! Every replica runs a controller. Each computes placement and plans itself (a pure
@@ -44,7 +48,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fedingress_api::conflict::Conflict;
-use fedingress_api::plan::IngressKey;
+use fedingress_api::plan::{ClusterPlan, IngressKey};
 use fedingress_api::{
     Cluster, ClusterStatus, FederatedIngress, FederatedIngressStatus, Resource, Time,
 };
@@ -54,12 +58,12 @@ use futures_util::{StreamExt, stream};
 use tokio::sync::watch;
 use tracing::Instrument;
 
-use self::decide::{AgentAction, Dirty, IngressOutcome, Pass, World, dns_status};
+use self::decide::{AgentAction, Dirty, IngressOutcome, Pass, Served, World, Writes};
 use self::observe::Cache;
 use super::Hub;
 use super::dns_state::{DnsReplica, DnsStore, Published};
 use super::gslb::{AnswerChange, Gslb};
-use super::providers::ProviderSet;
+use super::providers::{ProviderNameStatus, ProviderSet};
 use super::replication::Role;
 use super::routing_state::{IngressRouting, RoutingStore};
 use super::tokens::TokenStore;
@@ -433,8 +437,9 @@ impl Controller {
         }
     }
 
-    /// Publishes plans; when leading, also persists routing and DNS state, rebuilds DNS,
-    /// records events and writes status.
+    /// Does what the pass decided: the agent actions and plans on every replica; while
+    /// leading, also persists routing state and arms its timers, publishes DNS, then
+    /// records the Events and writes the statuses [`decide::settle`] says.
     async fn apply(&mut self, pass: Pass, now: Time, first: bool) {
         let Pass {
             placements,
@@ -447,6 +452,38 @@ impl Controller {
         for action in agent_actions {
             self.apply_agent_action(action).await;
         }
+        self.remember_placement(placements, conflicts);
+        if let Some(plans) = plans {
+            self.publish_plans(plans);
+        }
+        if self.writers.is_none() {
+            // A follower: the leader persists, serves DNS state and writes status.
+            return;
+        }
+        let (routed_changes, statuses) = self.apply_routing(ingresses).await;
+        let answer_changes = self.publish_dns(routed_changes, first).await;
+        let providers = self.provider_statuses(&statuses);
+        let snapshot = self.dns.snapshot();
+        let served = snapshot.as_deref().map(|snapshot| Served {
+            snapshot,
+            problems: self.dns.problems(),
+            providers: &providers,
+        });
+        let writes = decide::settle(
+            &self.cache.ingresses,
+            statuses,
+            served.as_ref(),
+            &answer_changes,
+            now,
+        );
+        self.write(writes, cluster_statuses, now).await;
+    }
+
+    fn remember_placement(
+        &mut self,
+        placements: BTreeMap<IngressKey, Vec<String>>,
+        conflicts: Option<BTreeMap<IngressKey, Vec<Conflict>>>,
+    ) {
         for (key, placed) in placements {
             if self.cache.ingresses.contains_key(&key) {
                 self.placements.insert(key, placed);
@@ -457,43 +494,48 @@ impl Controller {
         if let Some(conflicts) = conflicts {
             self.conflicts = conflicts;
         }
-        if let Some(plans) = plans {
-            let version = u64::try_from(self.cache.revision).unwrap_or_default();
-            for name in self.cache.clusters.keys() {
-                let plan = plans.get(name).cloned().unwrap_or_default();
-                self.sessions.publish(name, plan, version);
-            }
-            let names: Vec<String> = self.cache.clusters.keys().cloned().collect();
-            self.sessions.retain_clusters(&names);
-        }
-        if self.writers.is_none() {
-            // A follower: the leader persists, serves DNS state and writes status.
-            return;
-        }
+    }
 
-        // Routing state: remember, persist what changed, arm timers.
-        let now_ms = now_ms();
-        let mut routed_changes: Vec<(IngressKey, Option<RoutedIngress>)> = Vec::new();
-        let mut statuses: Vec<(IngressKey, FederatedIngressStatus)> = Vec::new();
+    /// Hands every cluster its plan; sessions of clusters that are gone end.
+    fn publish_plans(&self, plans: BTreeMap<String, ClusterPlan>) {
+        let version = u64::try_from(self.cache.revision).unwrap_or_default();
+        for name in self.cache.clusters.keys() {
+            let plan = plans.get(name).cloned().unwrap_or_default();
+            self.sessions.publish(name, plan, version);
+        }
+        let names: Vec<String> = self.cache.clusters.keys().cloned().collect();
+        self.sessions.retain_clusters(&names);
+    }
+
+    /// Remembers and persists the routing state that changed and arms its timers.
+    /// Returns what DNS is to serve differently, and the statuses of the ingresses that
+    /// still exist (without their DNS part).
+    async fn apply_routing(
+        &mut self,
+        outcomes: BTreeMap<IngressKey, IngressOutcome>,
+    ) -> (
+        Vec<(IngressKey, Option<RoutedIngress>)>,
+        Vec<(IngressKey, FederatedIngressStatus)>,
+    ) {
+        let mut routed_changes = Vec::new();
+        let mut statuses = Vec::new();
         let mut saves = Vec::new();
-        for (key, outcome) in ingresses {
+        for (key, outcome) in outcomes {
             let IngressOutcome {
                 status,
                 routing,
                 routed,
+                timer,
             } = outcome;
-            match &routing {
-                Some(routing) if self.routing.get(&key) != Some(routing) => {
+            match routing {
+                Some(routing) if self.routing.get(&key) != Some(&routing) => {
                     saves.push((key.clone(), Some(routing.clone())));
-                    self.routing.insert(key.clone(), routing.clone());
+                    self.routing.insert(key.clone(), routing);
                 }
                 None if self.routing.remove(&key).is_some() => saves.push((key.clone(), None)),
                 _ => {}
             }
-            match routing
-                .as_ref()
-                .and_then(|r| self.timer_of(&key, r, now_ms))
-            {
+            match timer {
                 Some(at) => self.timers.insert(key.clone(), at),
                 None => self.timers.remove(&key),
             };
@@ -505,58 +547,62 @@ impl Controller {
             }
         }
         self.save_routing(saves).await;
-        self.metrics.set_routing(&self.routing, now_ms);
+        self.metrics.set_routing(&self.routing, now_ms());
+        (routed_changes, statuses)
+    }
 
-        // DNS: published, then rebuilt, only when an answer-relevant input changed.
-        let answer_changes = self.publish_dns(routed_changes, first).await;
-        if let Some(snapshot) = self.dns.snapshot() {
-            for (key, status) in &mut statuses {
-                let Some(ingress) = self.cache.ingresses.get(key) else {
-                    continue;
-                };
-                let dns_name = ingress
-                    .spec
-                    .effective_dns_name()
-                    .unwrap_or_default()
-                    .trim_end_matches('.')
-                    .to_ascii_lowercase();
-                let providers = match &mut self.providers {
-                    Some(providers) => {
-                        let stored = ingress
-                            .status
-                            .as_ref()
-                            .and_then(|s| s.dns.as_ref())
-                            .map(|d| d.providers.as_slice())
-                            .unwrap_or_default();
-                        providers.name_statuses(key, &dns_name, stored)
-                    }
-                    None => Vec::new(),
-                };
-                dns_status(
-                    status,
-                    &dns_name,
-                    self.dns.problems().get(&key.to_string()),
-                    &snapshot,
-                    &providers,
-                    ingress.metadata().generation.unwrap_or(0),
-                    now,
-                );
-            }
+    /// What each configured DNS provider reports for the ingresses of `statuses` (none
+    /// without the embedded server or providers).
+    fn provider_statuses(
+        &mut self,
+        statuses: &[(IngressKey, FederatedIngressStatus)],
+    ) -> BTreeMap<IngressKey, Vec<ProviderNameStatus>> {
+        let (Some(providers), true) = (&mut self.providers, self.dns.snapshot().is_some()) else {
+            return BTreeMap::new();
+        };
+        let mut out = BTreeMap::new();
+        for (key, _) in statuses {
+            let Some(ingress) = self.cache.ingresses.get(key) else {
+                continue;
+            };
+            let stored = ingress
+                .status
+                .as_ref()
+                .and_then(|s| s.dns.as_ref())
+                .map(|d| d.providers.as_slice())
+                .unwrap_or_default();
+            let entries = providers.name_statuses(key, &decide::served_name(ingress), stored);
+            out.insert(key.clone(), entries);
         }
-        for change in answer_changes {
-            self.record_change(&change, now).await;
-        }
-        let Some(writers) = &self.writers else {
+        out
+    }
+
+    /// Records the Events, then writes the statuses (concurrently), while leading.
+    async fn write(
+        &mut self,
+        writes: Writes,
+        cluster_statuses: BTreeMap<String, ClusterStatus>,
+        now: Time,
+    ) {
+        let Some(writers) = &mut self.writers else {
             return;
         };
-
-        // Status writes, concurrently.
-        let ingress_writes: Vec<(FederatedIngress, FederatedIngressStatus)> = statuses
+        let Writes {
+            events,
+            ingress_statuses,
+        } = writes;
+        for event in events {
+            let Some(ingress) = self.cache.ingresses.get(&event.ingress) else {
+                continue;
+            };
+            writers
+                .recorder
+                .record(ingress, event.type_, event.reason, &event.message, now)
+                .await;
+        }
+        let ingress_writes: Vec<(FederatedIngress, FederatedIngressStatus)> = ingress_statuses
             .into_iter()
-            .filter_map(|(key, status)| {
-                let ingress = self.cache.ingresses.get(&key)?;
-                (ingress.status.as_ref() != Some(&status)).then(|| (ingress.clone(), status))
-            })
+            .filter_map(|(key, status)| Some((self.cache.ingresses.get(&key)?.clone(), status)))
             .collect();
         let cluster_writes: Vec<(Cluster, ClusterStatus)> = cluster_statuses
             .into_iter()
@@ -613,23 +659,6 @@ impl Controller {
                 Vec::new()
             }
         }
-    }
-
-    /// When `key`'s routing next changes with time alone.
-    fn timer_of(&self, key: &IngressKey, routing: &IngressRouting, now_ms: u64) -> Option<u64> {
-        let ingress = self.cache.ingresses.get(key)?;
-        let held = routing
-            .clusters
-            .values()
-            .filter(|s| s.healthy == Some(true))
-            .filter_map(|s| s.held_until_ms)
-            .filter(|&at| at > now_ms)
-            .min();
-        let failover = fedingress_dns::routing::next_failover_change_ms(
-            &ingress.spec.traffic,
-            &routing.failover,
-        );
-        held.into_iter().chain(failover).min()
     }
 
     /// Revokes a deleted cluster's credentials (while leading) or ends an agent's
@@ -691,53 +720,6 @@ impl Controller {
             writers
                 .recorder
                 .record(ingress, event.type_, event.reason, &event.message, now)
-                .await;
-        }
-    }
-
-    async fn record_change(&mut self, change: &AnswerChange, now: Time) {
-        let Some(ingress) = change
-            .ingress
-            .split_once('/')
-            .map(|(ns, name)| IngressKey::new(ns, name))
-            .and_then(|k| self.cache.ingresses.get(&k))
-        else {
-            return;
-        };
-        let dns_name = ingress.spec.effective_dns_name().unwrap_or_default();
-        let (type_, reason, message) = match (change.anycast, change.joined) {
-            (Some(_), true) => (
-                "Normal",
-                "AnycastAnnounced",
-                format!("{} {}", change.cluster, change.detail),
-            ),
-            (Some(_), false) => (
-                "Warning",
-                "AnycastWithdrawn",
-                format!("{} {}", change.cluster, change.detail),
-            ),
-            (None, true) => (
-                "Normal",
-                "ClusterJoinedAnswers",
-                format!(
-                    "cluster {} joined the DNS answers for {dns_name}: {}",
-                    change.cluster, change.detail
-                ),
-            ),
-            (None, false) => (
-                "Warning",
-                "ClusterLeftAnswers",
-                format!(
-                    "cluster {} left the DNS answers for {dns_name}: {}",
-                    change.cluster, change.detail
-                ),
-            ),
-        };
-        let ingress = ingress.clone();
-        if let Some(writers) = &mut self.writers {
-            writers
-                .recorder
-                .record(&ingress, type_, reason, &message, now)
                 .await;
         }
     }

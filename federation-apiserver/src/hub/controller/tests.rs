@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -17,6 +17,7 @@ use fedingress_dns::SrvService;
 
 use super::*;
 use crate::hub::controller::observe::Cache;
+use crate::hub::gslb::AnswerChange;
 use crate::hub::routing_state::{IngressRouting, Serving};
 use crate::hub::{AgentState, Published};
 
@@ -323,12 +324,22 @@ fn a_recovered_cluster_waits_for_the_failback_delay() {
         agent("127.0.0.11", &[("echo", 1)], 1, true),
     );
     f.now = at(T0 + 1_000);
-    assert!(
-        !routed_health(&f.step(), "echo")["eu-west"],
-        "held for 30 s"
+    let held = f.step();
+    assert!(!routed_health(&held, "echo")["eu-west"], "held for 30 s");
+    let end_of_hold = u64::try_from(T0 + 31_000).unwrap();
+    assert_eq!(
+        held.ingresses[&key("echo")].timer,
+        Some(end_of_hold),
+        "a pass is due when the hold ends"
     );
     f.now = at(T0 + 31_000);
-    assert!(routed_health(&f.step(), "echo")["eu-west"]);
+    let back = f.step();
+    assert!(routed_health(&back, "echo")["eu-west"]);
+    assert_eq!(
+        back.ingresses[&key("echo")].timer,
+        None,
+        "nothing left to wait for"
+    );
 }
 
 #[test]
@@ -1155,4 +1166,133 @@ fn a_relist_marks_the_clusters_deleted_or_rewelcomed_while_the_watch_was_down() 
             end("eu-west", WELCOME_CHANGED),
         ]
     );
+}
+
+fn answer_change(ingress: &str, joined: bool, anycast: bool) -> AnswerChange {
+    AnswerChange {
+        ingress: ingress.into(),
+        cluster: "eu-west".into(),
+        joined,
+        detail: "why".into(),
+        anycast: anycast.then(|| "192.0.2.10".parse().unwrap()),
+    }
+}
+
+#[test]
+fn answer_changes_are_events_with_their_reasons_and_none_for_a_gone_ingress() {
+    let f = Fixture::new().with_ingress(ingress("echo", 1, "ServeAll"));
+    let event = |joined, anycast| {
+        answer_event(
+            &answer_change("default/echo", joined, anycast),
+            &f.ingresses,
+        )
+        .unwrap()
+    };
+    let joined = event(true, false);
+    assert_eq!(
+        (joined.ingress.clone(), joined.type_, joined.reason),
+        (key("echo"), "Normal", "ClusterJoinedAnswers")
+    );
+    assert_eq!(
+        joined.message,
+        "cluster eu-west joined the DNS answers for echo.fedingress.test: why"
+    );
+    let left = event(false, false);
+    assert_eq!((left.type_, left.reason), ("Warning", "ClusterLeftAnswers"));
+    assert_eq!(
+        left.message,
+        "cluster eu-west left the DNS answers for echo.fedingress.test: why"
+    );
+    let announced = event(true, true);
+    assert_eq!(
+        (announced.type_, announced.reason),
+        ("Normal", "AnycastAnnounced")
+    );
+    assert_eq!(announced.message, "eu-west why");
+    let withdrawn = event(false, true);
+    assert_eq!(
+        (withdrawn.type_, withdrawn.reason),
+        ("Warning", "AnycastWithdrawn")
+    );
+    assert_eq!(
+        answer_event(&answer_change("default/gone", true, false), &f.ingresses),
+        None
+    );
+}
+
+#[test]
+fn settle_writes_only_the_statuses_that_differ_with_their_dns_part_and_the_events() {
+    use fedingress_dns::location::Locator;
+    use fedingress_dns::zone::{NameserverConfig, Snapshot, SoaConfig, ZoneConfig};
+
+    let mut f = Fixture::new()
+        .with_ingress(ingress("a", 1, "ServeAll"))
+        .with_ingress(ingress("b", 1, "ServeAll"));
+    f.agents.insert(
+        "eu-west".into(),
+        agent("127.0.0.11", &[("a", 1), ("b", 1)], 1, true),
+    );
+    let pass = f.step();
+    let statuses: Vec<(IngressKey, FederatedIngressStatus)> = pass
+        .ingresses
+        .iter()
+        .map(|(key, outcome)| (key.clone(), outcome.status.clone()))
+        .chain([(key("gone"), FederatedIngressStatus::default())])
+        .collect();
+    let changes = [
+        answer_change("default/a", true, false),
+        answer_change("default/gone", true, false),
+    ];
+
+    // Stored as decided (`step` remembers them), without the embedded server: nothing to
+    // write but the Event of the ingress that exists.
+    let writes = settle(&f.ingresses, statuses.clone(), None, &changes, f.now);
+    assert!(writes.ingress_statuses.is_empty());
+    assert_eq!(writes.events.len(), 1);
+    assert_eq!(writes.events[0].ingress, key("a"));
+
+    // With the embedded server, each status gains its DNS part: no records here.
+    let zones = vec![ZoneConfig {
+        name: "fedingress.test".into(),
+        nameservers: vec![NameserverConfig {
+            name: "ns.fedingress.test".into(),
+            addresses: vec!["192.0.2.53".parse().unwrap()],
+        }],
+        soa: SoaConfig::default(),
+        ttl: 3600,
+    }];
+    let place = fedingress_dns::Location {
+        region: "eu".into(),
+        latitude: 50.0,
+        longitude: 8.0,
+    };
+    let locator = Locator::new(Vec::new(), place, None).unwrap();
+    let snapshot = Snapshot::build(&zones, 7, &[], Arc::new(locator)).0;
+    let problems = HashMap::new();
+    let providers = BTreeMap::new();
+    let served = Served {
+        snapshot: &snapshot,
+        problems: &problems,
+        providers: &providers,
+    };
+    let writes = settle(&f.ingresses, statuses, Some(&served), &[], f.now);
+    assert_eq!(
+        writes
+            .ingress_statuses
+            .iter()
+            .map(|(k, _)| k.clone())
+            .collect::<Vec<_>>(),
+        [key("a"), key("b")]
+    );
+    for (_, status) in &writes.ingress_statuses {
+        let dns = status.dns.as_ref().unwrap();
+        assert_eq!(dns.providers[0].name, "embedded");
+        let ready = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "DNSReady")
+            .unwrap();
+        assert_eq!(ready.reason, "NotServed");
+    }
+    assert!(writes.events.is_empty());
 }
