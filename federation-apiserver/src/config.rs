@@ -326,180 +326,20 @@ pub fn parse_file(text: &str, path: &str) -> Result<FileConfig, ConfigError> {
 
 /// Resolves flags over the file into checked [`Settings`].
 pub fn load(cli: &Cli) -> Result<Settings, ConfigError> {
-    let mut file = match &cli.config {
-        Some(path) => {
-            let shown = path.display().to_string();
-            let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-                path: shown.clone(),
-                source,
-            })?;
-            parse_file(&text, &shown)?
-        }
-        None => FileConfig::default(),
-    };
-    let listen = cli
-        .listen
-        .or(file.listen)
-        .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 6443)));
+    let mut file = read_file(cli)?;
     let dev = cli.dev || file.dev;
-    if dev && !listen.ip().is_loopback() {
-        return Err(ConfigError::Invalid(format!(
-            "--dev serves anonymous admin access and may only listen on loopback, not {listen}"
-        )));
-    }
+    let serving = serving(cli, &mut file, dev)?;
     let data_dir = cli
         .data_dir
         .clone()
-        .or(file.data_dir)
+        .or(file.data_dir.take())
         .unwrap_or_else(|| PathBuf::from("fedingress-data"));
-    let tls_files = match (&cli.tls_cert_file, &cli.tls_private_key_file) {
-        (Some(cert), Some(key)) => Some(TlsFiles {
-            cert_file: cert.clone(),
-            key_file: key.clone(),
-        }),
-        (None, None) => file.tls,
-        _ => {
-            return Err(ConfigError::Invalid(
-                "--tls-cert-file and --tls-private-key-file go together".into(),
-            ));
-        }
-    };
-    let tls = tls_files.as_ref().map(load_tls).transpose()?;
-    let tls_pem = match &tls_files {
-        Some(files) => Some((
-            std::fs::read(&files.cert_file).map_err(|e| {
-                ConfigError::Invalid(format!(
-                    "TLS certificate {}: {e}",
-                    files.cert_file.display()
-                ))
-            })?,
-            std::fs::read(&files.key_file).map_err(|e| {
-                ConfigError::Invalid(format!("TLS key {}: {e}", files.key_file.display()))
-            })?,
-        )),
-        None => None,
-    };
-    // The agent gateway's own certificate, else the API's.
-    let tls_pem = match file.agent_tls.take() {
-        Some(files) => Some((
-            std::fs::read(&files.cert_file).map_err(|e| {
-                ConfigError::Invalid(format!(
-                    "agentTls.certFile {}: {e}",
-                    files.cert_file.display()
-                ))
-            })?,
-            std::fs::read(&files.key_file).map_err(|e| {
-                ConfigError::Invalid(format!(
-                    "agentTls.keyFile {}: {e}",
-                    files.key_file.display()
-                ))
-            })?,
-        )),
-        None => tls_pem,
-    };
-    let agent_listen = cli
-        .agent_listen
-        .or(file.agent_listen)
-        .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 6444)));
-    if dev && !agent_listen.ip().is_loopback() {
-        return Err(ConfigError::Invalid(format!(
-            "--dev may only listen on loopback, not {agent_listen}"
-        )));
-    }
-    check_plaintext(
-        &[
-            ("--listen", listen, tls.is_some()),
-            ("--agent-listen", agent_listen, tls_pem.is_some()),
-        ],
-        cli.insecure_allow_plaintext || file.insecure_allow_plaintext,
-    )?;
-    let agents = &file.agents;
-    if agents.heartbeat_interval_ms == 0 || agents.lease_ms <= agents.heartbeat_interval_ms {
-        return Err(ConfigError::Invalid(
-            "agents.leaseMs must be longer than agents.heartbeatIntervalMs (> 0)".into(),
-        ));
-    }
-    if agents.certificate_validity_seconds < 10 || agents.join_token_ttl_seconds == 0 {
-        return Err(ConfigError::Invalid(
-            "agents.certificateValiditySeconds must be at least 10 and agents.joinTokenTtlSeconds positive".into(),
-        ));
-    }
-    let agent_ca_files = match (&cli.agent_ca_cert_file, &cli.agent_ca_key_file) {
-        (Some(cert), Some(key)) => Some(TlsFiles {
-            cert_file: cert.clone(),
-            key_file: key.clone(),
-        }),
-        (None, None) => file.agent_ca.take(),
-        _ => {
-            return Err(ConfigError::Invalid(
-                "--agent-ca-cert-file and --agent-ca-key-file go together".into(),
-            ));
-        }
-    };
-    let agent_ca = agent_ca_files
-        .map(|files| crate::hub::pki::AgentCa::load(&files.cert_file, &files.key_file))
-        .transpose()
-        .map_err(ConfigError::Invalid)?
-        .map(Arc::new);
-    let certificate_validity = Duration::from_secs(agents.certificate_validity_seconds);
-    let join_token_ttl = Duration::from_secs(agents.join_token_ttl_seconds);
-    let dns_listen = cli.dns_listen.or(file.dns.listen);
-    if let Some(addr) = dns_listen
-        && dev
-        && !addr.ip().is_loopback()
-    {
-        return Err(ConfigError::Invalid(format!(
-            "--dev may only listen on loopback, not {addr}"
-        )));
-    }
-    // In-zone nameservers without addresses answer with the server's own IP.
-    fedingress_dns::zone::default_nameserver_addresses(
-        &mut file.dns.zones,
-        dns_listen.map(|addr| addr.ip()),
-    );
-    file.dns
-        .check()
-        .map_err(|e| ConfigError::Invalid(e.to_string()))?;
-    if !file.dns.providers.is_empty() && dns_listen.is_none() {
-        return Err(ConfigError::Invalid(
-            "dns.providers: needs the embedded DNS server (dns.listen or --dns-listen): \
-             providers publish its routing decisions and delegate its zones"
-                .into(),
-        ));
-    }
-    let hub = crate::hub::HubSettings {
-        heartbeat_interval: Duration::from_millis(agents.heartbeat_interval_ms),
-        lease: Duration::from_millis(agents.lease_ms),
-    };
-    let mut auth = Authenticator::new(dev);
-    let token_file = cli.token_auth_file.clone().or(file.token_file);
-    if let Some(path) = &token_file {
-        auth.load_token_file(path)?;
-    }
-    let oidc =
-        crate::auth::config::oidc_settings(&cli.auth, &file.oidc).map_err(ConfigError::Invalid)?;
-    if let Some(oidc) = oidc {
-        let oidc = crate::auth::oidc::OidcAuthenticator::new(oidc)
-            .map_err(|e| ConfigError::Invalid(e.to_string()))?;
-        auth = auth.with_oidc(oidc);
-    }
-    if token_file.is_none() && auth.oidc().is_none() && !dev {
-        return Err(ConfigError::Invalid(
-            "no way to authenticate clients: give --token-auth-file (tokenFile), --oidc-issuer-url (oidc.issuerUrl) or --dev".into(),
-        ));
-    }
+    let agents = agent_settings(cli, &mut file)?;
+    let dns_listen = dns_settings(cli, &mut file.dns, dev)?;
+    let auth = authenticator(cli, &mut file, dev)?;
     let audit = crate::auth::config::audit_settings(&cli.auth, &file.audit)
         .map_err(ConfigError::Invalid)?;
-    if file.storage.commit_probe_interval_seconds == 0 {
-        return Err(ConfigError::Invalid(
-            "storage.commitProbeIntervalSeconds must be positive".into(),
-        ));
-    }
-    if file.storage.cache_size_mib == 0 || file.storage.compaction_interval_seconds == 0 {
-        return Err(ConfigError::Invalid(
-            "storage.cacheSizeMib and storage.compactionIntervalSeconds must be positive".into(),
-        ));
-    }
+    check_storage(&file.storage)?;
     let etcd = etcd_options(cli, file.storage.etcd.as_ref())?;
     let replica = replica_settings(cli, etcd.is_some())?;
     if file.watch.bookmark_interval_seconds == 0 {
@@ -516,14 +356,14 @@ pub fn load(cli: &Cli) -> Result<Settings, ConfigError> {
         })
         .map_err(ConfigError::Invalid)?;
     Ok(Settings {
-        listen,
+        listen: serving.listen,
         dns_listen,
         dns: file.dns,
-        agent_listen,
-        hub,
-        tls_pem,
+        agent_listen: serving.agent_listen,
+        hub: agents.hub,
+        tls_pem: serving.tls_pem,
         data_dir,
-        tls,
+        tls: serving.tls,
         auth,
         cache_size_bytes: file.storage.cache_size_mib * 1024 * 1024,
         etcd,
@@ -532,11 +372,252 @@ pub fn load(cli: &Cli) -> Result<Settings, ConfigError> {
         commit_probe_interval: Duration::from_secs(file.storage.commit_probe_interval_seconds),
         bookmark_interval: Duration::from_secs(file.watch.bookmark_interval_seconds),
         limits,
-        agent_ca,
-        certificate_validity,
-        join_token_ttl,
+        agent_ca: agents.ca,
+        certificate_validity: agents.certificate_validity,
+        join_token_ttl: agents.join_token_ttl,
         audit,
     })
+}
+
+/// The config file of `--config`, parsed; without it, the defaults.
+fn read_file(cli: &Cli) -> Result<FileConfig, ConfigError> {
+    let Some(path) = &cli.config else {
+        return Ok(FileConfig::default());
+    };
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: shown.clone(),
+        source,
+    })?;
+    parse_file(&text, &shown)
+}
+
+/// Where and how the REST API and the agent gateway serve.
+struct Serving {
+    listen: SocketAddr,
+    agent_listen: SocketAddr,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    /// The agent gateway's PEM certificate and key.
+    tls_pem: Option<PemPair>,
+}
+
+/// The listen addresses and their TLS, checked: loopback only in dev mode, and plain
+/// text only on loopback unless allowed.
+fn serving(cli: &Cli, file: &mut FileConfig, dev: bool) -> Result<Serving, ConfigError> {
+    let listen = cli
+        .listen
+        .or(file.listen)
+        .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 6443)));
+    if dev && !listen.ip().is_loopback() {
+        return Err(ConfigError::Invalid(format!(
+            "--dev serves anonymous admin access and may only listen on loopback, not {listen}"
+        )));
+    }
+    let (tls, tls_pem) = serving_tls(cli, file)?;
+    let agent_listen = cli
+        .agent_listen
+        .or(file.agent_listen)
+        .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 6444)));
+    if dev && !agent_listen.ip().is_loopback() {
+        return Err(ConfigError::Invalid(format!(
+            "--dev may only listen on loopback, not {agent_listen}"
+        )));
+    }
+    check_plaintext(
+        &[
+            ("--listen", listen, tls.is_some()),
+            ("--agent-listen", agent_listen, tls_pem.is_some()),
+        ],
+        cli.insecure_allow_plaintext || file.insecure_allow_plaintext,
+    )?;
+    Ok(Serving {
+        listen,
+        agent_listen,
+        tls,
+        tls_pem,
+    })
+}
+
+/// A PEM certificate chain and its private key.
+type PemPair = (Vec<u8>, Vec<u8>);
+
+/// The API's TLS config, and the agent gateway's PEM certificate and key: its own
+/// (`agentTls`), else the API's.
+fn serving_tls(
+    cli: &Cli,
+    file: &mut FileConfig,
+) -> Result<(Option<Arc<rustls::ServerConfig>>, Option<PemPair>), ConfigError> {
+    let tls_files = file_pair(
+        &cli.tls_cert_file,
+        &cli.tls_private_key_file,
+        file.tls.take(),
+        "--tls-cert-file and --tls-private-key-file go together",
+    )?;
+    let tls = tls_files.as_ref().map(load_tls).transpose()?;
+    let tls_pem = tls_files
+        .map(|files| read_pem_pair(&files, "TLS certificate", "TLS key"))
+        .transpose()?;
+    // The agent gateway's own certificate, else the API's.
+    let tls_pem = match file.agent_tls.take() {
+        Some(files) => Some(read_pem_pair(
+            &files,
+            "agentTls.certFile",
+            "agentTls.keyFile",
+        )?),
+        None => tls_pem,
+    };
+    Ok((tls, tls_pem))
+}
+
+/// A certificate and key given by two flags, which go together, else by the file.
+fn file_pair(
+    cert: &Option<PathBuf>,
+    key: &Option<PathBuf>,
+    file: Option<TlsFiles>,
+    together: &str,
+) -> Result<Option<TlsFiles>, ConfigError> {
+    match (cert, key) {
+        (Some(cert), Some(key)) => Ok(Some(TlsFiles {
+            cert_file: cert.clone(),
+            key_file: key.clone(),
+        })),
+        (None, None) => Ok(file),
+        _ => Err(ConfigError::Invalid(together.into())),
+    }
+}
+
+/// Reads a certificate and a key file; errors name each by `cert_name` or `key_name`.
+fn read_pem_pair(
+    files: &TlsFiles,
+    cert_name: &str,
+    key_name: &str,
+) -> Result<PemPair, ConfigError> {
+    let read = |name: &str, path: &Path| {
+        std::fs::read(path)
+            .map_err(|e| ConfigError::Invalid(format!("{name} {}: {e}", path.display())))
+    };
+    Ok((
+        read(cert_name, &files.cert_file)?,
+        read(key_name, &files.key_file)?,
+    ))
+}
+
+/// What the hub needs for agent sessions and certificates.
+struct AgentSettings {
+    hub: crate::hub::HubSettings,
+    ca: Option<Arc<crate::hub::pki::AgentCa>>,
+    certificate_validity: Duration,
+    join_token_ttl: Duration,
+}
+
+/// `agents:` checked, and the agent CA from files, loaded.
+fn agent_settings(cli: &Cli, file: &mut FileConfig) -> Result<AgentSettings, ConfigError> {
+    let agents = &file.agents;
+    if agents.heartbeat_interval_ms == 0 || agents.lease_ms <= agents.heartbeat_interval_ms {
+        return Err(ConfigError::Invalid(
+            "agents.leaseMs must be longer than agents.heartbeatIntervalMs (> 0)".into(),
+        ));
+    }
+    if agents.certificate_validity_seconds < 10 || agents.join_token_ttl_seconds == 0 {
+        return Err(ConfigError::Invalid(
+            "agents.certificateValiditySeconds must be at least 10 and agents.joinTokenTtlSeconds positive".into(),
+        ));
+    }
+    let agent_ca_files = file_pair(
+        &cli.agent_ca_cert_file,
+        &cli.agent_ca_key_file,
+        file.agent_ca.take(),
+        "--agent-ca-cert-file and --agent-ca-key-file go together",
+    )?;
+    let ca = agent_ca_files
+        .map(|files| crate::hub::pki::AgentCa::load(&files.cert_file, &files.key_file))
+        .transpose()
+        .map_err(ConfigError::Invalid)?
+        .map(Arc::new);
+    let agents = &file.agents;
+    Ok(AgentSettings {
+        hub: crate::hub::HubSettings {
+            heartbeat_interval: Duration::from_millis(agents.heartbeat_interval_ms),
+            lease: Duration::from_millis(agents.lease_ms),
+        },
+        ca,
+        certificate_validity: Duration::from_secs(agents.certificate_validity_seconds),
+        join_token_ttl: Duration::from_secs(agents.join_token_ttl_seconds),
+    })
+}
+
+/// The embedded DNS server's address (loopback only in dev mode), and `dns:` checked,
+/// its in-zone nameservers without addresses given the server's own.
+fn dns_settings(
+    cli: &Cli,
+    dns: &mut DnsConfig,
+    dev: bool,
+) -> Result<Option<SocketAddr>, ConfigError> {
+    let dns_listen = cli.dns_listen.or(dns.listen);
+    if let Some(addr) = dns_listen
+        && dev
+        && !addr.ip().is_loopback()
+    {
+        return Err(ConfigError::Invalid(format!(
+            "--dev may only listen on loopback, not {addr}"
+        )));
+    }
+    // In-zone nameservers without addresses answer with the server's own IP.
+    fedingress_dns::zone::default_nameserver_addresses(
+        &mut dns.zones,
+        dns_listen.map(|addr| addr.ip()),
+    );
+    dns.check()
+        .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+    if !dns.providers.is_empty() && dns_listen.is_none() {
+        return Err(ConfigError::Invalid(
+            "dns.providers: needs the embedded DNS server (dns.listen or --dns-listen): \
+             providers publish its routing decisions and delegate its zones"
+                .into(),
+        ));
+    }
+    Ok(dns_listen)
+}
+
+/// Client authentication: static tokens, OIDC, dev mode's anonymous admin; at least one.
+fn authenticator(
+    cli: &Cli,
+    file: &mut FileConfig,
+    dev: bool,
+) -> Result<Authenticator, ConfigError> {
+    let mut auth = Authenticator::new(dev);
+    let token_file = cli.token_auth_file.clone().or(file.token_file.take());
+    if let Some(path) = &token_file {
+        auth.load_token_file(path)?;
+    }
+    let oidc =
+        crate::auth::config::oidc_settings(&cli.auth, &file.oidc).map_err(ConfigError::Invalid)?;
+    if let Some(oidc) = oidc {
+        let oidc = crate::auth::oidc::OidcAuthenticator::new(oidc)
+            .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        auth = auth.with_oidc(oidc);
+    }
+    if token_file.is_none() && auth.oidc().is_none() && !dev {
+        return Err(ConfigError::Invalid(
+            "no way to authenticate clients: give --token-auth-file (tokenFile), --oidc-issuer-url (oidc.issuerUrl) or --dev".into(),
+        ));
+    }
+    Ok(auth)
+}
+
+/// `storage:`'s sizes and intervals are positive.
+fn check_storage(storage: &StorageConfig) -> Result<(), ConfigError> {
+    if storage.commit_probe_interval_seconds == 0 {
+        return Err(ConfigError::Invalid(
+            "storage.commitProbeIntervalSeconds must be positive".into(),
+        ));
+    }
+    if storage.cache_size_mib == 0 || storage.compaction_interval_seconds == 0 {
+        return Err(ConfigError::Invalid(
+            "storage.cacheSizeMib and storage.compactionIntervalSeconds must be positive".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// TLS by default: the REST API and the agent gateway carry bearer and agent tokens, so
