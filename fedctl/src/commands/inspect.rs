@@ -9,7 +9,9 @@ use chrono::{DateTime, Utc};
 use fedingress_api::cluster::SpeakerStatus;
 use fedingress_api::event::Event;
 use fedingress_api::ingress::{IngressRule, Protocol, StrategyType};
-use fedingress_api::{Cluster, Condition, FederatedIngress};
+use fedingress_api::{
+    Cluster, Condition, FederatedIngress, FederatedIngressSpec, FederatedIngressStatus,
+};
 use serde_json::{Value, json};
 
 use crate::Ctx;
@@ -559,6 +561,57 @@ pub fn describe_ingress(
             None => "<none>".into(),
         },
     );
+    field(&mut out, "Strategy", strategy_text(spec));
+    field(&mut out, "Placement", placement_text(ingress));
+    if let Some(at) = ingress.metadata.creation_timestamp {
+        field(
+            &mut out,
+            "Created",
+            format!("{at} ({} ago)", age(Some(at.0), now)),
+        );
+    }
+    let mut rules = Table::new(&["PROTOCOL", "PORT", "HOST/NAME", "BACKEND"]);
+    for rule in &spec.rules {
+        rules.row(rule_text(rule));
+    }
+    section(&mut out, "Rules", &rules, "<none>");
+
+    section(
+        &mut out,
+        "Clusters",
+        &placed_table(&status, clusters),
+        "<not placed on any cluster>",
+    );
+    // Anycast: what each cluster's BGP speaker announces (the network, not DNS, picks
+    // the nearest announcing site).
+    if spec.traffic.strategy.type_ == StrategyType::Anycast && !status.clusters.is_empty() {
+        section(&mut out, "Anycast routes", &anycast_table(&status), "");
+    }
+    let own = own_addresses_table(spec, &status);
+    if !own.is_empty() {
+        section(&mut out, "Rules on their own addresses", &own, "");
+    }
+
+    section(
+        &mut out,
+        "DNS answers",
+        &dns_answers_table(&status),
+        "<not served: see the DNSReady condition>",
+    );
+    dns_providers(&mut out, &status, now);
+    section(
+        &mut out,
+        "Conditions",
+        &conditions_table(&status.conditions, now),
+        "<none>",
+    );
+    section(&mut out, "Events", &events_table(events, now), "<none>");
+    out
+}
+
+/// The strategy, with its weights, anycast addresses or failover order, and what
+/// happens when every cluster is unhealthy.
+fn strategy_text(spec: &FederatedIngressSpec) -> String {
     let strategy = &spec.traffic.strategy;
     let mut strategy_text = strategy.type_.to_string();
     if let Some(weights) = &strategy.weights {
@@ -593,21 +646,11 @@ pub fn describe_ingress(
         "; all unhealthy: {}",
         spec.traffic.when_all_unhealthy
     );
-    field(&mut out, "Strategy", strategy_text);
-    field(&mut out, "Placement", placement_text(ingress));
-    if let Some(at) = ingress.metadata.creation_timestamp {
-        field(
-            &mut out,
-            "Created",
-            format!("{at} ({} ago)", age(Some(at.0), now)),
-        );
-    }
-    let mut rules = Table::new(&["PROTOCOL", "PORT", "HOST/NAME", "BACKEND"]);
-    for rule in &spec.rules {
-        rules.row(rule_text(rule));
-    }
-    section(&mut out, "Rules", &rules, "<none>");
+    strategy_text
+}
 
+/// The clusters the ingress is placed on: how it is doing there, and their load.
+fn placed_table(status: &FederatedIngressStatus, clusters: &[Cluster]) -> Table {
     let by_name: BTreeMap<&str, &Cluster> = clusters.iter().map(|c| (c.name(), c)).collect();
     let mut placed = Table::new(&[
         "CLUSTER",
@@ -644,14 +687,12 @@ pub fn describe_ingress(
             message,
         ]);
     }
-    section(&mut out, "Clusters", &placed, "<not placed on any cluster>");
-    // Anycast: what each cluster's BGP speaker announces (the network, not DNS, picks
-    // the nearest announcing site).
-    if strategy.type_ == StrategyType::Anycast && !status.clusters.is_empty() {
-        section(&mut out, "Anycast routes", &anycast_table(&status), "");
-    }
-    // Rules served apart from the cluster's addresses (e.g. UDP behind its own load
-    // balancer): what their SRV records point at.
+    placed
+}
+
+/// Rules served apart from the cluster's addresses (e.g. UDP behind its own load
+/// balancer): what their SRV records point at.
+fn own_addresses_table(spec: &FederatedIngressSpec, status: &FederatedIngressStatus) -> Table {
     let mut own = Table::new(&["CLUSTER", "RULE", "ADDRESSES"]);
     for entry in &status.clusters {
         for rule in &entry.rules {
@@ -673,10 +714,11 @@ pub fn describe_ingress(
             ]);
         }
     }
-    if !own.is_empty() {
-        section(&mut out, "Rules on their own addresses", &own, "");
-    }
+    own
+}
 
+/// What the DNS server answers, per client scope.
+fn dns_answers_table(status: &FederatedIngressStatus) -> Table {
     let mut answers = Table::new(&["CLIENTS", "NAME", "TYPE", "ANSWER"]);
     for record in status
         .dns
@@ -699,19 +741,11 @@ pub fn describe_ingress(
             },
         ]);
     }
-    section(
-        &mut out,
-        "DNS answers",
-        &answers,
-        "<not served: see the DNSReady condition>",
-    );
-    dns_providers(&mut out, &status, now);
-    section(
-        &mut out,
-        "Conditions",
-        &conditions_table(&status.conditions, now),
-        "<none>",
-    );
+    answers
+}
+
+/// The last 15 events, oldest first.
+fn events_table(events: &[Event], now: DateTime<Utc>) -> Table {
     let mut events: Vec<&Event> = events.iter().collect();
     events.sort_by_key(|e| e.last_timestamp.or(e.first_timestamp));
     let skip = events.len().saturating_sub(15);
@@ -734,8 +768,7 @@ pub fn describe_ingress(
             format!("{}{count}", event.message),
         ]);
     }
-    section(&mut out, "Events", &event_table, "<none>");
-    out
+    event_table
 }
 
 /// The configured DNS providers' sync state and the records each holds for the
