@@ -8,6 +8,7 @@
 //! `lookup`).
 
 use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use fedingress_api::ingress::StrategyType;
@@ -352,150 +353,26 @@ impl Builder<'_> {
         }
     }
 
+    /// Adds routed ingress `index`: claims its dnsName, SRV names and SRV target names,
+    /// then encodes its answers (or reuses the previous snapshot's); `None` when its
+    /// dnsName is not served.
     fn add_ingress(&mut self, routed: &RoutedIngress, index: usize) -> Option<IngressEntry> {
-        let name = match parse_name(&routed.dns_name) {
-            Ok(name) => name,
-            Err(reason) => {
-                self.problem(
-                    routed,
-                    format!(
-                        "dnsName {} is not a valid domain name: {reason}",
-                        routed.dns_name
-                    ),
-                );
-                return None;
-            }
-        };
-        let key = name_key(&name);
-        let Some(zone) = self.zone_of(&key) else {
-            self.problem(
-                routed,
-                format!(
-                    "dnsName {} is outside every configured zone",
-                    display(&name)
-                ),
-            );
-            return None;
-        };
-        if let Some(owner) = self.holder(&key) {
-            let what = Self::describe_holder(owner);
-            self.problem(
-                routed,
-                format!("dnsName {} is already served as {what}", display(&name)),
-            );
-            return None;
-        }
-        let apex = self.zones.get(zone).is_some_and(|z| z.key == key);
-        self.claim(key, name.clone(), zone, Owner::Ingress(index));
-
+        let (name, zone, apex) = self.claim_dns_name(routed, index)?;
         let ttl = u32::try_from(routed.traffic.ttl).unwrap_or(0);
         let location_dependent = is_location_dependent(routed.traffic.strategy.type_);
-
-        // CNAME targets: host names must be valid names.
-        for cluster in &routed.clusters {
-            for hostname in &cluster.hostnames {
-                if let Err(reason) = parse_name(hostname) {
-                    self.problem(
-                        routed,
-                        format!(
-                            "cluster {} reports host name {hostname:?}, which is not a valid domain name ({reason}); it is not served",
-                            cluster.name
-                        ),
-                    );
-                }
-            }
-            if apex && !cluster.cordoned && cluster.ips.is_empty() && !cluster.hostnames.is_empty()
-            {
-                self.problem(
-                    routed,
-                    format!(
-                        "dnsName {} is a zone apex, which cannot hold a CNAME: cluster {} has only host names and is left out of A/AAAA answers",
-                        display(&name),
-                        cluster.name
-                    ),
-                );
-            }
-        }
-
-        // SRV names.
-        let mut srv_names = Vec::new();
-        for (k, service) in routed.srv.iter().enumerate() {
-            let text = format!(
-                "_{}._{}.{}",
-                service.name,
-                service.transport,
-                display(&name)
-            );
-            let srv_name = match parse_name(&text) {
-                Ok(n) => n,
-                Err(reason) => {
-                    self.problem(routed, format!("SRV name {text} is not valid: {reason}"));
-                    srv_names.push(None);
-                    continue;
-                }
-            };
-            let srv_key = name_key(&srv_name);
-            if let Some(owner) = self.holder(&srv_key) {
-                let what = Self::describe_holder(owner);
-                self.problem(
-                    routed,
-                    format!("SRV name {text} is already served as {what}"),
-                );
-                srv_names.push(None);
-                continue;
-            }
-            self.claim(srv_key, srv_name.clone(), zone, Owner::Srv(index, k));
-            srv_names.push(Some(srv_name));
-        }
-
-        // SRV target names: one per cluster with IPs.
-        let mut target_names = BTreeMap::new();
+        self.check_host_names(routed, &name, apex);
+        let srv_names = self.claim_srv_names(routed, &name, zone, index);
         let mut target_clusters = Vec::new();
-        if srv_names.iter().any(Option::is_some) {
-            for cluster in &routed.clusters {
-                if cluster.cordoned || cluster.ips.is_empty() {
-                    continue;
-                }
-                let text = format!("{}.{}", cluster.name, display(&name));
-                let owner = Owner::Target(index, target_clusters.len());
-                let Some(target) = self.claim_target(routed, &text, zone, owner) else {
-                    continue;
-                };
-                target_names.insert(cluster.name.clone(), target.clone());
-                target_clusters.push((cluster.ips.clone(), target));
-            }
-        }
-
-        // Per-rule target names: clusters that serve a rule on IPs of its own.
-        let mut rule_targets = vec![BTreeMap::new(); routed.srv.len()];
-        for (k, service) in routed.srv.iter().enumerate() {
-            if srv_names.get(k).is_none_or(Option::is_none) {
-                continue;
-            }
-            for (cluster_name, own) in &service.addresses {
-                let serves = routed
-                    .clusters
-                    .iter()
-                    .any(|c| &c.name == cluster_name && !c.cordoned);
-                if !serves || own.ips.is_empty() || service.excluded.contains(cluster_name) {
-                    continue;
-                }
-                let text = format!(
-                    "{cluster_name}.{}-{}.{}",
-                    service.transport,
-                    service.name,
-                    display(&name)
-                );
-                let owner = Owner::Target(index, target_clusters.len());
-                let Some(target) = self.claim_target(routed, &text, zone, owner) else {
-                    continue;
-                };
-                if let Some(names) = rule_targets.get_mut(k) {
-                    names.insert(cluster_name.clone(), target.clone());
-                }
-                target_clusters.push((own.ips.clone(), target));
-            }
-        }
+        let target_names = self.claim_cluster_targets(
+            routed,
+            &name,
+            zone,
+            index,
+            &srv_names,
+            &mut target_clusters,
+        );
+        let rule_targets =
+            self.claim_rule_targets(routed, &name, zone, index, &srv_names, &mut target_clusters);
 
         let cname_allowed = !apex;
         let reused = self.reusable(
@@ -539,5 +416,188 @@ impl Builder<'_> {
             answers,
             services,
         })
+    }
+
+    /// Claims the ingress's dnsName for ingress `index`; returns the name, its zone and
+    /// whether it is the zone's apex. `None`, with a problem recorded, when the name is
+    /// invalid, outside every zone or already served.
+    fn claim_dns_name(
+        &mut self,
+        routed: &RoutedIngress,
+        index: usize,
+    ) -> Option<(Name, usize, bool)> {
+        let name = match parse_name(&routed.dns_name) {
+            Ok(name) => name,
+            Err(reason) => {
+                self.problem(
+                    routed,
+                    format!(
+                        "dnsName {} is not a valid domain name: {reason}",
+                        routed.dns_name
+                    ),
+                );
+                return None;
+            }
+        };
+        let key = name_key(&name);
+        let Some(zone) = self.zone_of(&key) else {
+            self.problem(
+                routed,
+                format!(
+                    "dnsName {} is outside every configured zone",
+                    display(&name)
+                ),
+            );
+            return None;
+        };
+        if let Some(owner) = self.holder(&key) {
+            let what = Self::describe_holder(owner);
+            self.problem(
+                routed,
+                format!("dnsName {} is already served as {what}", display(&name)),
+            );
+            return None;
+        }
+        let apex = self.zones.get(zone).is_some_and(|z| z.key == key);
+        self.claim(key, name.clone(), zone, Owner::Ingress(index));
+        Some((name, zone, apex))
+    }
+
+    /// CNAME targets: records a problem for every cluster host name that is not a valid
+    /// name, and at a zone apex (no CNAME there) for every cluster with only host names.
+    fn check_host_names(&mut self, routed: &RoutedIngress, name: &Name, apex: bool) {
+        for cluster in &routed.clusters {
+            for hostname in &cluster.hostnames {
+                if let Err(reason) = parse_name(hostname) {
+                    self.problem(
+                        routed,
+                        format!(
+                            "cluster {} reports host name {hostname:?}, which is not a valid domain name ({reason}); it is not served",
+                            cluster.name
+                        ),
+                    );
+                }
+            }
+            if apex && !cluster.cordoned && cluster.ips.is_empty() && !cluster.hostnames.is_empty()
+            {
+                self.problem(
+                    routed,
+                    format!(
+                        "dnsName {} is a zone apex, which cannot hold a CNAME: cluster {} has only host names and is left out of A/AAAA answers",
+                        display(name),
+                        cluster.name
+                    ),
+                );
+            }
+        }
+    }
+
+    /// Claims the SRV name of each service of ingress `index`; `None` in the place of
+    /// one that is invalid or already served (with a problem recorded).
+    fn claim_srv_names(
+        &mut self,
+        routed: &RoutedIngress,
+        name: &Name,
+        zone: usize,
+        index: usize,
+    ) -> Vec<Option<Name>> {
+        let mut srv_names = Vec::new();
+        for (k, service) in routed.srv.iter().enumerate() {
+            let text = format!("_{}._{}.{}", service.name, service.transport, display(name));
+            let srv_name = match parse_name(&text) {
+                Ok(n) => n,
+                Err(reason) => {
+                    self.problem(routed, format!("SRV name {text} is not valid: {reason}"));
+                    srv_names.push(None);
+                    continue;
+                }
+            };
+            let srv_key = name_key(&srv_name);
+            if let Some(owner) = self.holder(&srv_key) {
+                let what = Self::describe_holder(owner);
+                self.problem(
+                    routed,
+                    format!("SRV name {text} is already served as {what}"),
+                );
+                srv_names.push(None);
+                continue;
+            }
+            self.claim(srv_key, srv_name.clone(), zone, Owner::Srv(index, k));
+            srv_names.push(Some(srv_name));
+        }
+        srv_names
+    }
+
+    /// SRV target names of ingress `index`, when an SRV name was claimed: one per
+    /// cluster with IPs, by cluster name. Each is added with its IPs to `target_clusters`.
+    fn claim_cluster_targets(
+        &mut self,
+        routed: &RoutedIngress,
+        name: &Name,
+        zone: usize,
+        index: usize,
+        srv_names: &[Option<Name>],
+        target_clusters: &mut Vec<(Vec<IpAddr>, Name)>,
+    ) -> BTreeMap<String, Name> {
+        let mut target_names = BTreeMap::new();
+        if srv_names.iter().any(Option::is_some) {
+            for cluster in &routed.clusters {
+                if cluster.cordoned || cluster.ips.is_empty() {
+                    continue;
+                }
+                let text = format!("{}.{}", cluster.name, display(name));
+                let owner = Owner::Target(index, target_clusters.len());
+                let Some(target) = self.claim_target(routed, &text, zone, owner) else {
+                    continue;
+                };
+                target_names.insert(cluster.name.clone(), target.clone());
+                target_clusters.push((cluster.ips.clone(), target));
+            }
+        }
+        target_names
+    }
+
+    /// Per-rule target names of ingress `index`: clusters that serve a rule on IPs of
+    /// its own, by cluster name, one map per service (empty when its SRV name was not
+    /// claimed). Each is added with its IPs to `target_clusters`.
+    fn claim_rule_targets(
+        &mut self,
+        routed: &RoutedIngress,
+        name: &Name,
+        zone: usize,
+        index: usize,
+        srv_names: &[Option<Name>],
+        target_clusters: &mut Vec<(Vec<IpAddr>, Name)>,
+    ) -> Vec<BTreeMap<String, Name>> {
+        let mut rule_targets = vec![BTreeMap::new(); routed.srv.len()];
+        for (k, service) in routed.srv.iter().enumerate() {
+            if srv_names.get(k).is_none_or(Option::is_none) {
+                continue;
+            }
+            for (cluster_name, own) in &service.addresses {
+                let serves = routed
+                    .clusters
+                    .iter()
+                    .any(|c| &c.name == cluster_name && !c.cordoned);
+                if !serves || own.ips.is_empty() || service.excluded.contains(cluster_name) {
+                    continue;
+                }
+                let text = format!(
+                    "{cluster_name}.{}-{}.{}",
+                    service.transport,
+                    service.name,
+                    display(name)
+                );
+                let owner = Owner::Target(index, target_clusters.len());
+                let Some(target) = self.claim_target(routed, &text, zone, owner) else {
+                    continue;
+                };
+                if let Some(names) = rule_targets.get_mut(k) {
+                    names.insert(cluster_name.clone(), target.clone());
+                }
+                target_clusters.push((own.ips.clone(), target));
+            }
+        }
+        rule_targets
     }
 }
