@@ -38,7 +38,7 @@ use fedingress_dns::{ClusterView, Location, RoutedIngress, ServiceAddresses, Srv
 
 use super::super::AgentState;
 use super::super::gslb::AnswerChange;
-use super::super::providers::{ProviderNameStatus, ProviderReadiness};
+use super::super::providers::{ProviderEvent, ProviderNameStatus, ProviderReadiness};
 use super::super::routing_state::{IngressRouting, Serving};
 use super::serving::{AgentKnowledge, serving};
 
@@ -101,6 +101,9 @@ pub struct Dirty {
     /// Clusters whose `spec.provider` or `spec.unschedulable` (cordon), what a Welcome
     /// tells the agent, changed.
     pub welcome_changed: BTreeSet<String>,
+    /// What the DNS providers' syncers reported that is recorded as Events (a provider
+    /// started or stopped rejecting a name).
+    pub provider_events: Vec<ProviderEvent>,
 }
 
 impl Dirty {
@@ -111,6 +114,7 @@ impl Dirty {
             && self.clusters.is_empty()
             && self.deleted_clusters.is_empty()
             && self.welcome_changed.is_empty()
+            && self.provider_events.is_empty()
     }
 
     pub fn merge(&mut self, other: Dirty) {
@@ -120,6 +124,7 @@ impl Dirty {
         self.clusters.extend(other.clusters);
         self.deleted_clusters.extend(other.deleted_clusters);
         self.welcome_changed.extend(other.welcome_changed);
+        self.provider_events.extend(other.provider_events);
     }
 }
 
@@ -172,12 +177,16 @@ pub struct Pass {
     pub cluster_statuses: BTreeMap<String, ClusterStatus>,
     /// What is done to agents, in order.
     pub agent_actions: Vec<AgentAction>,
+    /// Events of the providers' reports (recorded by the leader, before those of
+    /// answer changes: see [`settle`]).
+    pub events: Vec<IngressEvent>,
 }
 
 /// The pass for `dirty` in `world`.
 pub fn decide(world: &World<'_>, dirty: &Dirty) -> Pass {
     let mut pass = Pass {
         agent_actions: agent_actions(dirty),
+        events: dirty.provider_events.iter().map(provider_event).collect(),
         ..Pass::default()
     };
     let now_ms = world.now_ms();
@@ -326,6 +335,16 @@ fn agent_actions(dirty: &Dirty) -> Vec<AgentAction> {
         });
     }
     actions
+}
+
+/// The Event of a provider's report.
+fn provider_event(event: &ProviderEvent) -> IngressEvent {
+    IngressEvent {
+        ingress: event.ingress.clone(),
+        type_: event.type_,
+        reason: event.reason,
+        message: event.message.clone(),
+    }
 }
 
 /// The clusters an ingress is placed on; objects being deleted are placed nowhere (their
@@ -1114,7 +1133,8 @@ pub struct IngressEvent {
 /// What the leader writes once DNS is published.
 #[derive(Debug, Default, PartialEq)]
 pub struct Writes {
-    /// Events of clusters that entered or left answers, in order; recorded first.
+    /// Events (of provider reports, then of clusters that entered or left answers), in
+    /// order; recorded first.
     pub events: Vec<IngressEvent>,
     /// Ingress statuses, their DNS part included, that differ from the stored ones.
     pub ingress_statuses: Vec<(IngressKey, FederatedIngressStatus)>,
@@ -1122,12 +1142,14 @@ pub struct Writes {
 
 /// The rest of a pass once DNS is published: each recomputed ingress's `statuses`
 /// completed with what DNS serves ([`dns_status`]; left as they are without the
-/// embedded server), the ones that differ from the stored ones, and the Events of the
-/// publication's `answer_changes`. Ingresses no longer in `ingresses` are left out.
+/// embedded server), the ones that differ from the stored ones, and the Events: the
+/// pass's `events` (of provider reports), then those of the publication's
+/// `answer_changes`. Ingresses no longer in `ingresses` are left out.
 pub fn settle(
     ingresses: &BTreeMap<IngressKey, FederatedIngress>,
     statuses: Vec<(IngressKey, FederatedIngressStatus)>,
     served: Option<&Served<'_>>,
+    events: Vec<IngressEvent>,
     answer_changes: &[AnswerChange],
     now: Time,
 ) -> Writes {
@@ -1150,9 +1172,14 @@ pub fn settle(
             (ingress.status.as_ref() != Some(&status)).then_some((key, status))
         })
         .collect();
-    let events = answer_changes
-        .iter()
-        .filter_map(|change| answer_event(change, ingresses))
+    let events = events
+        .into_iter()
+        .filter(|event| ingresses.contains_key(&event.ingress))
+        .chain(
+            answer_changes
+                .iter()
+                .filter_map(|change| answer_event(change, ingresses)),
+        )
         .collect();
     Writes {
         events,

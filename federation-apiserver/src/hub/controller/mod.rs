@@ -16,8 +16,9 @@
 //!   [`DnsReplica`] (which stores it and rebuilds the snapshot) when an answer-relevant
 //!   input changed, hand each completed serial to the DNS providers
 //!   ([`providers`](super::providers)); then record the Events and write the statuses
-//!   `settle` says (concurrently, in one batch). A provider's sync report marks the
-//!   ingresses whose provider status changed dirty.
+//!   `settle` says (concurrently, in one batch). A provider's sync report is observed
+//!   too: it marks the ingresses whose provider status changed dirty, and the Events it
+//!   asks for are recorded by the next pass.
 //!
 //! # Roles
 //! Every replica runs a controller. Each computes placement and plans itself (a pure
@@ -242,7 +243,7 @@ impl Controller {
                     }
                     _ = changes.changed() => {}
                     _ = self.role.changed() => self.take_role().await,
-                    () = providers_changed(&mut self.providers) => self.observe_providers().await,
+                    () = providers_changed(&mut self.providers) => self.observe_providers(),
                     () = tokio::time::sleep(wait) => {}
                 }
                 // Debounce: let a burst land, then take everything that arrived. The
@@ -448,6 +449,7 @@ impl Controller {
             ingresses,
             cluster_statuses,
             agent_actions,
+            events,
         } = pass;
         for action in agent_actions {
             self.apply_agent_action(action).await;
@@ -473,6 +475,7 @@ impl Controller {
             &self.cache.ingresses,
             statuses,
             served.as_ref(),
+            events,
             &answer_changes,
             now,
         );
@@ -700,28 +703,21 @@ impl Controller {
     }
 
     /// A provider's syncer reported: the ingresses whose provider entries changed are
-    /// recomputed (status rewritten) on the next pass; rejections and recoveries are
-    /// recorded as Events.
-    async fn observe_providers(&mut self) {
+    /// recomputed (status rewritten) on the next pass, which also records rejections and
+    /// recoveries as Events.
+    fn observe_providers(&mut self) {
         let Some(providers) = &mut self.providers else {
             return;
         };
         let changes = providers.take_changes(self.dns.served());
-        self.pending.ingresses.extend(changes.dirty);
-        let Some(writers) = &mut self.writers else {
-            return;
-        };
-        let now = Time(chrono::Utc::now());
-        for event in changes.events {
-            let Some(ingress) = self.cache.ingresses.get(&event.ingress) else {
-                continue;
-            };
+        for event in &changes.events {
             tracing::info!(ingress = %event.ingress, reason = event.reason, message = %event.message, "DNS provider event");
-            writers
-                .recorder
-                .record(ingress, event.type_, event.reason, &event.message, now)
-                .await;
         }
+        self.pending.merge(Dirty {
+            ingresses: changes.dirty,
+            provider_events: changes.events,
+            ..Dirty::default()
+        });
     }
 }
 

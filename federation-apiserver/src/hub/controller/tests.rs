@@ -1246,7 +1246,14 @@ fn settle_writes_only_the_statuses_that_differ_with_their_dns_part_and_the_event
 
     // Stored as decided (`step` remembers them), without the embedded server: nothing to
     // write but the Event of the ingress that exists.
-    let writes = settle(&f.ingresses, statuses.clone(), None, &changes, f.now);
+    let writes = settle(
+        &f.ingresses,
+        statuses.clone(),
+        None,
+        Vec::new(),
+        &changes,
+        f.now,
+    );
     assert!(writes.ingress_statuses.is_empty());
     assert_eq!(writes.events.len(), 1);
     assert_eq!(writes.events[0].ingress, key("a"));
@@ -1275,7 +1282,14 @@ fn settle_writes_only_the_statuses_that_differ_with_their_dns_part_and_the_event
         problems: &problems,
         providers: &providers,
     };
-    let writes = settle(&f.ingresses, statuses, Some(&served), &[], f.now);
+    let writes = settle(
+        &f.ingresses,
+        statuses,
+        Some(&served),
+        Vec::new(),
+        &[],
+        f.now,
+    );
     assert_eq!(
         writes
             .ingress_statuses
@@ -1295,4 +1309,42 @@ fn settle_writes_only_the_statuses_that_differ_with_their_dns_part_and_the_event
         assert_eq!(ready.reason, "NotServed");
     }
     assert!(writes.events.is_empty());
+}
+
+#[test]
+fn provider_reports_are_observed_as_data_and_recorded_first_by_the_pass() {
+    use crate::hub::providers::ProviderEvent;
+
+    let mut f = Fixture::new().with_ingress(ingress("a", 1, "ServeAll"));
+    f.step();
+    let report = |name: &str| ProviderEvent {
+        ingress: key(name),
+        type_: "Warning",
+        reason: "DNSProviderRejected",
+        message: format!("route53 refused {name}"),
+    };
+    let dirty = Dirty {
+        ingresses: [key("a")].into(),
+        provider_events: vec![report("a"), report("gone")],
+        ..Dirty::default()
+    };
+    assert!(!dirty.is_empty(), "a report alone makes a pass due");
+    let pass = f.decide(&dirty);
+    assert_eq!(pass.events.len(), 2);
+    let statuses = vec![(key("a"), pass.ingresses[&key("a")].status.clone())];
+    let changes = [answer_change("default/a", false, false)];
+    let writes = settle(&f.ingresses, statuses, None, pass.events, &changes, f.now);
+    let reasons: Vec<(&IngressKey, &str)> = writes
+        .events
+        .iter()
+        .map(|e| (&e.ingress, e.reason))
+        .collect();
+    assert_eq!(
+        reasons,
+        [
+            (&key("a"), "DNSProviderRejected"),
+            (&key("a"), "ClusterLeftAnswers")
+        ],
+        "a gone ingress's report is dropped; reports come first"
+    );
 }
