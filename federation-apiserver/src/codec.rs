@@ -53,6 +53,17 @@ impl BodyFormat {
 }
 
 /// The lower-case media type of a `Content-Type` header, without parameters.
+/// A JSON response with `code`.
+pub fn json_response(code: http::StatusCode, value: &Value) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    (
+        code,
+        [(http::header::CONTENT_TYPE, "application/json")],
+        value.to_string(),
+    )
+        .into_response()
+}
+
 pub fn media_type(content_type: Option<&str>) -> String {
     content_type
         .and_then(|c| c.split(';').next())

@@ -1,9 +1,65 @@
 //! Discovery documents: `/version`, `/api`, `/apis`, our group and its resource list, and
 //! `rbac.authorization.k8s.io/v1`.
 
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{FromRef, State};
+use axum::response::Response;
+use axum::routing::{any, get};
 use fedingress_api::rbac::{self, ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use fedingress_api::{Cluster, FederatedIngress, Namespace, Resource};
+use http::StatusCode;
 use serde_json::{Value, json};
+
+use crate::codec::json_response;
+
+/// The entries our group's resource list adds for the subresources of the REST layer's
+/// extensions, in a router's state (`FromRef`).
+#[derive(Clone)]
+pub struct ExtensionEntries(pub Arc<[Value]>);
+
+/// `/version`, for any method and without authentication.
+pub fn version_routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
+    Router::new().route("/version", any(|| document(version)))
+}
+
+/// The discovery documents (GET): `/api`, `/api/v1`, `/apis` and every group's.
+pub fn routes<S>() -> Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+    ExtensionEntries: FromRef<S>,
+{
+    let resources = |State(ExtensionEntries(entries)): State<ExtensionEntries>| async move {
+        json_response(StatusCode::OK, &group_resources(entries.to_vec()))
+    };
+    Router::new()
+        .route("/api", get(|| document(core_versions)))
+        .route("/api/v1", get(|| document(core_resources)))
+        .route("/apis", get(|| document(groups)))
+        .route("/apis/fedingress.io", get(|| document(group_document)))
+        .route("/apis/fedingress.io/v1alpha1", get(resources))
+        .route(
+            "/apis/rbac.authorization.k8s.io",
+            get(|| document(rbac_group)),
+        )
+        .route(
+            "/apis/rbac.authorization.k8s.io/v1",
+            get(|| document(rbac_resources)),
+        )
+        .route(
+            "/apis/authorization.k8s.io",
+            get(|| document(authorization_group)),
+        )
+        .route(
+            "/apis/authorization.k8s.io/v1",
+            get(|| document(authorization_resources)),
+        )
+}
+
+async fn document(build: fn() -> Value) -> Response {
+    json_response(StatusCode::OK, &build())
+}
 
 /// The Kubernetes version we report. kubectl's dispatcher picks the kubectl binary that
 /// matches `major.minor`; 1.32 is the newest our conventions follow.

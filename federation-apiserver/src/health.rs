@@ -21,6 +21,8 @@
 //! busy one never. While that write fails (or takes longer than [`PROBE_TIMEOUT`])
 //! `/readyz` fails with `[-]store-commit failed: …` saying why and since when; reads
 //! are still served (writes fail on their own).
+//!
+//! [`routes`] serves `/livez`, `/healthz` and `/readyz`, without authentication.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -268,6 +270,44 @@ impl StoreHealth {
             }
         }
     }
+}
+
+/// The probes' state in a router's state (`FromRef`).
+#[derive(Clone)]
+pub struct Probes(pub Arc<StoreHealth>);
+
+/// `/livez`, `/healthz` and `/readyz`, for any method and without authentication:
+/// `/livez` answers as long as the process does, the others whether the store answers
+/// and commits (`?verbose`: every check).
+pub fn routes<S>() -> axum::Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+    Probes: axum::extract::FromRef<S>,
+{
+    use axum::routing::any;
+    axum::Router::new()
+        .route("/livez", any(|| async { "ok" }))
+        .route("/healthz", any(readyz))
+        .route("/readyz", any(readyz))
+}
+
+async fn readyz(
+    axum::extract::State(Probes(health)): axum::extract::State<Probes>,
+    uri: http::Uri,
+) -> (http::StatusCode, String) {
+    let (ok, body) = health.readyz();
+    let code = if ok {
+        http::StatusCode::OK
+    } else {
+        http::StatusCode::SERVICE_UNAVAILABLE
+    };
+    let verbose = uri.query().is_some_and(|q| q.contains("verbose"));
+    let body = if ok && !verbose {
+        "ok".to_string()
+    } else {
+        body
+    };
+    (code, body)
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! serving limits refused ([`LimitCounters`]), with the text-format pieces the hub's
 //! metrics reuse ([`Histogram`], [`escape`]). What the REST layer's extensions write
 //! (the hub's metrics, the embedded DNS server's counters) follows these in `/metrics`
-//! ([`crate::api::extensions`]).
+//! ([`crate::api::extensions`]). [`routes`] serves `/metrics` through an [`Exposition`].
 //!
 //! # Guarantees
 //! Label values built from URLs (verb, resource, subresource) come from a fixed set
@@ -400,6 +400,38 @@ impl Metrics {
         self.limits.render(&mut out);
         out
     }
+}
+
+/// What `/metrics` shows, as the state of its route (the server that mounts it
+/// implements it: these metrics, then what the rest of the server counts).
+pub trait Exposition: Send + Sync {
+    /// The text for `user`: a 403 unless they may `get` the path `/metrics`.
+    fn render(
+        &self,
+        user: crate::auth::User,
+    ) -> futures_util::future::BoxFuture<'_, Result<String, crate::status::ApiError>>;
+}
+
+/// `/metrics` (GET), for an authenticated user (a request extension).
+pub fn routes<S>() -> axum::Router<S>
+where
+    S: Exposition + Clone + Send + Sync + 'static,
+{
+    async fn scrape<S: Exposition>(
+        axum::extract::State(state): axum::extract::State<S>,
+        axum::Extension(user): axum::Extension<crate::auth::User>,
+    ) -> axum::response::Response {
+        use axum::response::IntoResponse;
+        match state.render(user).await {
+            Ok(text) => (
+                [(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+                text,
+            )
+                .into_response(),
+            Err(e) => e.into_response(),
+        }
+    }
+    axum::Router::new().route("/metrics", axum::routing::get(scrape::<S>))
 }
 
 /// Escapes a Prometheus label value.

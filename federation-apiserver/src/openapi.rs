@@ -2,9 +2,62 @@
 //! Rust types' schemas, so `kubectl apply` validates on the server (fieldValidation)
 //! and `kubectl explain` prints the field docs.
 
+use std::sync::LazyLock;
+
+use axum::Router;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use bytes::Bytes;
 use fedingress_api::rbac;
 use fedingress_api::{Cluster, FederatedIngress, Namespace, Resource};
+use http::{StatusCode, header};
 use serde_json::{Map, Value, json};
+
+/// The documents, encoded once (when the router is built).
+static GROUP_DOCUMENT: LazyLock<Bytes> =
+    LazyLock::new(|| Bytes::from(group_version_document().to_string()));
+static RBAC_DOCUMENT: LazyLock<Bytes> = LazyLock::new(|| Bytes::from(rbac_document().to_string()));
+
+/// `/openapi/v3` (GET): the index and the group-version documents.
+pub fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
+    LazyLock::force(&GROUP_DOCUMENT);
+    LazyLock::force(&RBAC_DOCUMENT);
+    Router::new()
+        .route(
+            "/openapi/v3",
+            get(|| async {
+                let index = index(
+                    &content_hash(&GROUP_DOCUMENT),
+                    &content_hash(&RBAC_DOCUMENT),
+                );
+                crate::codec::json_response(StatusCode::OK, &index)
+            }),
+        )
+        .route(
+            &format!("/openapi/v3/{CORE_GROUP_VERSION_PATH}"),
+            get(|| async { immutable(core_document_bytes()) }),
+        )
+        .route(
+            &format!("/openapi/v3/{RBAC_GROUP_VERSION_PATH}"),
+            get(|| async { immutable(&RBAC_DOCUMENT) }),
+        )
+        .route(
+            &format!("/openapi/v3/{GROUP_VERSION_PATH}"),
+            get(|| async { immutable(&GROUP_DOCUMENT) }),
+        )
+}
+
+/// A group-version document: addressed by its hash, so cached for good.
+fn immutable(document: &Bytes) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "application/json"),
+            (header::CACHE_CONTROL, "public, immutable"),
+        ],
+        document.clone(),
+    )
+        .into_response()
+}
 
 /// Path of the group-version document, relative to `/openapi/v3/`.
 pub const GROUP_VERSION_PATH: &str = "apis/fedingress.io/v1alpha1";

@@ -11,8 +11,28 @@
 //! Field numbers are those of gnostic's `openapiv2/OpenAPIv2.proto` (read from the
 //! descriptor compiled into kubectl).
 
+use std::sync::LazyLock;
+
+use axum::Router;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use bytes::Bytes;
 use fedingress_api::rbac;
 use fedingress_api::{Cluster, FederatedIngress, Namespace, Resource};
+
+/// The document, encoded once (when the router is built).
+static DOCUMENT: LazyLock<Bytes> = LazyLock::new(|| Bytes::from(document()));
+
+/// `/openapi/v2` (GET).
+pub fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
+    LazyLock::force(&DOCUMENT);
+    Router::new().route(
+        "/openapi/v2",
+        get(|| async {
+            ([(http::header::CONTENT_TYPE, MEDIA_TYPE)], DOCUMENT.clone()).into_response()
+        }),
+    )
+}
 
 /// Content type of the response. kubectl asks for
 /// `application/com.github.proto-openapi.spec.v2@v1.0+protobuf`, which Go's media type

@@ -7,7 +7,8 @@ use fedingress_api::{Resource, Time};
 use http::StatusCode;
 use serde_json::Value;
 
-use super::{Params, content_type, flag, json_response, parse_dry_run, with_warnings};
+use super::json_response;
+use super::request::{Params, content_type, flag, parse_dry_run, with_warnings};
 use crate::codec::{self, BodyFormat, FieldValidation};
 use crate::registry::{Apply, Registry, Scope};
 use crate::status::ApiError;

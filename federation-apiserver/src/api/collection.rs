@@ -8,7 +8,8 @@ use fedingress_api::Time;
 use http::StatusCode;
 use serde_json::json;
 
-use super::{Params, json_response, read_delete_options};
+use super::json_response;
+use super::request::{Params, read_delete_options};
 use crate::registry::{Filter, Registry};
 use crate::status::ApiError;
 use crate::table::Printable;

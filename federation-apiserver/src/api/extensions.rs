@@ -15,7 +15,8 @@ use futures_util::future::BoxFuture;
 use http::{Method, Uri};
 use serde_json::Value;
 
-use super::{AppState, TargetPath};
+use super::AppState;
+use super::request::TargetPath;
 use crate::auth::User;
 use crate::status::ApiError;
 

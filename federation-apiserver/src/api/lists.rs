@@ -5,8 +5,8 @@
 use fedingress_api::Resource;
 use fedingress_store::Revision;
 
-use super::Params;
 use super::read_options::{self, Read, ReadOptions, WatchStart};
+use super::request::{Params, flag};
 use crate::registry::{self, Filter, Page, ReadAt, Registry};
 use crate::status::ApiError;
 
@@ -27,7 +27,7 @@ pub(super) fn options(params: &Params) -> ReadOptions<'_> {
             .send_initial_events
             .as_deref()
             .map(|v| matches!(v, "true" | "1")),
-        allow_watch_bookmarks: super::flag(&params.allow_watch_bookmarks),
+        allow_watch_bookmarks: flag(&params.allow_watch_bookmarks),
     }
 }
 

@@ -10,18 +10,14 @@ use fedingress_api::{Resource, Time};
 use http::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use super::{AppState, Outcome, Params, TargetPath, json_response, read_body, with_warnings};
+use super::layers::Reply;
+use super::request::{Params, TargetPath, content_type, parse_dry_run, read_body, with_warnings};
+use super::{AppState, json_response};
 use crate::auth::User;
 use crate::codec::{self, BodyFormat, FieldValidation};
 use crate::registry::{self, Scope};
 use crate::status::ApiError;
 use crate::table::Printable;
-
-/// Whether `R` is the Namespace kind (kubectl treats it as built-in: its typed client
-/// sends protobuf, its client-side apply a strategic merge patch).
-pub(super) fn is_namespace<R: Resource>() -> bool {
-    R::GROUP.is_empty() && R::KIND == Namespace::KIND
-}
 
 /// The target of a namespaces URL below `/api/v1/`, or `None` for other resources
 /// (`namespaces/{ns}/events...`). `namespaces/{name}/status` and `.../finalize` are
@@ -45,44 +41,43 @@ pub(super) fn target(rest: &str) -> Option<TargetPath> {
     })
 }
 
-/// Serves one request on namespaces.
-pub(super) async fn serve(
+/// What only Namespaces have: `finalize`, and the refusal to delete the immortal
+/// ones. Any other request is given back, for the generic verbs.
+pub(super) async fn refuse_or_finalize(
     state: &AppState,
     user: &User,
-    target: TargetPath,
+    target: &TargetPath,
     request: Request,
-) -> Outcome {
+) -> Result<Reply, Request> {
     let name = target.name.clone().unwrap_or_default();
     if target.subresource.as_deref() == Some("finalize") {
         let resource = format!("{}/finalize", Namespace::PLURAL);
         if request.method() != Method::PUT {
-            return Err((
+            return Ok(Reply::new(
                 "",
                 resource,
-                ApiError::method_not_allowed("only PUT (update) is served on finalize"),
+                Err(ApiError::method_not_allowed(
+                    "only PUT (update) is served on finalize",
+                )),
             ));
         }
-        return match finalize(state, user, &name, request).await {
-            Ok(response) => Ok(("update", resource, response)),
-            Err(e) => Err(("update", resource, e)),
-        };
+        let result = finalize(state, user, &name, request).await;
+        return Ok(Reply::new("update", resource, result));
     }
     if request.method() == Method::DELETE
         && target.subresource.is_none()
         && Namespace::is_immortal(&name)
     {
-        let resource = Namespace::PLURAL.to_string();
         // Admission runs after authorization: who may not delete it hears that first.
-        if let Err(e) = authorize(state, user, "delete", "", &name) {
-            return Err(("delete", resource, e));
-        }
-        let refused = ApiError::forbidden(
-            format!("namespaces \"{name}\" is forbidden: this namespace may not be deleted"),
-            Some(registry::target::<Namespace>(&name)),
-        );
-        return Err(("delete", resource, refused));
+        let refused = authorize(state, user, "delete", "", &name).and_then(|()| {
+            Err(ApiError::forbidden(
+                format!("namespaces \"{name}\" is forbidden: this namespace may not be deleted"),
+                Some(registry::target::<Namespace>(&name)),
+            ))
+        });
+        return Ok(Reply::new("delete", Namespace::PLURAL, refused));
     }
-    super::serve::<Namespace>(state, user, target, request).await
+    Err(request)
 }
 
 fn authorize(
@@ -114,10 +109,10 @@ async fn finalize(
     let params: Params = axum::extract::Query::<Params>::try_from_uri(request.uri())
         .map(|q| q.0)
         .unwrap_or_default();
-    let dry_run = super::parse_dry_run(&params.dry_run)?;
+    let dry_run = parse_dry_run(&params.dry_run)?;
     let validation = FieldValidation::parse(params.field_validation.as_deref())?;
     let (headers, body) = read_body(request).await?;
-    let format = BodyFormat::from_content_type(super::content_type(&headers))?;
+    let format = BodyFormat::from_content_type(content_type(&headers))?;
     let (wanted, warnings) =
         codec::decode::<Namespace>(codec::parse_body(&body, format)?, validation)?;
     if let Some(body_name) = wanted.metadata.name.as_deref()
@@ -177,6 +172,7 @@ mod tests {
 
     #[test]
     fn only_namespace_is_the_namespace_kind() {
+        use super::super::request::is_namespace;
         assert!(is_namespace::<Namespace>());
         assert!(!is_namespace::<fedingress_api::event::Event>());
         assert!(!is_namespace::<fedingress_api::Cluster>());

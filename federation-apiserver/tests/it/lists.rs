@@ -29,14 +29,14 @@ const INGRESSES: &str = "/apis/fedingress.io/v1alpha1/namespaces/default/federat
 const CLUSTERS: &str = "/apis/fedingress.io/v1alpha1/clusters";
 const WAIT: Duration = Duration::from_secs(10);
 
-struct App {
-    router: Router,
+pub(crate) struct App {
+    pub(crate) router: Router,
     store: Arc<RedbStore>,
     _dir: tempfile::TempDir,
 }
 
 impl App {
-    async fn start() -> Self {
+    pub(crate) async fn start() -> Self {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(
             RedbStore::open(&dir.path().join("store.redb"), RedbOptions::default()).unwrap(),
@@ -66,7 +66,7 @@ impl App {
         app
     }
 
-    fn request(method: Method, uri: &str, body: Option<Value>) -> Request<Body> {
+    pub(crate) fn request(method: Method, uri: &str, body: Option<Value>) -> Request<Body> {
         let content_type = if method == Method::PATCH {
             "application/merge-patch+json"
         } else {
@@ -83,7 +83,12 @@ impl App {
         request
     }
 
-    async fn call(&self, method: Method, uri: &str, body: Option<Value>) -> (StatusCode, Value) {
+    pub(crate) async fn call(
+        &self,
+        method: Method,
+        uri: &str,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
         let response = tokio::time::timeout(
             WAIT,
             self.router

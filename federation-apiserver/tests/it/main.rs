@@ -12,4 +12,5 @@ mod gateway;
 mod lists;
 mod metrics;
 mod process;
+mod routes;
 mod rules;
