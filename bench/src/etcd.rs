@@ -10,13 +10,14 @@
 //! the changed keys and bytes per key prefix.
 
 use std::collections::BTreeMap;
-use std::net::{Ipv4Addr, TcpListener};
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use fedingress_testsupport::free_port;
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
@@ -58,13 +59,6 @@ pub fn etcd_binary(given: Option<PathBuf>) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("etcd"))
 }
 
-/// A loopback port that was free a moment ago.
-fn free_port() -> anyhow::Result<u16> {
-    Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
-        .local_addr()?
-        .port())
-}
-
 /// Real etcd members on loopback; see the module docs.
 pub struct Etcd {
     children: Vec<Child>,
@@ -81,7 +75,11 @@ impl Etcd {
             .tempdir()?;
         let mut members = Vec::new();
         for i in 0..size {
-            members.push((format!("m{i}"), free_port()?, free_port()?));
+            members.push((
+                format!("m{i}"),
+                free_port(Ipv4Addr::LOCALHOST),
+                free_port(Ipv4Addr::LOCALHOST),
+            ));
         }
         let initial_cluster = members
             .iter()

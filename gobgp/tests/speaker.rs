@@ -8,14 +8,14 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use fedingress_gobgp::{
     Community, Global, Gobgpd, GobgpdCommand, Peer, RibEntry, Route, SessionState, Speaker,
     SpeakerError,
 };
-use fedingress_testsupport::Poll;
+use fedingress_testsupport::{Poll, free_port};
 
 /// Generous: GoBGP connects out every 5-10 s at best.
 const DEADLINE: Duration = Duration::from_secs(90);
@@ -32,14 +32,6 @@ fn gobgpd_installed() -> bool {
         eprintln!("SKIPPED: gobgpd is not installed (apt-get install gobgpd; scripts/test does)");
     }
     found
-}
-
-fn free_port(ip: [u8; 4]) -> u16 {
-    TcpListener::bind((Ipv4Addr::from(ip), 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn api_address() -> SocketAddr {

@@ -167,11 +167,7 @@ async fn compaction_by_another_client_is_seen() {
 #[tokio::test]
 async fn unreachable_etcd_fails_connect_in_time() {
     // A port nothing listens on.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = fedingress_testsupport::free_port([127, 0, 0, 1]);
     let mut options = EtcdOptions::new([format!("http://127.0.0.1:{port}")]);
     options.request_timeout = Duration::from_secs(2);
     let started = std::time::Instant::now();

@@ -403,31 +403,15 @@ impl TestPki {
     /// [`TestPki::generate`] with `ips` in the server certificate too (a server
     /// reached off loopback, e.g. inside a test's network namespaces).
     pub fn generate_with_ips(ips: &[std::net::IpAddr]) -> Self {
-        use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair, SanType};
-        let ca_key = KeyPair::generate().unwrap();
-        let mut ca_params = CertificateParams::new(Vec::new()).unwrap();
-        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca_params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, "fedingress test CA");
-        let ca = ca_params.self_signed(&ca_key).unwrap();
-        let issuer = rcgen::Issuer::new(ca_params, ca_key);
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
-        params
-            .subject_alt_names
-            .push(SanType::IpAddress("127.0.0.1".parse().unwrap()));
-        params
-            .subject_alt_names
-            .push(SanType::IpAddress("::1".parse().unwrap()));
-        params
-            .subject_alt_names
-            .extend(ips.iter().map(|&ip| SanType::IpAddress(ip)));
-        let cert = params.signed_by(&key, &issuer).unwrap();
+        let ca = fedingress_testsupport::tls::Ca::new("fedingress test CA");
+        let ips: Vec<String> = ips.iter().map(ToString::to_string).collect();
+        let mut names = vec!["localhost", "127.0.0.1", "::1"];
+        names.extend(ips.iter().map(String::as_str));
+        let (cert_pem, key_pem) = ca.leaf(&names);
         Self {
-            ca_pem: ca.pem(),
-            cert_pem: cert.pem(),
-            key_pem: key.serialize_pem(),
+            ca_pem: ca.pem,
+            cert_pem,
+            key_pem,
         }
     }
 

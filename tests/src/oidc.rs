@@ -96,7 +96,7 @@ pub struct Issuer {
 impl Issuer {
     /// Starts with one RS256 key (`kid` "rsa-1") and one ES256 key ("ec-1").
     pub fn start() -> anyhow::Result<Self> {
-        let ca = crate::web::Ca::new("fedingress test OIDC CA");
+        let ca = fedingress_testsupport::tls::Ca::new("fedingress test OIDC CA");
         let (cert_pem, key_pem) = ca.leaf(&["127.0.0.1", "localhost"]);
         let certs: Vec<CertificateDer<'static>> =
             CertificateDer::pem_slice_iter(cert_pem.as_bytes()).collect::<Result<_, _>>()?;

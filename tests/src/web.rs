@@ -1,7 +1,7 @@
 //! HTTP and TLS peers for the L7 end-to-end tests: an HTTP/1.1 backend that says who it
-//! is and what it received ([`Web`]), a TLS echo backend with its own certificate
-//! ([`TlsEcho`]), a CA that signs leaves for any names ([`Ca`]), a TLS client that checks
-//! the peer against a CA ([`tls_roundtrip`]), and `curl` ([`curl`]).
+//! is and what it received ([`Web`]), a TLS client that checks the peer against a CA
+//! ([`tls_roundtrip`]), and `curl` ([`curl`]). The TLS echo backend and the test CA are
+//! `fedingress_testsupport::tls`'s.
 //!
 //! Each peer runs on its own thread, so sync tests can start and stop it.
 
@@ -9,49 +9,15 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::Command;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU16, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::aws_lc_rs::default_provider())
-}
-
-/// A CA that signs leaf certificates.
-pub struct Ca {
-    pub pem: String,
-    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
-}
-
-impl Ca {
-    pub fn new(name: &str) -> Self {
-        use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
-        let key = KeyPair::generate().expect("CA key");
-        let mut params = CertificateParams::new(Vec::new()).expect("CA params");
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, name);
-        let cert = params.self_signed(&key).expect("CA certificate");
-        Self {
-            pem: cert.pem(),
-            issuer: rcgen::Issuer::new(params, key),
-        }
-    }
-
-    /// A leaf for `names`: (certificate PEM, key PEM).
-    pub fn leaf(&self, names: &[&str]) -> (String, String) {
-        let key = rcgen::KeyPair::generate().expect("leaf key");
-        let names: Vec<String> = names.iter().map(|n| (*n).to_string()).collect();
-        let cert = rcgen::CertificateParams::new(names)
-            .expect("leaf params")
-            .signed_by(&key, &self.issuer)
-            .expect("leaf certificate");
-        (cert.pem(), key.serialize_pem())
-    }
 }
 
 /// A running HTTP/1.1 backend; stops (closing its connections) when dropped.
@@ -213,72 +179,6 @@ async fn serve_http(
         {
             return;
         }
-    }
-}
-
-/// A TLS server with its own certificate that upper-cases what it receives.
-pub struct TlsEcho {
-    pub addr: SocketAddr,
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl TlsEcho {
-    pub fn start(addr: SocketAddr, cert_pem: &str, key_pem: &str) -> anyhow::Result<Self> {
-        let certs: Vec<CertificateDer<'static>> =
-            CertificateDer::pem_slice_iter(cert_pem.as_bytes()).collect::<Result<_, _>>()?;
-        let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes())?;
-        let config = Arc::new(
-            rustls::ServerConfig::builder_with_provider(provider())
-                .with_safe_default_protocol_versions()?
-                .with_no_client_auth()
-                .with_single_cert(certs, key)?,
-        );
-        let listener = TcpListener::bind(addr)?;
-        listener.set_nonblocking(true)?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let stopping = Arc::clone(&stop);
-        let thread = std::thread::spawn(move || {
-            while !stopping.load(Ordering::SeqCst) {
-                match listener.accept() {
-                    Ok((stream, _)) => {
-                        let config = Arc::clone(&config);
-                        std::thread::spawn(move || echo_tls(stream, config));
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
-                }
-            }
-        });
-        Ok(Self {
-            addr,
-            stop,
-            thread: Some(thread),
-        })
-    }
-}
-
-impl Drop for TlsEcho {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
-
-fn echo_tls(stream: TcpStream, config: Arc<rustls::ServerConfig>) {
-    let _ = stream.set_nonblocking(false);
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
-    let Ok(connection) = rustls::ServerConnection::new(config) else {
-        return;
-    };
-    let mut tls = rustls::StreamOwned::new(connection, stream);
-    let mut buffer = [0u8; 4096];
-    while let Ok(n) = tls.read(&mut buffer) {
-        if n == 0 || tls.write_all(&buffer[..n].to_ascii_uppercase()).is_err() {
-            return;
-        }
-        let _ = tls.flush();
     }
 }
 

@@ -22,6 +22,7 @@ use fedingress_api::ingress::{Backend, IngressRule, Protocol};
 use fedingress_api::plan::{AgentReport, AnycastRoute, ClusterPlan, IngressKey, IngressShare};
 use fedingress_gobgp::{Community, Global, Gobgpd, Peer, RibEntry, Speaker};
 use fedingress_testsupport::echo::{Echo, Reply};
+use fedingress_testsupport::free_port;
 use fedingress_testsupport::gateway::FakeHub;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -45,14 +46,6 @@ fn gobgpd_installed() -> bool {
         eprintln!("SKIPPED: gobgpd is not installed (apt-get install gobgpd; scripts/test does)");
     }
     found
-}
-
-fn free_port(ip: [u8; 4]) -> u16 {
-    std::net::TcpListener::bind(SocketAddr::from((ip, 0)))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// The agent process and its admin address; killed if the test fails before it exits.

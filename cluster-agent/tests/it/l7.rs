@@ -22,6 +22,7 @@ use fedingress_api::ingress::{
 use fedingress_api::plan::{ClusterPlan, IngressKey, IngressShare};
 use fedingress_testsupport::echo::Echo;
 use fedingress_testsupport::eventually_async;
+use fedingress_testsupport::tls::{Ca, TlsEcho};
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
 use hyper::{Request, Response};
@@ -31,7 +32,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 use tokio::time::timeout;
-use tokio_rustls::{TlsAcceptor, TlsConnector};
+use tokio_rustls::TlsConnector;
 
 const WAIT: Duration = Duration::from_secs(10);
 const IO: Duration = Duration::from_secs(5);
@@ -182,96 +183,18 @@ async fn answer(
 }
 
 // ---------------------------------------------------------------------------------------
-// A TLS echo backend (upper-casing), for TLS rules; the raw TCP one is testsupport's Echo.
+// The test CA and the TLS echo backend are testsupport's (`tls`); a leaf as a Secret:
 
-/// A TLS server with its own certificate that upper-cases what it gets.
-async fn echo_tls(cert_pem: &str, key_pem: &str) -> (SocketAddr, tokio::task::JoinHandle<()>) {
-    use rustls::pki_types::PrivateKeyDer;
-    use rustls::pki_types::pem::PemObject;
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
-        .collect::<Result<_, _>>()
-        .unwrap();
-    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).unwrap();
-    let config = rustls::ServerConfig::builder()
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .unwrap();
-    let acceptor = TlsAcceptor::from(Arc::new(config));
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let task = tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                continue;
-            };
-            let acceptor = acceptor.clone();
-            tokio::spawn(async move {
-                let Ok(mut stream) = acceptor.accept(stream).await else {
-                    return;
-                };
-                let mut buf = vec![0u8; 4096];
-                while let Ok(n) = stream.read(&mut buf).await {
-                    if n == 0
-                        || stream
-                            .write_all(&buf[..n].to_ascii_uppercase())
-                            .await
-                            .is_err()
-                    {
-                        break;
-                    }
-                    let _ = stream.flush().await;
-                }
-            });
-        }
-    });
-    (addr, task)
-}
-
-// ---------------------------------------------------------------------------------------
-// A test CA.
-
-struct Pki {
-    ca_pem: String,
-    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
-}
-
-impl Pki {
-    fn new(name: &str) -> Pki {
-        use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(Vec::new()).unwrap();
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, name);
-        let ca = params.self_signed(&key).unwrap();
-        Pki {
-            ca_pem: ca.pem(),
-            issuer: rcgen::Issuer::new(params, key),
-        }
-    }
-
-    /// (certificate PEM, key PEM) for `names`.
-    fn leaf(&self, names: &[&str]) -> (String, String) {
-        let key = rcgen::KeyPair::generate().unwrap();
-        let params = rcgen::CertificateParams::new(
-            names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>(),
-        )
-        .unwrap();
-        let cert = params.signed_by(&key, &self.issuer).unwrap();
-        (cert.pem(), key.serialize_pem())
-    }
-
-    /// Writes a leaf as `<dir>/<secret>.crt` and `.key`; returns the config entry.
-    fn secret(&self, dir: &Path, secret: &str, names: &[&str]) -> String {
-        let (cert, key) = self.leaf(names);
-        write_pair(dir, secret, &cert, &key);
-        format!(
-            "  {secret}: {{certFile: '{}', keyFile: '{}'}}\n",
-            dir.join(format!("{secret}.crt")).display(),
-            dir.join(format!("{secret}.key")).display()
-        )
-    }
+/// Writes a leaf of `ca` for `names` as `<dir>/<secret>.crt` and `.key`; returns the
+/// config entry.
+fn secret(ca: &Ca, dir: &Path, secret: &str, names: &[&str]) -> String {
+    let (cert, key) = ca.leaf(names);
+    write_pair(dir, secret, &cert, &key);
+    format!(
+        "  {secret}: {{certFile: '{}', keyFile: '{}'}}\n",
+        dir.join(format!("{secret}.crt")).display(),
+        dir.join(format!("{secret}.key")).display()
+    )
 }
 
 fn write_pair(dir: &Path, secret: &str, cert: &str, key: &str) {
@@ -675,14 +598,14 @@ async fn https_serves_the_sni_certificate_over_h2_and_http1_and_no_certificate_t
     let ip = test_ip(2);
     let port = test_port(2, 0);
     let dir = tempfile::tempdir().unwrap();
-    let pki = Pki::new("agent test CA");
+    let pki = Ca::new("agent test CA");
     let shop_leaf = pki.leaf(&["shop.example.com"]);
     write_pair(dir.path(), "shop-tls", &shop_leaf.0, &shop_leaf.1);
     let mut secrets = format!(
         "  shop-tls: {{certFile: '{0}/shop-tls.crt', keyFile: '{0}/shop-tls.key'}}\n",
         dir.path().display()
     );
-    secrets.push_str(&pki.secret(dir.path(), "wild-tls", &["*.example.com"]));
+    secrets.push_str(&secret(&pki, dir.path(), "wild-tls", &["*.example.com"]));
     let web = Web::start("web").await;
     let wild = Web::start("wild").await;
     let standalone = Standalone::new(&config(
@@ -719,7 +642,7 @@ async fn https_serves_the_sni_certificate_over_h2_and_http1_and_no_certificate_t
     all_healthy(&standalone, &plan).await;
     let addr = SocketAddr::new(ip, port);
     let hosts = ["shop.example.com", "a.example.com"];
-    let h2 = with_ca(client(&hosts, addr), &pki.ca_pem).build().unwrap();
+    let h2 = with_ca(client(&hosts, addr), &pki.pem).build().unwrap();
     let (status, version, body) = get(&h2, &format!("https://shop.example.com:{port}/x")).await;
     assert_eq!((status, version), (200, reqwest::Version::HTTP_2), "{body}");
     let seen: serde_json::Value = serde_json::from_str(&body).unwrap();
@@ -731,7 +654,7 @@ async fn https_serves_the_sni_certificate_over_h2_and_http1_and_no_certificate_t
             .unwrap()
             .contains(";proto=https;")
     );
-    let http1 = with_ca(client(&hosts, addr), &pki.ca_pem)
+    let http1 = with_ca(client(&hosts, addr), &pki.pem)
         .http1_only()
         .build()
         .unwrap();
@@ -771,7 +694,7 @@ async fn https_serves_the_sni_certificate_over_h2_and_http1_and_no_certificate_t
     }
 
     // A request for another host over a connection with shop's certificate: 421.
-    let connector = connector_trusting(&pki.ca_pem, &[b"http/1.1"]);
+    let connector = connector_trusting(&pki.pem, &[b"http/1.1"]);
     let stream = tls_connect(&connector, addr, "shop.example.com")
         .await
         .unwrap();
@@ -798,18 +721,24 @@ async fn tls_passthrough_termination_and_https_share_one_port() {
     let ip = test_ip(3);
     let port = test_port(3, 0);
     let dir = tempfile::tempdir().unwrap();
-    let agent_pki = Pki::new("agent CA");
-    let backend_pki = Pki::new("database CA");
+    let agent_pki = Ca::new("agent CA");
+    let backend_pki = Ca::new("database CA");
     let (db_cert, db_key) = backend_pki.leaf(&["db.example.com"]);
-    let (db_addr, _db) = echo_tls(&db_cert, &db_key).await;
+    let db_backend = TlsEcho::start(([127, 0, 0, 1], 0).into(), &db_cert, &db_key).unwrap();
+    let db_addr = db_backend.addr;
     let raw = Echo::builder()
         .udp(false)
         .start(SocketAddr::from(([127, 0, 0, 1], 0)))
         .unwrap();
     let raw_addr = raw.addr;
     let web = Web::start("web").await;
-    let mut secrets = agent_pki.secret(dir.path(), "raw-tls", &["raw.example.com"]);
-    secrets.push_str(&agent_pki.secret(dir.path(), "shop-tls", &["shop.example.com"]));
+    let mut secrets = secret(&agent_pki, dir.path(), "raw-tls", &["raw.example.com"]);
+    secrets.push_str(&secret(
+        &agent_pki,
+        dir.path(),
+        "shop-tls",
+        &["shop.example.com"],
+    ));
     let standalone = Standalone::new(&config(
         ip,
         &[
@@ -842,11 +771,11 @@ async fn tls_passthrough_termination_and_https_share_one_port() {
     let addr = SocketAddr::new(ip, port);
 
     // Passthrough: the client completes its handshake with the backend's certificate.
-    let to_db = connector_trusting(&backend_pki.ca_pem, &[]);
+    let to_db = connector_trusting(&backend_pki.pem, &[]);
     let mut db = tls_connect(&to_db, addr, "db.example.com").await.unwrap();
     assert_eq!(tls_echo(&mut db, "select 1").await, "SELECT 1");
     // ... and the agent's CA does not fit it.
-    let to_agent = connector_trusting(&agent_pki.ca_pem, &[]);
+    let to_agent = connector_trusting(&agent_pki.pem, &[]);
     assert!(
         tls_connect(&to_agent, addr, "db.example.com")
             .await
@@ -861,7 +790,7 @@ async fn tls_passthrough_termination_and_https_share_one_port() {
 
     // HTTPS on the same port.
     all_healthy(&standalone, &plan).await;
-    let https = with_ca(client(&["shop.example.com"], addr), &agent_pki.ca_pem)
+    let https = with_ca(client(&["shop.example.com"], addr), &agent_pki.pem)
         .build()
         .unwrap();
     assert_eq!(
@@ -1176,8 +1105,8 @@ async fn certificates_are_reloaded_when_their_files_change() {
     let ip = test_ip(8);
     let port = test_port(8, 0);
     let dir = tempfile::tempdir().unwrap();
-    let pki = Pki::new("reload CA");
-    let secrets = pki.secret(dir.path(), "shop-tls", &["shop.example.com"]);
+    let pki = Ca::new("reload CA");
+    let secrets = secret(&pki, dir.path(), "shop-tls", &["shop.example.com"]);
     let first = std::fs::read_to_string(dir.path().join("shop-tls.crt")).unwrap();
     let web = Web::start("web").await;
     let standalone = Standalone::new(&config(ip, &[("web", &[web.addr])], &secrets, ""));

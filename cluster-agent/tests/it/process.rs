@@ -6,7 +6,7 @@
 #![allow(clippy::unwrap_used)]
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use fedingress_agent::state::{PersistedPlan, PlanStore};
 use fedingress_api::ingress::{Backend, IngressRule, Protocol};
 use fedingress_api::plan::{ClusterPlan, IngressKey, IngressShare};
-use fedingress_testsupport::eventually;
+use fedingress_testsupport::{eventually, free_port};
 
 const DEADLINE: Duration = Duration::from_secs(20);
 const BIN: &str = env!("CARGO_BIN_EXE_cluster-agent");
@@ -92,15 +92,6 @@ fn get(addr: SocketAddr, path: &str) -> u16 {
         .unwrap_or_else(|| panic!("not an HTTP response: {response:?}"))
 }
 
-/// A port free on 127.0.77.1 right now.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.77.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn write_config(dir: &Path, extra: &str) -> std::path::PathBuf {
     std::fs::write(dir.join("token"), "t0k3n\n").unwrap();
     // Nothing listens on port 1: the hub stays unreachable.
@@ -174,7 +165,7 @@ fn ready_line_health_and_fail_static_without_a_hub() {
     assert_eq!(agent.terminate().code(), Some(0));
 
     // A plan persisted by an earlier run: served at once with the hub unreachable.
-    let port = free_port();
+    let port = free_port([127, 0, 77, 1]);
     let mut rule = IngressRule::new(Protocol::Tcp);
     rule.port = Some(i32::from(port));
     rule.backend = Some(Backend::new("echo", 7));

@@ -218,11 +218,7 @@ fn tls_with_client_certificates() {
 fn unreachable_etcd_and_bad_certificate_files_exit_64() {
     let dir = tempfile::tempdir().unwrap();
     // A port nothing listens on.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = fedingress_testsupport::free_port([127, 0, 0, 1]);
     let unreachable = format!("http://127.0.0.1:{port}");
     let stderr = exits_64(&mut apiserver_command(
         &dir.path().join("data"),

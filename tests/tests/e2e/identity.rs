@@ -411,19 +411,11 @@ fn a_recreated_cluster_and_a_foreign_ca_are_refused() {
 
 /// A client certificate for `cluster` signed by a CA the hub does not know.
 fn foreign_client_certificate(cluster: &str) -> (String, String) {
-    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca = CertificateParams::default();
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.distinguished_name
-        .push(DnType::CommonName, "not the hub");
-    let issuer = rcgen::Issuer::new(ca, ca_key);
-    let key = KeyPair::generate().unwrap();
+    use rcgen::{CertificateParams, DnType};
     let mut params = CertificateParams::default();
     params.distinguished_name.push(DnType::CommonName, cluster);
     params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
-    let cert = params.signed_by(&key, &issuer).unwrap();
-    (cert.pem(), key.serialize_pem())
+    fedingress_testsupport::tls::Ca::new("not the hub").sign(params)
 }
 
 #[test]

@@ -16,8 +16,9 @@ use fedingress_tests::federation::{
     ClusterSpec, HubProcess, cluster_entry, create_cluster, get_json, issue_token, kubectl,
     start_agent, start_hub,
 };
-use fedingress_tests::web::{Ca, Curl, TlsEcho, Web, curl, tls_roundtrip};
+use fedingress_tests::web::{Curl, Web, curl, tls_roundtrip};
 use fedingress_tests::{Kubectl, Process, eventually};
+use fedingress_testsupport::tls::{Ca, TlsEcho};
 
 /// Generous: timing is measured by the benchmarks, not here.
 const WAIT: Duration = Duration::from_secs(30);

@@ -18,6 +18,7 @@ use fedingress_tests::federation::{
 };
 use fedingress_tests::soak::{Rng, exchange, mutate_some, scaled, start_apiserver};
 use fedingress_tests::{Kubectl, eventually, write_kubeconfig};
+use fedingress_testsupport::tls::Ca;
 use futures_util::StreamExt;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
@@ -30,16 +31,8 @@ const ADMIN_TOKEN: &str = "soak-admin-token-0123456789";
 
 /// A CA and a leaf for `names` (PEM: CA, leaf certificate, leaf key).
 fn pki(names: &[&str]) -> (String, String, String) {
-    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair, SanType};
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca_params = CertificateParams::new(Vec::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, "soak test CA");
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = rcgen::Issuer::new(ca_params, ca_key);
-    let key = KeyPair::generate().unwrap();
+    use rcgen::{CertificateParams, SanType};
+    let ca = Ca::new("soak test CA");
     let mut params =
         CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
     params
@@ -48,8 +41,8 @@ fn pki(names: &[&str]) -> (String, String, String) {
     params
         .distinguished_name
         .push(rcgen::DnType::CommonName, names[0]);
-    let cert = params.signed_by(&key, &issuer).unwrap();
-    (ca.pem(), cert.pem(), key.serialize_pem())
+    let (cert, key) = ca.sign(params);
+    (ca.pem, cert, key)
 }
 
 fn client_config(ca_pem: &str, alpn: &[&[u8]]) -> Arc<rustls::ClientConfig> {
