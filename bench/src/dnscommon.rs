@@ -15,6 +15,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use fedingress_testsupport::dns::Query;
 use futures_util::StreamExt;
 use serde_json::json;
 use tokio::task::JoinHandle;
@@ -144,44 +145,7 @@ impl DnsHub {
 
 // --- DNS wire ----------------------------------------------------------------------
 
-pub const TYPE_A: u16 = 1;
-pub const TYPE_SOA: u16 = 6;
-const TYPE_OPT: u16 = 41;
-const OPTION_ECS: u16 = 8;
-
-/// A standard query (RD clear) for `name`/`qtype` class IN. With `ecs`, an OPT record
-/// (payload 1232) carrying an EDNS Client Subnet option for `ecs`/24 (source prefix 24,
-/// scope 0, three address bytes: RFC 7871).
-pub fn query(id: u16, name: &str, qtype: u16, ecs: Option<Ipv4Addr>) -> Vec<u8> {
-    let mut packet = Vec::with_capacity(64);
-    packet.extend_from_slice(&id.to_be_bytes());
-    packet.extend_from_slice(&[0, 0]); // flags: standard query, RD clear
-    packet.extend_from_slice(&1u16.to_be_bytes()); // QDCOUNT
-    packet.extend_from_slice(&[0, 0, 0, 0]); // ANCOUNT, NSCOUNT
-    packet.extend_from_slice(&u16::from(ecs.is_some()).to_be_bytes()); // ARCOUNT
-    for label in name.trim_end_matches('.').split('.') {
-        packet.push(label.len() as u8);
-        packet.extend_from_slice(label.as_bytes());
-    }
-    packet.push(0);
-    packet.extend_from_slice(&qtype.to_be_bytes());
-    packet.extend_from_slice(&1u16.to_be_bytes()); // IN
-    if let Some(ip) = ecs {
-        let octets = ip.octets();
-        packet.push(0); // root
-        packet.extend_from_slice(&TYPE_OPT.to_be_bytes());
-        packet.extend_from_slice(&1232u16.to_be_bytes()); // UDP payload size
-        packet.extend_from_slice(&[0, 0, 0, 0]); // extended rcode, version 0, flags
-        packet.extend_from_slice(&11u16.to_be_bytes()); // RDLENGTH
-        packet.extend_from_slice(&OPTION_ECS.to_be_bytes());
-        packet.extend_from_slice(&7u16.to_be_bytes());
-        packet.extend_from_slice(&1u16.to_be_bytes()); // family IPv4
-        packet.push(24); // source prefix
-        packet.push(0); // scope prefix
-        packet.extend_from_slice(&octets[..3]);
-    }
-    packet
-}
+pub use fedingress_testsupport::dns::{TYPE_A, TYPE_SOA};
 
 /// What [`parse`] read of a response.
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -474,7 +438,7 @@ pub async fn wrong_answers(
         for case in &cases {
             id = id.wrapping_add(1);
             let ecs = case.map(|r| region_client(REGIONS[r].1, i));
-            let packet = query(id, &name(i), TYPE_A, ecs);
+            let packet = Query::new(id, &name(i), TYPE_A).edns(ecs).encode();
             let answer = ask(&socket, server, &packet, Duration::from_secs(1)).await;
             let ok = match &answer {
                 Ok(r) if r.rcode == 0 && r.a.len() == 1 => {
@@ -667,17 +631,14 @@ mod tests {
 
     #[test]
     fn query_and_parse() {
-        let q = query(
-            0x1234,
-            "g0001.fedingress.test",
-            TYPE_A,
-            Some("10.2.3.0".parse().unwrap()),
-        );
+        let q = Query::new(0x1234, "g0001.fedingress.test", TYPE_A)
+            .edns(Some("10.2.3.0".parse().unwrap()))
+            .encode();
         // header 12 + name (1+5+1+10+1+4+1 = 23) + 4 + OPT 11 + option 11
         assert_eq!(q.len(), 12 + 23 + 4 + 11 + 11);
         assert_eq!(&q[q.len() - 3..], &[10, 2, 3]);
         // A hand-made response: the query with QR|AA, one compressed A record.
-        let mut r = query(0x1234, "x.test", TYPE_A, None);
+        let mut r = Query::new(0x1234, "x.test", TYPE_A).encode();
         r[2] = 0x84;
         r[7] = 1;
         r.extend_from_slice(&[0xC0, 12, 0, 1, 0, 1, 0, 0, 0, 30, 0, 4, 127, 0, 0, 9]);

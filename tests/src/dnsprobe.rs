@@ -23,6 +23,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use fedingress_testsupport::dns::{Edns, Query, TYPE_A};
+
 /// How long one query waits for its answer before it counts as unanswered.
 pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -315,7 +317,9 @@ impl Stream {
                 // On schedule; after a stall, start afresh rather than send a burst.
                 next = (next + self.interval).max(now);
                 id = id.wrapping_add(1);
-                let query = encode_query(id, &self.target.name, self.target.subnet);
+                let query = Query::new(id, &self.target.name, TYPE_A)
+                    .edns(Edns::Ecs(self.target.subnet))
+                    .encode();
                 pending.push_back((id, Instant::now()));
                 if let Err(error) = socket.send(&query) {
                     self.fail_all(&mut pending, &format!("send: {error}"));
@@ -415,35 +419,6 @@ impl Stream {
             samples.push(sample);
         }
     }
-}
-
-/// An `A` query for `name` (no recursion desired) with an OPT record carrying the
-/// EDNS Client Subnet `subnet`/24.
-pub fn encode_query(id: u16, name: &str, subnet: Ipv4Addr) -> Vec<u8> {
-    let mut packet = Vec::with_capacity(64);
-    packet.extend_from_slice(&id.to_be_bytes());
-    packet.extend_from_slice(&[0, 0]); // flags: standard query
-    packet.extend_from_slice(&[0, 1, 0, 0, 0, 0, 0, 1]); // QD=1 AN=0 NS=0 AR=1
-    for label in name.trim_end_matches('.').split('.') {
-        packet.push(u8::try_from(label.len()).unwrap_or(63));
-        packet.extend_from_slice(label.as_bytes());
-    }
-    packet.push(0);
-    packet.extend_from_slice(&[0, 1, 0, 1]); // A, IN
-    // OPT: root name, type 41, UDP size 1232, extended rcode/version/flags 0.
-    packet.extend_from_slice(&[0, 0, 41, 0x04, 0xd0, 0, 0, 0, 0]);
-    let octets = subnet.octets();
-    let option = [
-        0, 8, // ECS
-        0, 7, // length
-        0, 1,  // family IPv4
-        24, // source prefix
-        0,  // scope prefix
-        octets[0], octets[1], octets[2],
-    ];
-    packet.extend_from_slice(&u16::try_from(option.len()).unwrap_or(0).to_be_bytes());
-    packet.extend_from_slice(&option);
-    packet
 }
 
 /// Parses a response: its id and what it says.
@@ -709,7 +684,9 @@ mod tests {
 
     #[test]
     fn query_encodes_and_a_response_parses() {
-        let query = encode_query(0x1234, "geo.fedingress.test", Ipv4Addr::new(10, 1, 2, 0));
+        let query = Query::new(0x1234, "geo.fedingress.test", TYPE_A)
+            .edns(Edns::Ecs(Ipv4Addr::new(10, 1, 2, 0)))
+            .encode();
         assert_eq!(&query[..2], &[0x12, 0x34]);
         // A response: the query with QR set, one A answer by compression pointer.
         let mut response = query[..12].to_vec();

@@ -5,6 +5,7 @@
 //!   and [`Poll`] for another interval or a `Result` instead of a panic).
 //! - [`echo`]: the echo backend ([`echo::Echo`]: TCP and UDP on one address, on a thread
 //!   of its own) and its clients.
+//! - [`dns`]: DNS queries on the wire ([`dns::Query`], with or without EDNS and ECS).
 //! - [`ports`]: [`free_port`], a port to name before anything listens on it.
 //! - `tls` (feature `tls`): test PKI (`Ca`: a CA that signs leaves for any names) and a
 //!   TLS echo backend (`TlsEcho`).
@@ -22,6 +23,7 @@
 //! stays in `federation-apiserver/tests/it/support`, the network-namespace labs and the
 //! third-party fakes in `tests/src`); TLS and HTTP stacks without a feature of their own.
 
+pub mod dns;
 pub mod echo;
 #[cfg(feature = "gateway")]
 pub mod gateway;

@@ -42,6 +42,7 @@ use fedingress_tests::anycast::{
 };
 use fedingress_tests::bgp::BirdControl;
 use fedingress_testsupport::Poll;
+use fedingress_testsupport::dns::Query;
 
 #[derive(Parser)]
 #[command(about = "Backend death → anycast route withdrawn and client moved (real BGP)")]
@@ -315,7 +316,7 @@ fn ask(socket: &UdpSocket) -> anyhow::Result<Vec<Ipv4Addr>> {
     static NEXT_ID: AtomicU16 = AtomicU16::new(1);
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
     socket.send_to(
-        &dnscommon::query(id, UNICAST_NAME, dnscommon::TYPE_A, None),
+        &Query::new(id, UNICAST_NAME, dnscommon::TYPE_A).encode(),
         DNS,
     )?;
     let mut buffer = [0u8; 1500];

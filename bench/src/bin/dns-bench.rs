@@ -23,9 +23,10 @@ use anyhow::{Context, bail};
 use clap::Parser;
 use fedingress_bench::dnscommon::{
     CLUSTER_IPS, DEPLOY_TIMING, DnsHub, GeoFleet, REGIONS, TYPE_A, ZONE, ask, dig, knot_version,
-    name, query, region_client, start_knot, wait_answers, which, zone_file,
+    name, region_client, start_knot, wait_answers, which, zone_file,
 };
 use fedingress_bench::{CpuWindow, Proc, sibling, today};
+use fedingress_testsupport::dns::Query;
 
 #[derive(Parser)]
 #[command(about = "DNS qps: our Geo GSLB vs Knot (static) vs PowerDNS (LUA ifportup)")]
@@ -337,7 +338,9 @@ async fn run(args: &Args, hub: &DnsHub, others: &mut Vec<Proc>) -> anyhow::Resul
         let mut bytes = Vec::new();
         for k in 0..3 * n {
             let region = REGIONS[k % 3].1;
-            let packet = query(0, &name(k % n), TYPE_A, Some(region_client(region, k)));
+            let packet = Query::new(0, &name(k % n), TYPE_A)
+                .edns(Some(region_client(region, k)))
+                .encode();
             bytes.extend_from_slice(&(packet.len() as u16).to_be_bytes());
             bytes.extend_from_slice(&packet);
         }
@@ -394,7 +397,7 @@ async fn run(args: &Args, hub: &DnsHub, others: &mut Vec<Proc>) -> anyhow::Resul
             if let Ok(r) = ask(
                 &socket,
                 addr,
-                &query(id, &name(0), TYPE_A, None),
+                &Query::new(id, &name(0), TYPE_A).encode(),
                 Duration::from_secs(1),
             )
             .await

@@ -35,9 +35,10 @@ use clap::Parser;
 use fedingress_bench::dnscommon;
 use fedingress_bench::dnscommon::{
     CLUSTER_IPS, DEPLOY_TIMING, DnsHub, GeoFleet, KnotGeo, LoadFlags, REGIONS, TYPE_A, ask,
-    knot_version, name, query, start_knot, wait_answers,
+    knot_version, name, start_knot, wait_answers,
 };
 use fedingress_bench::{CpuWindow, Proc, rss_mib, sibling, today};
+use fedingress_testsupport::dns::Query;
 use serde_json::Value;
 
 #[derive(Parser)]
@@ -273,7 +274,9 @@ async fn check_answers(
     for (i, c) in clients.iter().step_by(step).take(check).enumerate() {
         asked += 1;
         let ecs = Ipv4Addr::new(c.net[0], c.net[1], c.net[2], 0);
-        let packet = query(i as u16, &name(i % n), TYPE_A, Some(ecs));
+        let packet = Query::new(i as u16, &name(i % n), TYPE_A)
+            .edns(Some(ecs))
+            .encode();
         let timeout = Duration::from_secs(1);
         let answer = |r: anyhow::Result<dnscommon::Response>| match r {
             Ok(r) if r.rcode == 0 && r.a.len() == 1 => Some(r.a[0]),

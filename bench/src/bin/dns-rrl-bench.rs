@@ -47,10 +47,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use clap::Parser;
 use fedingress_bench::dnscommon::{
-    DEPLOY_TIMING, DnsHub, GeoFleet, KnotRrl, TYPE_A, ZONE, knot_version, name, query,
-    start_knot_with, wait_answers,
+    DEPLOY_TIMING, DnsHub, GeoFleet, KnotRrl, TYPE_A, ZONE, knot_version, name, start_knot_with,
+    wait_answers,
 };
 use fedingress_bench::{CpuWindow, Proc, clock_ticks, cpu_ticks, sibling, today};
+use fedingress_testsupport::dns::Query;
 use nix::libc;
 use nix::sys::socket::{
     AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType, SockaddrIn, bind, sendmsg,
@@ -617,7 +618,7 @@ async fn workloads(
     label: &str,
 ) -> anyhow::Result<(Run, Option<Run>)> {
     let names: Vec<Vec<u8>> = (0..args.ingresses)
-        .map(|i| query(0, &name(i), TYPE_A, None))
+        .map(|i| Query::new(0, &name(i), TYPE_A).encode())
         .collect();
     let mut plan = Plan {
         server,
@@ -630,7 +631,7 @@ async fn workloads(
         attack_rate: 0,
         attack_prefixes: args.attack_prefixes,
         attack_names: args.attack_names.min(args.ingresses),
-        nx: query(0, &format!("{NX_TEMPLATE}.{ZONE}"), TYPE_A, None),
+        nx: Query::new(0, &format!("{NX_TEMPLATE}.{ZONE}"), TYPE_A).encode(),
     };
     let legit = run_load(std::sync::Arc::new(plan.clone()), pid, api).await?;
     print_run(label, "legit", &legit);

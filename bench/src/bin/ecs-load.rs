@@ -36,8 +36,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use fedingress_bench::dnscommon::{LoadFlags, TYPE_A, query};
+use fedingress_bench::dnscommon::{LoadFlags, TYPE_A};
 use fedingress_bench::{clock_ticks, cpu_ticks};
+use fedingress_testsupport::dns::Query;
 use serde_json::json;
 
 #[derive(Parser)]
@@ -382,7 +383,11 @@ fn main() -> anyhow::Result<()> {
     }
     let templates: Vec<Vec<u8>> = names
         .iter()
-        .map(|n| query(0, n, TYPE_A, Some(Ipv4Addr::UNSPECIFIED)))
+        .map(|n| {
+            Query::new(0, n, TYPE_A)
+                .edns(Some(Ipv4Addr::UNSPECIFIED))
+                .encode()
+        })
         .collect();
     if templates.iter().any(|t| t.len() > 512) {
         bail!("a name is too long for a 512-byte query");
@@ -502,7 +507,11 @@ mod tests {
             server: "127.0.0.1:53".parse().unwrap(),
             templates: names
                 .iter()
-                .map(|n| query(0, n, TYPE_A, Some(Ipv4Addr::UNSPECIFIED)))
+                .map(|n| {
+                    Query::new(0, n, TYPE_A)
+                        .edns(Some(Ipv4Addr::UNSPECIFIED))
+                        .encode()
+                })
                 .collect(),
             subnets: subnets.to_vec(),
             threads: 1,

@@ -32,13 +32,13 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use clap::Parser;
 use fedingress_bench::dnscommon::{
-    DEPLOY_TIMING, REGIONS, Response, TYPE_A, TYPE_SOA, ZONE, ask, locations_section, query,
-    region_client,
+    DEPLOY_TIMING, REGIONS, Response, TYPE_A, TYPE_SOA, ZONE, ask, locations_section, region_client,
 };
 use fedingress_bench::replicas::{ReplicaFlags, Replicas};
 use fedingress_bench::{
     Agent, AgentSpec, Api, GROUP_PATH, ms, percentile, print_ratio_table, sibling, summary, today,
 };
+use fedingress_testsupport::dns::Query;
 use fedingress_testsupport::echo::{Echo, Reply};
 use serde_json::json;
 
@@ -146,8 +146,10 @@ impl Poller {
         let servers = &self.servers;
         let asks = live.iter().enumerate().map(|(k, &i)| {
             let id = first.wrapping_add(2 * k as u16 + 2);
-            let a = query(id, name, TYPE_A, Some(region_client(REGIONS[r].1, 7)));
-            let soa = query(id.wrapping_add(1), ZONE, TYPE_SOA, None);
+            let a = Query::new(id, name, TYPE_A)
+                .edns(Some(region_client(REGIONS[r].1, 7)))
+                .encode();
+            let soa = Query::new(id.wrapping_add(1), ZONE, TYPE_SOA).encode();
             let (socket, server) = (&sockets[i], servers[i]);
             async move {
                 let timeout = Duration::from_millis(200);

@@ -14,6 +14,7 @@ use std::time::Duration;
 use common::*;
 use fedingress_api::ingress::StrategyType;
 use fedingress_dns::zone::Snapshot;
+use fedingress_testsupport::dns::{Edns, Query};
 use hickory_resolver::config::{ConnectionConfig, NameServerConfig, ResolverConfig};
 use hickory_resolver::net::runtime::TokioRuntimeProvider;
 use hickory_resolver::proto::rr::{RData, RecordType};
@@ -157,7 +158,9 @@ async fn on_a_wildcard_address_replies_leave_from_the_address_asked() {
         let (response, from) = ask_from(
             &client,
             server,
-            &query(id, &format!("geo.{ZONE}"), 1, false),
+            &Query::new(id, &format!("geo.{ZONE}"), 1)
+                .recursion_desired()
+                .encode(),
         )
         .await;
         assert_eq!(from, server);
@@ -165,7 +168,15 @@ async fn on_a_wildcard_address_replies_leave_from_the_address_asked() {
             a_records(&response),
             vec!["192.0.2.1".parse::<IpAddr>().unwrap()]
         );
-        let (response, from) = ask_from(&client, server, &query(id + 10, ZONE, 6, true)).await;
+        let (response, from) = ask_from(
+            &client,
+            server,
+            &Query::new(id + 10, ZONE, 6)
+                .recursion_desired()
+                .edns(Edns::Opt)
+                .encode(),
+        )
+        .await;
         assert_eq!(from, server);
         assert_eq!(response[..2], (id + 10).to_be_bytes());
     }
@@ -186,8 +197,14 @@ async fn on_a_wildcard_address_replies_leave_from_the_address_asked() {
     for (client, asked) in [("127.0.0.1:0", "127.0.0.2"), ("[::1]:0", "::1")] {
         let client = UdpSocket::bind(client).await.unwrap();
         let server = SocketAddr::new(asked.parse().unwrap(), dns.addr.port());
-        let (response, from) =
-            ask_from(&client, server, &query(3, &format!("geo.{ZONE}"), 1, false)).await;
+        let (response, from) = ask_from(
+            &client,
+            server,
+            &Query::new(3, &format!("geo.{ZONE}"), 1)
+                .recursion_desired()
+                .encode(),
+        )
+        .await;
         assert_eq!(from, server);
         assert_eq!(
             a_records(&response),
@@ -381,7 +398,10 @@ async fn weighted_answers_split_by_weight_over_ten_thousand_queries() {
         for i in 0..100 {
             let id = batch * 100 + i;
             socket
-                .send_to(&query(id, &name, 1, false), dns.addr)
+                .send_to(
+                    &Query::new(id, &name, 1).recursion_desired().encode(),
+                    dns.addr,
+                )
                 .await
                 .unwrap();
         }
@@ -419,7 +439,10 @@ async fn round_robin_rotates_the_record_set() {
         let response = exchange(
             &socket,
             dns.addr,
-            &query(id, &name, 1, true),
+            &Query::new(id, &name, 1)
+                .recursion_desired()
+                .edns(Edns::Opt)
+                .encode(),
             Duration::from_secs(5),
         )
         .await
@@ -455,7 +478,7 @@ async fn large_answers_truncate_over_udp_and_come_whole_over_tcp() {
     let response = exchange(
         &socket,
         dns.addr,
-        &query(9, &name, 1, false),
+        &Query::new(9, &name, 1).recursion_desired().encode(),
         Duration::from_secs(5),
     )
     .await
@@ -470,7 +493,10 @@ async fn malformed_packets_are_answered_or_dropped_without_crashing() {
     let dns = running().await;
     let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
-    let valid = query(1, &format!("geo.{ZONE}"), 1, true);
+    let valid = Query::new(1, &format!("geo.{ZONE}"), 1)
+        .recursion_desired()
+        .edns(Edns::Opt)
+        .encode();
     let mut packets: Vec<Vec<u8>> = Vec::new();
     for _ in 0..2000 {
         let len = rng.random_range(0..600);
@@ -501,7 +527,9 @@ async fn malformed_packets_are_answered_or_dropped_without_crashing() {
     let mut looped = valid[..12].to_vec();
     looped.extend_from_slice(&[0xC0, 12, 0, 1, 0, 1]);
     packets.push(looped);
-    let mut two = query(3, &format!("geo.{ZONE}"), 1, false);
+    let mut two = Query::new(3, &format!("geo.{ZONE}"), 1)
+        .recursion_desired()
+        .encode();
     two[5] = 2;
     let question = two[12..].to_vec();
     two.extend_from_slice(&question);
@@ -561,7 +589,7 @@ async fn zone_transfer_is_refused_by_default() {
         let response = exchange(
             &socket,
             dns.addr,
-            &query(1, ZONE, qtype, false),
+            &Query::new(1, ZONE, qtype).recursion_desired().encode(),
             Duration::from_secs(5),
         )
         .await
@@ -662,7 +690,9 @@ async fn swapping_the_snapshot_changes_answers() {
     let response = exchange(
         &socket,
         dns.addr,
-        &query(5, &format!("v4only.{ZONE}"), 1, false),
+        &Query::new(5, &format!("v4only.{ZONE}"), 1)
+            .recursion_desired()
+            .encode(),
         Duration::from_secs(5),
     )
     .await

@@ -23,13 +23,14 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use arbitrary::{Arbitrary, Unstructured};
-use fedingress_tests::dnsprobe::{Outcome, encode_query, parse_response};
+use fedingress_tests::dnsprobe::{Outcome, parse_response};
 use fedingress_tests::echo::Echo;
 use fedingress_tests::federation::{
     ClusterSpec, HubProcess, agent_config, create_cluster, curl_json, issue_token, kubectl,
     start_agent, start_hub_with,
 };
 use fedingress_tests::{Kubectl, Process, eventually};
+use fedingress_testsupport::dns::{Edns, Query, TYPE_A};
 
 const WAIT: Duration = Duration::from_secs(60);
 /// Datagrams sent in the UDP soak.
@@ -728,7 +729,11 @@ fn tcp_query(server: SocketAddr, name: &str, subnet: Ipv4Addr) -> Vec<IpAddr> {
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
     stream
-        .write_all(&framed(&encode_query(77, name, subnet)))
+        .write_all(&framed(
+            &Query::new(77, name, TYPE_A)
+                .edns(Edns::Ecs(subnet))
+                .encode(),
+        ))
         .unwrap();
     let mut len = [0u8; 2];
     stream.read_exact(&mut len).unwrap();
@@ -863,7 +868,9 @@ fn rrl_drops_and_slips_one_source_and_untrusted_ecs_does_not_steer() {
         "  rrl: {responsesPerSecond: 1, burst: 5, slip: 2, ipv4PrefixLength: 32, exempt: [127.0.94.2/32]}\n  ecs: {trustedResolvers: [127.0.94.2/32, 127.0.0.1/32]}\n",
     );
     let (eu, us): (IpAddr, IpAddr) = (f.ip(0).parse().unwrap(), f.ip(1).parse().unwrap());
-    let us_query = encode_query(1, "soak.fedingress.test", Ipv4Addr::new(10, 2, 0, 0));
+    let us_query = Query::new(1, "soak.fedingress.test", TYPE_A)
+        .edns(Edns::Ecs(Ipv4Addr::new(10, 2, 0, 0)))
+        .encode();
 
     // ECS from an untrusted source does not steer: 127.0.94.3 is not in the table, so
     // it gets the default location's (Europe's) answer whatever subnet it claims.

@@ -297,24 +297,6 @@ pub fn section(dig_output: &str, header: &str) -> Vec<(String, String)> {
     out
 }
 
-/// A raw DNS query.
-pub fn query(id: u16, name: &str, qtype: u16, edns: bool) -> Vec<u8> {
-    let mut out = Vec::new();
-    out.extend_from_slice(&id.to_be_bytes());
-    out.extend_from_slice(&[0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, u8::from(edns)]);
-    for label in name.trim_end_matches('.').split('.') {
-        out.push(label.len() as u8);
-        out.extend_from_slice(label.as_bytes());
-    }
-    out.extend_from_slice(&[0]);
-    out.extend_from_slice(&qtype.to_be_bytes());
-    out.extend_from_slice(&1u16.to_be_bytes());
-    if edns {
-        out.extend_from_slice(&[0, 0, 41, 0x04, 0xD0, 0, 0, 0, 0, 0, 0]);
-    }
-    out
-}
-
 /// Sends `packet` over UDP and waits for the response (or `None` after `wait`).
 pub async fn exchange(
     socket: &UdpSocket,
