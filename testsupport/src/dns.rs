@@ -1,10 +1,12 @@
 //! DNS queries on the wire for the tests and benchmarks that talk to a DNS server over
 //! UDP or TCP without a resolver: [`Query`] encodes one question, with or without an OPT
-//! record ([`Edns`]) and an EDNS Client Subnet (RFC 7871).
+//! record ([`Edns`]) and an EDNS Client Subnet (RFC 7871). And `dig` for the tests that
+//! ask as an operator would: [`dig`] (its output) and [`dig_short`] (the answers).
 //!
 //! Parsing answers stays with each user: they read different things of a response.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::process::Command;
 
 /// Type A.
 pub const TYPE_A: u16 = 1;
@@ -110,6 +112,38 @@ impl<'a> Query<'a> {
         }
         packet
     }
+}
+
+/// Runs `dig @SERVER -p PORT +time=2 +tries=1 ARGS` and returns its standard output
+/// (dig's answer, or its complaint when the server did not answer).
+///
+/// # Panics
+///
+/// When `dig` cannot be run (the Debian package dnsutils provides it; `scripts/test`
+/// installs it).
+pub fn dig(server: SocketAddr, args: &[&str]) -> String {
+    let output = Command::new("dig")
+        .arg(format!("@{}", server.ip()))
+        .args(["-p", &server.port().to_string(), "+time=2", "+tries=1"])
+        .args(args)
+        .output();
+    match output {
+        Ok(output) => String::from_utf8_lossy(&output.stdout).into_owned(),
+        Err(error) => panic!("dig is installed (scripts/test installs dnsutils): {error}"),
+    }
+}
+
+/// [`dig`] with `+short`: the non-empty lines of its output, in dig's order.
+///
+/// # Panics
+///
+/// As [`dig`].
+pub fn dig_short(server: SocketAddr, args: &[&str]) -> Vec<String> {
+    dig(server, &[&["+short"], args].concat())
+        .lines()
+        .filter(|line| !line.is_empty())
+        .map(str::to_string)
+        .collect()
 }
 
 #[cfg(test)]

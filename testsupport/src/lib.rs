@@ -5,7 +5,8 @@
 //!   and [`Poll`] for another interval or a `Result` instead of a panic).
 //! - [`echo`]: the echo backend ([`echo::Echo`]: TCP and UDP on one address, on a thread
 //!   of its own) and its clients.
-//! - [`dns`]: DNS queries on the wire ([`dns::Query`], with or without EDNS and ECS).
+//! - [`dns`]: DNS queries on the wire ([`dns::Query`], with or without EDNS and ECS) and
+//!   through `dig` ([`dns::dig`], [`dns::dig_short`]).
 //! - [`ports`]: [`free_port`], a port to name before anything listens on it.
 //! - `tls` (feature `tls`): test PKI (`Ca`: a CA that signs leaves for any names) and a
 //!   TLS echo backend (`TlsEcho`).

@@ -30,6 +30,7 @@ use fedingress_tests::federation::{
     start_agent, start_hub_with,
 };
 use fedingress_tests::{Kubectl, Process, eventually};
+use fedingress_testsupport::dns::dig_short;
 use fedingress_testsupport::dns::{Edns, Query, TYPE_A};
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -129,23 +130,7 @@ impl Federation {
 
     /// `dig +short` from 127.0.0.1.
     fn dig(&self, args: &[&str]) -> Vec<String> {
-        let out = Command::new("dig")
-            .args([
-                &format!("@{}", self.dns.ip()),
-                "-p",
-                &self.dns.port().to_string(),
-                "+time=2",
-                "+tries=1",
-                "+short",
-            ])
-            .args(args)
-            .output()
-            .expect("dig is installed (scripts/test installs dnsutils)");
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter(|l| !l.is_empty())
-            .map(str::to_string)
-            .collect()
+        dig_short(self.dns, args)
     }
 
     /// The Clusters and FederatedIngresses as (kind, name, uid, spec).

@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used)]
 
 use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -55,8 +56,8 @@ struct Fed {
     hub: HubProcess,
     k: Kubectl,
     fedctl: Fedctl,
-    dns_host: String,
-    dns_port: String,
+    /// The hub's DNS server.
+    dns: SocketAddr,
     agents: Vec<Option<Process>>,
     echoes: Vec<Option<Echo>>,
     specs: Vec<ClusterSpec>,
@@ -64,9 +65,7 @@ struct Fed {
 
 fn start(dir: &Path, block: u8, specs: Vec<ClusterSpec>) -> Fed {
     let hub = start_hub_with(dir, block, &dns_config(block));
-    let dns = hub.process.addr("dns");
-    let (dns_host, dns_port) = dns.rsplit_once(':').unwrap();
-    let (dns_host, dns_port) = (format!("@{dns_host}"), dns_port.to_string());
+    let dns: SocketAddr = hub.process.addr("dns").parse().unwrap();
     let k = kubectl(dir, &hub.api);
     let fedctl = Fedctl::new(&k.kubeconfig);
     let mut agents = Vec::new();
@@ -84,8 +83,7 @@ fn start(dir: &Path, block: u8, specs: Vec<ClusterSpec>) -> Fed {
         hub,
         k,
         fedctl,
-        dns_host,
-        dns_port,
+        dns,
         agents,
         echoes,
         specs,
@@ -99,23 +97,7 @@ impl Fed {
 
     /// `dig +short` answers, sorted.
     fn dig(&self, args: &[&str]) -> Vec<String> {
-        let out = Command::new("dig")
-            .args([
-                &self.dns_host,
-                "-p",
-                &self.dns_port,
-                "+short",
-                "+time=2",
-                "+tries=1",
-            ])
-            .args(args)
-            .output()
-            .expect("dig is installed (scripts/test installs dnsutils)");
-        let mut lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter(|l| !l.is_empty())
-            .map(str::to_string)
-            .collect();
+        let mut lines = fedingress_testsupport::dns::dig_short(self.dns, args);
         lines.sort();
         lines
     }

@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
@@ -13,6 +14,7 @@ use fedingress_tests::federation::{
     kubectl, start_agent, start_hub_with,
 };
 use fedingress_tests::{Kubectl, Process, eventually};
+use fedingress_testsupport::dns::{dig, dig_short};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -92,20 +94,16 @@ fn apply_ingress(dir: &Path, k: &Kubectl, name: &str, port: u16, traffic: &str) 
 impl Gslb {
     /// `dig +short` answers.
     fn dig(&self, args: &[&str]) -> Vec<String> {
-        let out = self.dig_full(&[&["+short"], args].concat());
-        out.lines()
-            .map(str::to_string)
-            .filter(|l| !l.is_empty())
-            .collect()
+        dig_short(self.dns(), args)
     }
 
     fn dig_full(&self, args: &[&str]) -> String {
-        let out = Command::new("dig")
-            .args(["@127.0.0.1", "-p", &self.dns_port, "+time=2", "+tries=1"])
-            .args(args)
-            .output()
-            .expect("dig is installed (scripts/test installs dnsutils)");
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        dig(self.dns(), args)
+    }
+
+    /// The DNS server's address (127.0.0.1 and its port).
+    fn dns(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.dns_port.parse().unwrap()))
     }
 
     fn wait_answer(&self, what: &str, args: &[&str], expect: &[&str]) {

@@ -34,6 +34,7 @@ use fedingress_tests::dnsprobe::{Prober, Target, judge};
 use fedingress_tests::echo::Echo;
 use fedingress_tests::federation::{ClusterSpec, agent_config, create_cluster, start_agent};
 use fedingress_tests::{Kubectl, Process, binary, eventually, write_kubeconfig};
+use fedingress_testsupport::dns::dig_short;
 use futures_util::StreamExt;
 
 const BLOCK: u8 = 81;
@@ -114,23 +115,7 @@ impl Replica {
     }
 
     fn dig(&self, args: &[&str]) -> Vec<String> {
-        let out = Command::new("dig")
-            .arg(format!("@{}", self.dns.ip()))
-            .args([
-                "-p",
-                &self.dns.port().to_string(),
-                "+short",
-                "+time=2",
-                "+tries=1",
-            ])
-            .args(args)
-            .output()
-            .unwrap();
-        let mut lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .map(str::to_string)
-            .filter(|l| !l.is_empty())
-            .collect();
+        let mut lines = dig_short(self.dns, args);
         lines.sort();
         lines
     }

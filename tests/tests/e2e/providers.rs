@@ -19,6 +19,7 @@ use fedingress_tests::federation::{
 };
 use fedingress_tests::moto::{Moto, aws_test_environment};
 use fedingress_tests::{Kubectl, Process, binary, eventually};
+use fedingress_testsupport::dns::dig_short;
 use serde_json::Value;
 
 const BLOCK: u8 = 101;
@@ -221,23 +222,8 @@ impl Federation {
     }
 
     fn dig(&self, name: &str) -> Vec<String> {
-        let out = Command::new("dig")
-            .args([
-                &format!("@{}", self.dns.0),
-                "-p",
-                &self.dns.1,
-                "+time=2",
-                "+tries=1",
-                "+short",
-            ])
-            .args([name, "A"])
-            .output()
-            .expect("dig is installed (scripts/test installs dnsutils)");
-        let mut answers: Vec<String> = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter(|l| !l.is_empty())
-            .map(str::to_string)
-            .collect();
+        let server = format!("{}:{}", self.dns.0, self.dns.1);
+        let mut answers = dig_short(server.parse().unwrap(), &[name, "A"]);
         answers.sort();
         answers
     }
