@@ -10,8 +10,8 @@ use std::time::Duration;
 use clap::Parser;
 use serde::Deserialize;
 
-use crate::auth::Authenticator;
-use crate::hub::gslb::DnsConfig;
+use fedingress_apiserver::auth::Authenticator;
+use fedingress_hub::gslb::DnsConfig;
 
 /// Command-line flags of `federation-apiserver`.
 #[derive(Debug, Parser)]
@@ -101,7 +101,7 @@ pub struct Cli {
     pub min_request_timeout: Option<u64>,
     /// OIDC and audit log flags.
     #[command(flatten)]
-    pub auth: crate::auth::config::AuthFlags,
+    pub auth: fedingress_apiserver::auth::config::AuthFlags,
 }
 
 /// The config file. Unknown keys are errors.
@@ -136,10 +136,10 @@ pub struct FileConfig {
     pub limits: crate::limits::LimitsConfig,
     /// OIDC ID tokens as bearer tokens (the `--oidc-*` flags).
     #[serde(default)]
-    pub oidc: crate::auth::config::OidcFile,
+    pub oidc: fedingress_apiserver::auth::config::OidcFile,
     /// The audit log of writes (`--audit-log-*`).
     #[serde(default)]
-    pub audit: crate::auth::config::AuditFile,
+    pub audit: fedingress_apiserver::auth::config::AuditFile,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -188,7 +188,7 @@ fn default_compaction_seconds() -> u64 {
 }
 
 fn default_commit_probe_seconds() -> u64 {
-    crate::health::DEFAULT_COMMIT_PROBE_INTERVAL.as_secs()
+    fedingress_apiserver::health::DEFAULT_COMMIT_PROBE_INTERVAL.as_secs()
 }
 
 impl Default for StorageConfig {
@@ -272,7 +272,7 @@ pub struct Settings {
     pub dns_listen: Option<SocketAddr>,
     pub dns: DnsConfig,
     pub agent_listen: SocketAddr,
-    pub hub: crate::hub::HubSettings,
+    pub hub: fedingress_hub::SessionSettings,
     /// PEM certificate and key, for the agent gateway's TLS.
     pub tls_pem: Option<(Vec<u8>, Vec<u8>)>,
     pub data_dir: PathBuf,
@@ -282,7 +282,7 @@ pub struct Settings {
     /// Store in etcd (with these options) instead of redb under `data_dir`.
     pub etcd: Option<fedingress_store::EtcdOptions>,
     /// With etcd: this replica's name and lease.
-    pub replica: crate::hub::replication::ReplicaSettings,
+    pub replica: fedingress_hub::replication::ReplicaSettings,
     pub compaction_interval: Duration,
     /// How often commits are checked for `/readyz` (`storage.commitProbeIntervalSeconds`).
     pub commit_probe_interval: Duration,
@@ -291,11 +291,11 @@ pub struct Settings {
     pub limits: crate::limits::Limits,
     /// The agent CA from files, loaded; `None`: generated into the data dir (embedded
     /// store) or none (etcd: agents use tokens only).
-    pub agent_ca: Option<Arc<crate::hub::pki::AgentCa>>,
+    pub agent_ca: Option<Arc<fedingress_hub::pki::AgentCa>>,
     pub certificate_validity: Duration,
     pub join_token_ttl: Duration,
     /// The audit log of writes, when configured.
-    pub audit: Option<crate::auth::config::AuditSettings>,
+    pub audit: Option<fedingress_apiserver::auth::config::AuditSettings>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -310,7 +310,7 @@ pub enum ConfigError {
     #[error("{0}")]
     Invalid(String),
     #[error(transparent)]
-    Tokens(#[from] crate::auth::TokenFileError),
+    Tokens(#[from] fedingress_apiserver::auth::TokenFileError),
 }
 
 /// Parses the config file text (strict YAML).
@@ -337,7 +337,7 @@ pub fn load(cli: &Cli) -> Result<Settings, ConfigError> {
     let agents = agent_settings(cli, &mut file)?;
     let dns_listen = dns_settings(cli, &mut file.dns, dev)?;
     let auth = authenticator(cli, &mut file, dev)?;
-    let audit = crate::auth::config::audit_settings(&cli.auth, &file.audit)
+    let audit = fedingress_apiserver::auth::config::audit_settings(&cli.auth, &file.audit)
         .map_err(ConfigError::Invalid)?;
     check_storage(&file.storage)?;
     let etcd = etcd_options(cli, file.storage.etcd.as_ref())?;
@@ -504,8 +504,8 @@ fn read_pem_pair(
 
 /// What the hub needs for agent sessions and certificates.
 struct AgentSettings {
-    hub: crate::hub::HubSettings,
-    ca: Option<Arc<crate::hub::pki::AgentCa>>,
+    hub: fedingress_hub::SessionSettings,
+    ca: Option<Arc<fedingress_hub::pki::AgentCa>>,
     certificate_validity: Duration,
     join_token_ttl: Duration,
 }
@@ -530,13 +530,13 @@ fn agent_settings(cli: &Cli, file: &mut FileConfig) -> Result<AgentSettings, Con
         "--agent-ca-cert-file and --agent-ca-key-file go together",
     )?;
     let ca = agent_ca_files
-        .map(|files| crate::hub::pki::AgentCa::load(&files.cert_file, &files.key_file))
+        .map(|files| fedingress_hub::pki::AgentCa::load(&files.cert_file, &files.key_file))
         .transpose()
         .map_err(ConfigError::Invalid)?
         .map(Arc::new);
     let agents = &file.agents;
     Ok(AgentSettings {
-        hub: crate::hub::HubSettings {
+        hub: fedingress_hub::SessionSettings {
             heartbeat_interval: Duration::from_millis(agents.heartbeat_interval_ms),
             lease: Duration::from_millis(agents.lease_ms),
         },
@@ -590,10 +590,10 @@ fn authenticator(
     if let Some(path) = &token_file {
         auth.load_token_file(path)?;
     }
-    let oidc =
-        crate::auth::config::oidc_settings(&cli.auth, &file.oidc).map_err(ConfigError::Invalid)?;
+    let oidc = fedingress_apiserver::auth::config::oidc_settings(&cli.auth, &file.oidc)
+        .map_err(ConfigError::Invalid)?;
     if let Some(oidc) = oidc {
-        let oidc = crate::auth::oidc::OidcAuthenticator::new(oidc)
+        let oidc = fedingress_apiserver::auth::oidc::OidcAuthenticator::new(oidc)
             .map_err(|e| ConfigError::Invalid(e.to_string()))?;
         auth = auth.with_oidc(oidc);
     }
@@ -650,7 +650,7 @@ pub const DEFAULT_REPLICA_LEASE: Duration = Duration::from_secs(3);
 fn replica_settings(
     cli: &Cli,
     etcd: bool,
-) -> Result<crate::hub::replication::ReplicaSettings, ConfigError> {
+) -> Result<fedingress_hub::replication::ReplicaSettings, ConfigError> {
     if !etcd && (cli.replica_name.is_some() || cli.leader_elect_lease_duration.is_some()) {
         return Err(ConfigError::Invalid(
             "--replica-name and --leader-elect-lease-duration need --etcd-servers (replicas share an etcd)".into(),
@@ -691,7 +691,7 @@ fn replica_settings(
         Some(seconds) => Duration::from_secs(seconds),
         None => DEFAULT_REPLICA_LEASE,
     };
-    Ok(crate::hub::replication::ReplicaSettings { name, lease })
+    Ok(fedingress_hub::replication::ReplicaSettings { name, lease })
 }
 
 /// How long one etcd request (and the connection check at start) may take.
@@ -952,7 +952,7 @@ mod tests {
             .to_string();
         assert!(message.contains("go together"), "{message}");
         let dir = tempfile::tempdir().unwrap();
-        let (ca, key) = crate::hub::pki::AgentCa::generate("test").unwrap();
+        let (ca, key) = fedingress_hub::pki::AgentCa::generate("test").unwrap();
         let cert_path = dir.path().join("ca.crt");
         let key_path = dir.path().join("ca.key");
         std::fs::write(&cert_path, ca.cert_pem()).unwrap();

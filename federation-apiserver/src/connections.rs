@@ -13,7 +13,7 @@ use hyper::body::{Body, Frame, SizeHint};
 use tokio::net::TcpStream;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
-use crate::metrics::Metrics;
+use fedingress_apiserver::metrics::Metrics;
 
 /// One open REST connection: a slot of the cap, counted in `apiserver_connections`.
 pub struct Open {

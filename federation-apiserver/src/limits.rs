@@ -11,9 +11,9 @@
 //! 250 concurrent streams per connection. What kube-apiserver does not cap (open
 //! connections, watches, watch `timeoutSeconds`, unauthenticated agent streams) gets a
 //! cap of ours. What each limit refuses is counted in `/metrics`
-//! ([`crate::metrics::LimitCounters`], [`crate::hub::metrics::GatewayCounters`]).
+//! ([`fedingress_apiserver::metrics::LimitCounters`], [`fedingress_hub::metrics::GatewayCounters`]).
 //!
-//! The I/O (accepting, timing out, answering 429) is in [`crate::server`], [`crate::api`]
+//! The I/O (accepting, timing out, answering 429) is in [`crate::server`], [`fedingress_apiserver::endpoints`]
 //! and the gateway; nothing here touches a socket.
 
 use std::sync::Arc;
@@ -23,8 +23,8 @@ use http::Method;
 use serde::Deserialize;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::hub::admission::GatewayLimits;
-use crate::watch::WatchLimits;
+use fedingress_apiserver::watch::WatchLimits;
+use fedingress_hub::admission::GatewayLimits;
 
 /// `limits:` in the config file. Unknown keys are errors; every value must be positive.
 #[derive(Debug, Clone, Deserialize)]

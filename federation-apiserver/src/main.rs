@@ -1,5 +1,5 @@
-//! `federation-apiserver`: see [`fedingress_apiserver::run`].
+//! `federation-apiserver`: see [`federation_apiserver::run`].
 
 fn main() -> std::process::ExitCode {
-    fedingress_apiserver::run::main()
+    federation_apiserver::run::main()
 }

@@ -17,21 +17,21 @@ use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 use tower::ServiceExt;
 
-use crate::api::extensions::Extensions;
-use crate::api::{self, ApiSettings, AppState, Peer};
 use crate::config::Settings;
 use crate::connections::Protocol;
-use crate::hub::Hub;
-use crate::hub::controller::{Controller, Parts};
-use crate::hub::directory::{AgentDirectory, AgentPublisher};
-use crate::hub::gateway::Gateway;
-use crate::hub::metrics::{HubMetrics, report_role};
-use crate::hub::replication::{Replication, Role};
-use crate::hub::tokens::TokenStore;
 use crate::limits::{InFlight, Limits, RequestKind};
-use crate::metrics::{LimitCounters, Metrics};
-use crate::registry::Registry;
+use fedingress_apiserver::endpoints::extensions::Extensions;
+use fedingress_apiserver::endpoints::{self, ApiSettings, AppState, Peer};
+use fedingress_apiserver::metrics::{LimitCounters, Metrics};
+use fedingress_apiserver::registry::Registry;
 use fedingress_dns::server::DnsServer;
+use fedingress_hub::Sessions;
+use fedingress_hub::controller::{Controller, Parts};
+use fedingress_hub::directory::{AgentDirectory, AgentPublisher};
+use fedingress_hub::gateway::Gateway;
+use fedingress_hub::metrics::{HubMetrics, report_role};
+use fedingress_hub::replication::{Replication, Role};
+use fedingress_hub::tokens::TokenStore;
 
 /// How long a client has to finish its TLS handshake (REST API and agent gateway).
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -80,7 +80,7 @@ pub struct Server {
     controller: Controller,
     gateway: tonic::transport::server::Router<
         tower::layer::util::Stack<
-            crate::hub::admission::AdmissionLayer,
+            fedingress_hub::admission::AdmissionLayer,
             tower::layer::util::Identity,
         >,
     >,
@@ -113,7 +113,7 @@ impl Server {
             .context("reading the agent gateway address")?;
         let (gslb, dns) = match settings.dns_listen {
             Some(listen) => {
-                let bound = crate::hub::gslb::Gslb::bind(&settings.dns, listen).await?;
+                let bound = fedingress_hub::gslb::Gslb::bind(&settings.dns, listen).await?;
                 let allow = settings.dns.allow_transfer.clone();
                 (
                     Some(bound.gslb),
@@ -139,7 +139,7 @@ impl Server {
         let agent_ca = match (&settings.agent_ca, &storage) {
             (Some(ca), _) => Some(ca.clone()),
             (None, Storage::Embedded(_)) => Some(Arc::new(
-                crate::hub::pki::AgentCa::load_or_generate(&settings.data_dir)
+                fedingress_hub::pki::AgentCa::load_or_generate(&settings.data_dir)
                     .map_err(anyhow::Error::msg)
                     .context("the agent CA")?
                     .0,
@@ -151,9 +151,9 @@ impl Server {
                 None
             }
         };
-        let revocations = crate::hub::credentials::Revocations::default();
+        let revocations = fedingress_hub::credentials::Revocations::default();
         tokio::spawn(revocations.clone().follow(store.clone()));
-        let hub = Hub::new(settings.hub);
+        let hub = Sessions::new(settings.hub);
         let hub_metrics = Arc::new(HubMetrics::default());
         let (agents, role, replication, constant_role) = match &storage {
             Storage::Embedded(_) => {
@@ -164,7 +164,7 @@ impl Server {
                 let replication = Replication::start(shared.clone(), settings.replica.clone())
                     .await
                     .context("granting the replica's etcd lease")?;
-                let mirror = Hub::new(settings.hub);
+                let mirror = Sessions::new(settings.hub);
                 tokio::spawn(
                     AgentPublisher {
                         hub: hub.clone(),
@@ -189,7 +189,7 @@ impl Server {
         // Every replica builds the providers (explain asks them); only the leader's
         // controller syncs them.
         let providers = match (&settings.dns.owner_id, settings.dns.providers.is_empty()) {
-            (Some(owner_id), false) => Some(crate::hub::providers::ProviderSet::build(
+            (Some(owner_id), false) => Some(fedingress_hub::providers::ProviderSet::build(
                 &settings.dns.providers,
                 owner_id,
                 &settings.dns.zones,
@@ -204,7 +204,8 @@ impl Server {
             .map(|p| p.providers())
             .unwrap_or_default();
         tokio::spawn(
-            crate::hub::namespaces::NamespaceController::new(registry.clone(), role.clone()).run(),
+            fedingress_hub::namespaces::NamespaceController::new(registry.clone(), role.clone())
+                .run(),
         );
         let controller = Controller::start(Parts {
             registry: registry.clone(),
@@ -218,9 +219,9 @@ impl Server {
         .await
         .context("starting the controller")?;
         let mut extensions = Extensions::default();
-        crate::hub::endpoints::register(
+        fedingress_hub::endpoints::register(
             &mut extensions,
-            crate::hub::endpoints::Endpoints {
+            fedingress_hub::endpoints::Endpoints {
                 tokens: tokens.clone(),
                 dns: dns.as_ref().map(|(server, ..)| server.clone()),
                 dns_providers,
@@ -238,13 +239,13 @@ impl Server {
             extensions,
         );
         let metrics = state.metrics.clone();
-        let health = crate::health::StoreHealth::with_meanwhile(
+        let health = fedingress_apiserver::health::StoreHealth::with_meanwhile(
             if settings.etcd.is_some() {
                 "etcd"
             } else {
                 "the store"
             },
-            crate::health::Meanwhile {
+            fedingress_apiserver::health::Meanwhile {
                 unavailable: "DNS and agents keep their last state",
                 recovered: " and served DNS from its last state",
                 logged: ", DNS serves its last state",
@@ -253,7 +254,9 @@ impl Server {
         state.health = health.clone();
         // RBAC: bootstrap roles and bindings, then the authorizer's cache. Requests are
         // answered 503 until it is loaded; waiting here keeps that window out of sight.
-        let bootstrap = tokio::spawn(crate::auth::rbac::bootstrap_until_done(registry.clone()));
+        let bootstrap = tokio::spawn(fedingress_apiserver::auth::rbac::bootstrap_until_done(
+            registry.clone(),
+        ));
         tokio::spawn(state.authorizer.clone().run(store.clone()));
         if tokio::time::timeout(Duration::from_secs(10), bootstrap)
             .await
@@ -267,9 +270,9 @@ impl Server {
         }
         // Namespaces: kube's and those already holding objects, before anything is
         // served (creates are admitted only in namespaces that exist).
-        let namespaces = tokio::spawn(crate::registry::namespaces::bootstrap_until_done(
-            registry.clone(),
-        ));
+        let namespaces = tokio::spawn(
+            fedingress_apiserver::registry::namespaces::bootstrap_until_done(registry.clone()),
+        );
         if tokio::time::timeout(Duration::from_secs(10), namespaces)
             .await
             .is_err()
@@ -283,8 +286,11 @@ impl Server {
         }
         if let Some(audit) = &settings.audit {
             state.audit = Some(
-                crate::auth::audit::AuditLog::open(&audit.path, audit.batch_buffer_size)
-                    .context("opening the audit log")?,
+                fedingress_apiserver::auth::audit::AuditLog::open(
+                    &audit.path,
+                    audit.batch_buffer_size,
+                )
+                .context("opening the audit log")?,
             );
         }
         let state = Arc::new(state);
@@ -294,7 +300,7 @@ impl Server {
         };
         tokio::spawn(health.clone().probe_commits(
             store.clone(),
-            crate::health::commit_probe_key(&replica_name),
+            fedingress_apiserver::health::commit_probe_key(&replica_name),
             settings.commit_probe_interval,
         ));
         tokio::spawn(health.probe(store.clone(), registry.clone(), replica_name));
@@ -302,7 +308,7 @@ impl Server {
             .http2_keepalive_interval(Some(Duration::from_secs(10)))
             .max_concurrent_streams(settings.limits.gateway.max_streams_per_connection)
             .tcp_nodelay(true)
-            .layer(crate::hub::admission::AdmissionLayer::new(
+            .layer(fedingress_hub::admission::AdmissionLayer::new(
                 settings.limits.gateway.clone(),
                 hub_metrics.clone(),
             ));
@@ -323,7 +329,7 @@ impl Server {
                 .tls_config(tls)
                 .context("configuring the agent gateway's TLS")?;
         }
-        let identity = crate::hub::gateway::Identity {
+        let identity = fedingress_hub::gateway::Identity {
             ca: agent_ca,
             certificate_validity: settings.certificate_validity,
             tls: settings.tls_pem.is_some(),
@@ -341,7 +347,7 @@ impl Server {
             listener,
             agent_listener,
             dns,
-            router: api::router(state),
+            router: endpoints::router(state),
             store,
             replication,
             _role: constant_role,
@@ -391,12 +397,13 @@ impl Server {
         }
         tokio::spawn(compact_periodically(store, compaction_interval));
         tokio::spawn(controller.run());
-        let gateway = gateway.serve_with_incoming(crate::hub::gateway::incoming::capped_incoming(
-            agent_listener,
-            limits.gateway.max_connections,
-            limits.gateway.hello_timeout,
-            hub_metrics,
-        ));
+        let gateway =
+            gateway.serve_with_incoming(fedingress_hub::gateway::incoming::capped_incoming(
+                agent_listener,
+                limits.gateway.max_connections,
+                limits.gateway.hello_timeout,
+                hub_metrics,
+            ));
         tokio::spawn(async move {
             if let Err(e) = gateway.await {
                 tracing::error!(error = %e, "agent gateway stopped");
@@ -599,7 +606,7 @@ where
                             ),
                         };
                         LimitCounters::count(counter);
-                        let error = crate::status::ApiError::too_many_requests(
+                        let error = fedingress_apiserver::status::ApiError::too_many_requests(
                             format!(
                                 "Too many requests, please try again later ({cap} in flight: {key})"
                             ),
@@ -619,7 +626,7 @@ where
                         Err(_) => {
                             LimitCounters::count(&metrics.limits.request_timeouts);
                             tracing::debug!(%peer, "request timed out: limits.requestTimeoutSeconds");
-                            return Ok(crate::status::ApiError::timeout(format!(
+                            return Ok(fedingress_apiserver::status::ApiError::timeout(format!(
                                 "Timeout: request did not complete within {}s (limits.requestTimeoutSeconds)",
                                 limits.request_timeout.as_secs()
                             ))

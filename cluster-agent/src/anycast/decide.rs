@@ -4,7 +4,7 @@
 //!
 //! A share wants its anycast addresses announced while it is applied and healthy — not
 //! every rule failed, at least one backend, and every backend with a ready endpoint
-//! (the hub's rule, `federation-apiserver/src/hub/controller/serving.rs`) — and the
+//! (the hub's rule, `hub/src/controller/serving.rs`) — and the
 //! agent is neither draining nor cordoned. An address several shares carry is announced
 //! while any of them wants it. A wanted address is still not announced without a next
 //! hop of its family, when putting it on the interface failed, or while the speaker is

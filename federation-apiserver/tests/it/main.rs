@@ -9,8 +9,6 @@ mod support;
 mod anycast;
 mod controller;
 mod gateway;
-mod lists;
 mod metrics;
 mod process;
-mod routes;
 mod rules;

@@ -17,8 +17,8 @@ pub mod dns;
 use std::time::Duration;
 
 use clap::Parser;
-use fedingress_apiserver::config::{self, Cli};
-use fedingress_apiserver::server::{Addresses, Server};
+use federation_apiserver::config::{self, Cli};
+use federation_apiserver::server::{Addresses, Server};
 use fedingress_testsupport::eventually_async;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
