@@ -9,15 +9,13 @@
 //! - [`server`]: the embedded authoritative server (UDP fast path from pre-encoded
 //!   answers; everything else through hickory), with response-rate limiting, an ECS
 //!   trust list and TCP limits ([`server::config::ServerConfig`]).
-//! - [`provider`]: publishing the same routing decisions to cloud DNS services
-//!   (desired record sets, an ownership-limited diff, the call policy and the sync
-//!   loop; the clouds themselves are in `fedingress-providers`).
 //!
-//! What does not belong here: reading API objects or the store (the API server turns
-//! them into [`ClusterView`]s and [`RoutedIngress`]es), clocks (callers pass `now`).
+//! What does not belong here: reading API objects or the store (the hub turns them into
+//! [`ClusterView`]s and [`RoutedIngress`]es), clocks (callers pass `now`), and
+//! publishing the same decisions to cloud DNS services (`fedingress-providers`'
+//! `publish`, beside the providers themselves).
 
 pub mod location;
-pub mod provider;
 pub mod routing;
 pub mod server;
 pub mod zone;

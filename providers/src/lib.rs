@@ -1,5 +1,5 @@
 //! fedingress-providers: the cloud DNS services the hub publishes to, each behind
-//! [`fedingress_dns::provider::DnsProvider`].
+//! [`crate::publish::DnsProvider`].
 //!
 //! - [`config`]: `dns.providers` in the apiserver's config, typed and checked;
 //! - [`route53`]: Amazon Route53 through `aws-sdk-route53` (the standard credential chain);
@@ -7,17 +7,18 @@
 //!
 //! [`build`] makes the provider a config entry describes.
 //!
-//! What does not belong here: deriving what to publish, diffing and retrying
-//! ([`fedingress_dns::provider`]), scheduling syncs and writing status (the apiserver).
+//! What does not belong here: routing decisions and the embedded DNS server
+//! (`fedingress-dns`), scheduling syncs and writing status (the hub's `providers`).
 
 pub mod clouddns;
 pub mod config;
+pub mod publish;
 pub mod regions;
 pub mod route53;
 
 use std::sync::Arc;
 
-use fedingress_dns::provider::{DnsProvider, ProviderError};
+use crate::publish::{DnsProvider, ProviderError};
 
 use crate::config::{ProviderConfig, ProviderType};
 

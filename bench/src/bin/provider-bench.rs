@@ -9,7 +9,7 @@
 //! (4 clusters in 2 regions), Latency (all 6: two clusters per region share one latency
 //! record). Every ingress has a TCP health port, so every record carries the Route53
 //! health check of its endpoint (24 endpoints). The desired record sets come from
-//! `fedingress_dns::provider::desired::desired`, as the hub derives them.
+//! `fedingress_providers::publish::desired::desired`, as the hub derives them.
 //!
 //! Phases, each with the provider's real `sync` (not dry run, default batch size 100
 //! unless `--batch-size`, health checks on, `--rps` requests per second):
@@ -64,12 +64,12 @@ use clap::Parser;
 use fedingress_api::cluster::Provider as Cloud;
 use fedingress_api::ingress::{Strategy, StrategyType, Traffic};
 use fedingress_bench::today;
-use fedingress_dns::provider::desired::desired;
-use fedingress_dns::provider::{DnsProvider, Owner, PolicyRecordSet, SyncOptions, SyncReport};
 use fedingress_dns::routing::FailoverState;
 use fedingress_dns::{ClusterView, Location, RoutedIngress};
 use fedingress_providers::clouddns::{Auth, CloudDnsProvider};
 use fedingress_providers::config::ProviderConfig;
+use fedingress_providers::publish::desired::desired;
+use fedingress_providers::publish::{DnsProvider, Owner, PolicyRecordSet, SyncOptions, SyncReport};
 use fedingress_providers::route53::Route53Provider;
 use fedingress_tests::clouddns_fake::CloudDnsFake;
 use serde_json::json;

@@ -6,7 +6,6 @@
 
 mod common;
 
-mod provider;
 mod routing;
 mod server;
 mod zone;

@@ -7,8 +7,8 @@
 use std::sync::Arc;
 
 use fedingress_api::{FederatedIngress, Resource};
-use fedingress_dns::provider::{DnsProvider, PublishedRecord};
 use fedingress_dns::server::DnsServer;
+use fedingress_providers::publish::{DnsProvider, PublishedRecord};
 use hickory_proto::rr::RecordType;
 use http::StatusCode;
 use serde::Deserialize;

@@ -6,8 +6,8 @@
 
 use std::sync::Arc;
 
-use fedingress_dns::provider::DnsProvider;
 use fedingress_dns::server::DnsServer;
+use fedingress_providers::publish::DnsProvider;
 
 use crate::Sessions;
 use crate::metrics::HubMetrics;

@@ -5,7 +5,7 @@
 use std::fmt::Write;
 use std::time::SystemTime;
 
-use fedingress_dns::provider::call::CallStats;
+use fedingress_providers::publish::call::CallStats;
 
 use fedingress_apiserver::metrics::escape;
 

@@ -9,7 +9,7 @@
 //!   of the embedded zones that provider delegates (its `delegate` list), and hands it
 //!   to that provider's syncer through a `watch` channel: a syncer that is behind only
 //!   ever sees the newest serial.
-//! - The syncers ([`fedingress_dns::provider::sync`]) run while this replica leads and
+//! - The syncers ([`fedingress_providers::publish::sync`]) run while this replica leads and
 //!   are dropped when it stops leading: a follower never writes to a provider. They are
 //!   spawned on the first serial published after taking the lead, never with an empty
 //!   desired state (which would delete every owned record set).
@@ -34,7 +34,7 @@
 //!   stopped when this replica stops leading are kept.
 //!
 //! What does not belong here: what to publish and how to diff and retry
-//! ([`fedingress_dns::provider`]), the clouds ([`fedingress_providers`]).
+//! ([`fedingress_providers::publish`]), the clouds ([`fedingress_providers`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -45,14 +45,14 @@ use fedingress_api::ingress::{DnsProviderRecord, DnsProviderStatus};
 use fedingress_api::plan::IngressKey;
 use fedingress_dns::Location;
 use fedingress_dns::RoutedIngress;
-use fedingress_dns::provider::call::CallStats;
-use fedingress_dns::provider::sync::{ProviderState, SyncHandle, SyncSettings};
-use fedingress_dns::provider::{
+use fedingress_dns::zone::ZoneConfig;
+use fedingress_providers::config::{ProviderConfig, normalize};
+use fedingress_providers::publish::call::CallStats;
+use fedingress_providers::publish::sync::{ProviderState, SyncHandle, SyncSettings};
+use fedingress_providers::publish::{
     Desired, DnsProvider, NameResult, Owner, PolicyRecordSet, ProviderError, PublishedRecord,
     SyncOptions, SyncReport,
 };
-use fedingress_dns::zone::ZoneConfig;
-use fedingress_providers::config::{ProviderConfig, normalize};
 use tokio::sync::{mpsc, watch};
 
 mod metrics;
@@ -545,7 +545,7 @@ impl ProviderSet {
             .configured
             .iter()
             .map(|c| {
-                Arc::new(fedingress_dns::provider::desired::desired(
+                Arc::new(fedingress_providers::publish::desired::desired(
                     serial,
                     routed.values(),
                     &c.delegated,
@@ -581,8 +581,11 @@ impl ProviderSet {
                 debounce: SYNC_DEBOUNCE,
                 resync_interval: Duration::from_secs(config.resync_interval_seconds),
             };
-            let handle =
-                fedingress_dns::provider::sync::spawn(configured.provider.clone(), settings, rx);
+            let handle = fedingress_providers::publish::sync::spawn(
+                configured.provider.clone(),
+                settings,
+                rx,
+            );
             self.metrics.started(index, handle.state.clone());
             let mut state = handle.state.clone();
             let notify = self.notify_tx.clone();
@@ -877,9 +880,9 @@ mod tests {
         CONDITION_DNS_READY, FederatedIngressStatus, Strategy, StrategyType, Traffic,
     };
     use fedingress_dns::location::Locator;
-    use fedingress_dns::provider::PublishedRecord;
     use fedingress_dns::zone::{NameserverConfig, Snapshot, SoaConfig};
     use fedingress_dns::{ClusterView, Location};
+    use fedingress_providers::publish::PublishedRecord;
 
     use super::*;
     use crate::controller::decide::dns_status;
@@ -900,7 +903,7 @@ mod tests {
             observed_serial: Some(serial),
             last_sync_time: Some(SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000)),
             error: error.map(str::to_string),
-            report: fedingress_dns::provider::SyncReport {
+            report: fedingress_providers::publish::SyncReport {
                 names: names
                     .iter()
                     .map(|(n, r)| (n.to_string(), r.clone()))
@@ -1152,10 +1155,12 @@ mod tests {
         }
         async fn sync(
             &self,
-            _desired: &[&fedingress_dns::provider::PolicyRecordSet],
+            _desired: &[&fedingress_providers::publish::PolicyRecordSet],
             _options: &SyncOptions,
-        ) -> Result<fedingress_dns::provider::SyncReport, fedingress_dns::provider::ProviderError>
-        {
+        ) -> Result<
+            fedingress_providers::publish::SyncReport,
+            fedingress_providers::publish::ProviderError,
+        > {
             unreachable!("not synced in these tests")
         }
         fn explain(&self, _records: &[PublishedRecord], _client: &Location) -> String {

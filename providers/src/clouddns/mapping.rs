@@ -11,11 +11,11 @@
 
 use std::collections::BTreeMap;
 
+use crate::publish::plan::{MARKER_TTL, NativeRecordSet};
+use crate::publish::{Policy, PolicyRecordSet, PublishedRecord, Target};
 use fedingress_api::cluster::Provider as Cloud;
 use fedingress_api::ingress::RecordType;
 use fedingress_dns::Location;
-use fedingress_dns::provider::plan::{MARKER_TTL, NativeRecordSet};
-use fedingress_dns::provider::{Policy, PolicyRecordSet, PublishedRecord, Target};
 use fedingress_dns::routing::distance_km;
 
 use super::regions;
@@ -598,7 +598,7 @@ fn explain_type(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fedingress_dns::provider::{HealthEndpoint, HealthProtocol};
+    use crate::publish::{HealthEndpoint, HealthProtocol};
 
     fn target(
         cluster: &str,

@@ -91,15 +91,15 @@ use google_cloud_dns_v1::model::{Change, ResourceRecordSet};
 use google_cloud_gax::retry_policy::NeverRetry;
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use fedingress_dns::Location;
 #[cfg(doc)]
-use fedingress_dns::provider::HealthEndpoint;
-use fedingress_dns::provider::call::{CallPolicy, CallSettings, CallStats};
-use fedingress_dns::provider::plan::{self, Wanted};
-use fedingress_dns::provider::{
+use crate::publish::HealthEndpoint;
+use crate::publish::call::{CallPolicy, CallSettings, CallStats};
+use crate::publish::plan::{self, Wanted};
+use crate::publish::{
     DnsProvider, NameResult, Owner, PolicyRecordSet, ProviderError, PublishedRecord, SyncOptions,
     SyncReport,
 };
+use fedingress_dns::Location;
 
 use crate::config::{ProviderConfig, normalize};
 

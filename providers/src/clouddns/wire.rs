@@ -14,7 +14,7 @@ use google_cloud_dns_v1::model::{
 };
 use google_cloud_gax::error::rpc::{Code, StatusDetails};
 
-use fedingress_dns::provider::ProviderError;
+use crate::publish::ProviderError;
 
 use super::mapping::{Data, GeoItem, Rrset, WrrItem};
 

@@ -12,12 +12,12 @@
 //! message. The SDK's own retries are off (see [`super::client_config`]): a retry is the
 //! call policy's decision, counted and logged in one place.
 
+use crate::publish::ProviderError;
 use aws_sdk_route53::Client;
 use aws_sdk_route53::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_route53::types::{
     Change, ChangeAction, ChangeBatch, HealthCheck, ResourceRecordSet, RrType, TagResourceType,
 };
-use fedingress_dns::provider::ProviderError;
 
 use super::health::{self, Wanted};
 use super::records::Rrset;

@@ -31,8 +31,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
+use crate::publish::{HealthEndpoint, HealthProtocol, Owner};
 use aws_sdk_route53::types::{HealthCheck, HealthCheckConfig, HealthCheckType, Tag};
-use fedingress_dns::provider::{HealthEndpoint, HealthProtocol, Owner};
 
 /// The tag that names the owning federation.
 pub const OWNER_TAG: &str = "fedingress:owner";

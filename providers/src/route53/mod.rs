@@ -15,13 +15,13 @@
 //! 2. Derive the native record sets of the desired ones ([`records::native`]).
 //! 3. Create the missing health checks (and update changed thresholds), so that the
 //!    records can refer to them.
-//! 4. Diff against the zone with [`fedingress_dns::provider::plan`], limited to the record
+//! 4. Diff against the zone with [`crate::publish::plan`], limited to the record
 //!    sets this federation owns, and apply the changes one `ChangeResourceRecordSets` per
 //!    batch. A rejected batch is retried one DNS name at a time, so one bad name never
 //!    blocks the others; each name's outcome is in the report.
 //! 5. Delete the health checks no record set refers to any more.
 //!
-//! Every request goes through [`fedingress_dns::provider::call::CallPolicy`] (rate limit,
+//! Every request goes through [`crate::publish::call::CallPolicy`] (rate limit,
 //! retries with backoff on throttling and transient errors); the SDK's own retries are
 //! off. A dry run lists and plans, changes nothing, and reports the planned changes.
 //!
@@ -41,17 +41,17 @@ pub mod regions;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::publish::call::{CallPolicy, CallSettings, CallStats};
+use crate::publish::plan::{self, Change, NativeRecordSet, Wanted as WantedRecord};
+use crate::publish::{
+    DnsProvider, HealthEndpoint, NameResult, Owner, PolicyRecordSet, ProviderError,
+    PublishedRecord, SyncOptions, SyncReport,
+};
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_sdk_route53::Client;
 use aws_sdk_route53::config::retry::RetryConfig;
 use aws_sdk_route53::config::timeout::TimeoutConfig;
 use fedingress_dns::Location;
-use fedingress_dns::provider::call::{CallPolicy, CallSettings, CallStats};
-use fedingress_dns::provider::plan::{self, Change, NativeRecordSet, Wanted as WantedRecord};
-use fedingress_dns::provider::{
-    DnsProvider, HealthEndpoint, NameResult, Owner, PolicyRecordSet, ProviderError,
-    PublishedRecord, SyncOptions, SyncReport,
-};
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::config::{ProviderConfig, normalize};

@@ -56,13 +56,13 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use crate::publish::{HealthEndpoint, Policy, PolicyRecordSet, PublishedRecord, Target};
 use aws_sdk_route53::types::{
     AliasTarget, Coordinates, GeoProximityLocation, ResourceRecord, ResourceRecordSet,
     ResourceRecordSetFailover, ResourceRecordSetRegion, RrType,
 };
 use fedingress_api::cluster::Provider as Cloud;
 use fedingress_dns::Location;
-use fedingress_dns::provider::{HealthEndpoint, Policy, PolicyRecordSet, PublishedRecord, Target};
 use fedingress_dns::routing::distance_km;
 
 use super::{alias, regions};

@@ -13,12 +13,12 @@
 use fedingress_api::cluster::Provider as Cloud;
 use fedingress_api::ingress::RecordType;
 use fedingress_dns::Location;
-use fedingress_dns::provider::{
+use fedingress_providers::clouddns::{Auth, CloudDnsProvider};
+use fedingress_providers::config::ProviderConfig;
+use fedingress_providers::publish::{
     DnsProvider, HealthEndpoint, HealthProtocol, Owner, Policy, PolicyRecordSet, SyncOptions,
     SyncReport, Target,
 };
-use fedingress_providers::clouddns::{Auth, CloudDnsProvider};
-use fedingress_providers::config::ProviderConfig;
 use fedingress_tests::clouddns_fake::CloudDnsFake;
 use fedingress_tests::fedctl::golden;
 use serde_json::{Value, json};

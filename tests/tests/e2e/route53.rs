@@ -32,11 +32,11 @@ use aws_sdk_route53::types::{
 use fedingress_api::cluster::Provider as Cloud;
 use fedingress_api::ingress::RecordType;
 use fedingress_dns::Location;
-use fedingress_dns::provider::{
+use fedingress_providers::config::ProviderConfig;
+use fedingress_providers::publish::{
     DnsProvider, HealthEndpoint, HealthProtocol, Owner, Policy, PolicyRecordSet, SyncOptions,
     SyncReport, Target,
 };
-use fedingress_providers::config::ProviderConfig;
 use fedingress_providers::route53::Route53Provider;
 use fedingress_tests::moto::Moto;
 use fedingress_tests::throttle::ThrottleProxy;

@@ -7,7 +7,7 @@
 //!   ownership marker ([`Owner`]), what a sync reports ([`SyncReport`]) and the
 //!   [`DnsProvider`] trait a cloud implements;
 //! - [`desired`]: routed ingresses → the policy record sets a provider should hold,
-//!   derived from the same [`RoutedIngress`](crate::RoutedIngress)es the embedded server
+//!   derived from the same [`RoutedIngress`](fedingress_dns::RoutedIngress)es the embedded server
 //!   answers from, and the delegation records of the embedded zones;
 //! - [`plan`]: a diff of a provider's native record sets against what it holds, limited
 //!   to the record sets this federation owns (one TXT record per record set carries the
@@ -33,7 +33,7 @@ use fedingress_api::cluster::Provider as Cloud;
 use fedingress_api::ingress::RecordType;
 use serde::{Deserialize, Serialize};
 
-use crate::Location;
+use fedingress_dns::Location;
 
 /// How one record set is steered, provider-neutral. Each provider maps it to a native
 /// policy (see docs/providers.md for the table).

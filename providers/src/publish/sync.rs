@@ -270,8 +270,8 @@ mod tests {
     use fedingress_api::ingress::RecordType;
 
     use super::*;
-    use crate::Location;
-    use crate::provider::{NameResult, Owner, Policy, ProviderError, PublishedRecord, Target};
+    use crate::publish::{NameResult, Owner, Policy, ProviderError, PublishedRecord, Target};
+    use fedingress_dns::Location;
 
     /// A test double of the trait: remembers what each sync was asked, fails while told
     /// to.

@@ -1,7 +1,7 @@
 //! Routed ingresses → the [`PolicyRecordSet`]s every provider should hold (pure).
 //!
 //! The input is the same [`RoutedIngress`] list the embedded server builds its
-//! [`Snapshot`](crate::zone::Snapshot) from, so a provider publishes what the hub
+//! [`Snapshot`](fedingress_dns::zone::Snapshot) from, so a provider publishes what the hub
 //! answers, steered by the cloud's own policy instead of by the hub per query.
 //!
 //! # Strategy → policy
@@ -25,7 +25,7 @@
 //!
 //! # Eligibility and failing open
 //!
-//! Targets are the clusters [`routing`](crate::routing) calls eligible: healthy, not
+//! Targets are the clusters [`routing`](fedingress_dns::routing) calls eligible: healthy, not
 //! cordoned, with an address. When the strategy finds none (nobody eligible, every
 //! eligible cluster at weight 0, no eligible cluster in `failoverOrder`, no usable
 //! anycast address or nobody to announce it), `whenAllUnhealthy` applies as in
@@ -75,8 +75,8 @@ use std::net::IpAddr;
 use fedingress_api::ingress::{RecordType, StrategyType, WhenAllUnhealthy};
 
 use super::{Desired, HealthEndpoint, HealthProtocol, Policy, PolicyRecordSet, Target};
-use crate::zone::ZoneConfig;
-use crate::{ClusterView, Location, RoutedIngress};
+use fedingress_dns::zone::ZoneConfig;
+use fedingress_dns::{ClusterView, Location, RoutedIngress};
 
 /// The record sets of one routed ingress, sorted by type (`A`, `AAAA` or `CNAME`; empty
 /// when nothing is to be published, e.g. `whenAllUnhealthy: NoData` with no eligible
@@ -382,7 +382,8 @@ fn choose(routed: &RoutedIngress) -> Option<Choice<'_>> {
         }
         StrategyType::Anycast => {
             // The addresses some cluster announces, as the embedded server answers.
-            let addresses = crate::routing::anycast_answer(&routed.traffic, &routed.clusters);
+            let addresses =
+                fedingress_dns::routing::anycast_answer(&routed.traffic, &routed.clusters);
             (!addresses.is_empty()).then_some(Choice {
                 policy: Policy::Simple,
                 clusters: Vec::new(),
@@ -450,8 +451,8 @@ mod tests {
     use fedingress_api::ingress::{Strategy, Traffic};
 
     use super::*;
-    use crate::routing::FailoverState;
-    use crate::zone::NameserverConfig;
+    use fedingress_dns::routing::FailoverState;
+    use fedingress_dns::zone::NameserverConfig;
 
     fn at(region: &str) -> Location {
         Location {

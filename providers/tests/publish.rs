@@ -6,18 +6,20 @@
 // Test code: a panic is the failure report.
 #![allow(clippy::unwrap_used)]
 
-use crate::common;
+// The DNS crate's test fixtures (clusters, locations, ingresses), shared, not copied.
+#[path = "../../dns/tests/it/common/mod.rs"]
+mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use common::{cluster, eu_west, ingress, location, strategy, us_east};
 use fedingress_api::ingress::{RecordType, StrategyType, WhenAllUnhealthy};
-use fedingress_dns::provider::desired::desired;
-use fedingress_dns::provider::plan::{self, NativeRecordSet, Wanted};
-use fedingress_dns::provider::{Owner, PolicyRecordSet};
 use fedingress_dns::routing::{self, Answer, ClientInfo, FailoverState};
 use fedingress_dns::zone::{NameserverConfig, ZoneConfig};
 use fedingress_dns::{ClusterView, RoutedIngress};
+use fedingress_providers::publish::desired::desired;
+use fedingress_providers::publish::plan::{self, NativeRecordSet, Wanted};
+use fedingress_providers::publish::{Owner, PolicyRecordSet};
 
 /// A record set of a provider without routing policies: one per (name, type).
 #[derive(Clone, Debug, PartialEq)]
@@ -278,7 +280,7 @@ fn targets_agree_with_routing() {
                             .any(|c| c.name == *n && !c.ips.is_empty())
                     })
                     .collect();
-                let sets = fedingress_dns::provider::desired::record_sets(&routed);
+                let sets = fedingress_providers::publish::desired::record_sets(&routed);
                 let published: BTreeSet<&str> = sets
                     .iter()
                     .filter(|s| s.type_ == RecordType::A)
