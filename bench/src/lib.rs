@@ -3,7 +3,9 @@
 //! statistics and `/proc` readings the benches print. The echo backend and the waits are
 //! `fedingress_testsupport`'s.
 //!
-//! Benchmarks print numbers; they assert nothing about timing.
+//! Benchmarks print numbers; they assert nothing about timing. What does not belong
+//! here: tests (assertions go in the crates' tests and `tests/`) and helpers the tests
+//! share (`fedingress-testsupport`).
 //!
 //! Modules: [`sim_agent`], a simulated cluster agent on the real protocol; [`etcd`], real
 //! etcd members and what they wrote; [`replicas`], several apiserver replicas on one

@@ -5,6 +5,11 @@
 //! Layout: `cli` (flags), `kubeconfig` (which server, which credentials), `client` (the
 //! REST API), `render` (tables, YAML, JSON), `progress` (spinners), `commands` (one
 //! module per group of commands), `dev` (the local federation of `fedctl dev up`).
+//!
+//! What does not belong here: any decision the hub makes (fedctl shows what the API
+//! reports: placement, routing and explain come from the hub's subresources) and any
+//! dependency on the hub's or the agent's crates (`scripts/check-deps`: api and proto
+//! only; `dev up` runs their binaries).
 
 mod cli;
 mod client;

@@ -20,6 +20,12 @@
 //!   every replica;
 //! - [`sessions`] is the shared state between them: the published plan of every
 //!   cluster and what each connected agent has said ([`Sessions`]).
+//!
+//! What does not belong here: Kubernetes API semantics, HTTP routing, authentication
+//! and codecs (`fedingress-apiserver`, which this crate extends through its endpoint
+//! extensions); routing strategies, zone snapshots and the DNS server itself
+//! (`fedingress-dns`); cloud SDK calls (`fedingress-providers`); reading config and
+//! binding listeners (`federation-apiserver`, the process).
 
 pub mod admission;
 pub mod controller;

@@ -303,7 +303,7 @@ impl Sessions {
     }
 
     /// Sets what the shared record of `cluster`'s agent says (a mirror of agents held by
-    /// any replica; see [`directory`]): seen now, the cluster marked dirty.
+    /// any replica; see [`directory`](crate::directory)): seen now, the cluster marked dirty.
     pub fn mirror(&self, cluster: &str, mut state: AgentState) {
         state.last_seen = Instant::now();
         {
