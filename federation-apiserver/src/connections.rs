@@ -1,19 +1,174 @@
-//! Connection-level limits of the REST API: the open-connection cap ([`Open`]), telling HTTP/2 from HTTP/1 on a plain socket
-//! within the header-read timeout ([`sniff`]), and idle tracking ([`Activity`],
-//! [`HeldBody`]). The limits themselves are in [`crate::limits`]; serving is in
-//! [`crate::server`].
+//! Serving one REST connection ([`serve`]) with the limits of the REST API: the
+//! open-connection cap ([`Open`]), telling HTTP/2 from HTTP/1 on a plain socket within
+//! the header-read timeout ([`sniff`]), the in-flight caps and request timeout of each
+//! request, and idle tracking ([`Activity`], [`HeldBody`]). The limits themselves are in
+//! [`crate::limits`]; accepting connections is [`crate::listener`].
 
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use hyper::body::{Body, Frame, SizeHint};
+use axum::response::{IntoResponse, Response};
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
 use tokio::net::TcpStream;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tower::ServiceExt;
 
-use fedingress_apiserver::metrics::Metrics;
+use fedingress_apiserver::endpoints::Peer;
+use fedingress_apiserver::metrics::{LimitCounters, Metrics};
+use fedingress_apiserver::status::ApiError;
+
+use crate::limits::{InFlight, Limits, RequestKind};
+
+/// What every REST connection is served with.
+#[derive(Clone)]
+pub struct Serving {
+    pub router: axum::Router,
+    pub limits: Arc<Limits>,
+    pub in_flight: Arc<InFlight>,
+    pub metrics: Arc<Metrics>,
+}
+
+/// Serves one connection with the serving limits: HTTP/1 header-read timeout, HTTP/2
+/// stream cap and keep-alive PINGs, the in-flight caps (429), and the idle timeout.
+pub async fn serve<S>(stream: S, peer: SocketAddr, serving: Serving, protocol: Protocol)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let activity = Arc::new(Activity::default());
+    let limits = serving.limits.clone();
+    let metrics = serving.metrics.clone();
+    let service = {
+        let activity = activity.clone();
+        hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
+            request.extensions_mut().insert(Peer(peer));
+            let busy = activity.start();
+            handle(request, peer, serving.clone(), busy)
+        })
+    };
+    let builder = http_builder(&limits, protocol);
+    let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+    tokio::pin!(connection);
+    let result = tokio::select! {
+        result = connection.as_mut() => result,
+        () = activity.idle_for(limits.idle_timeout) => {
+            LimitCounters::count(&metrics.limits.idle_closed);
+            tracing::debug!(%peer, "connection idle for limits.idleTimeoutSeconds: closing");
+            connection.as_mut().graceful_shutdown();
+            match tokio::time::timeout(limits.idle_timeout, connection.as_mut()).await {
+                Ok(result) => result,
+                Err(_) => Ok(()),
+            }
+        }
+    };
+    if let Err(e) = result {
+        log_ended(&*e, peer, &metrics);
+    }
+}
+
+/// HTTP/1 or HTTP/2 only, with the header-read timeout, the stream cap and keep-alive.
+fn http_builder(limits: &Limits, protocol: Protocol) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(limits.http2_max_streams)
+        .keep_alive_interval(limits.http2_keep_alive_interval)
+        .keep_alive_timeout(crate::limits::HTTP2_KEEP_ALIVE_TIMEOUT);
+    match protocol {
+        Protocol::Http1 => builder.http1_only(),
+        Protocol::Http2 => builder.http2_only(),
+    }
+}
+
+/// One request: admitted under the in-flight caps (else 429), answered within the
+/// request timeout (else 504; watches are exempt), its response holding the
+/// connection busy and the in-flight slot until its body is sent.
+async fn handle(
+    request: hyper::Request<Incoming>,
+    peer: SocketAddr,
+    serving: Serving,
+    busy: Busy,
+) -> Result<Response, std::convert::Infallible> {
+    let Serving {
+        router,
+        limits,
+        in_flight,
+        metrics,
+    } = serving;
+    let kind = RequestKind::of(
+        request.method(),
+        request.uri().path(),
+        request.uri().query(),
+    );
+    let permit = match in_flight.admit(kind) {
+        Ok(permit) => permit,
+        Err(kind) => return Ok(too_many_requests(kind, &limits, &metrics)),
+    };
+    // Watches are long-running: their own duration applies.
+    let response = if kind == RequestKind::Exempt {
+        router.oneshot(request).await?
+    } else {
+        match tokio::time::timeout(limits.request_timeout, router.oneshot(request)).await {
+            Ok(response) => response?,
+            Err(_) => {
+                LimitCounters::count(&metrics.limits.request_timeouts);
+                tracing::debug!(%peer, "request timed out: limits.requestTimeoutSeconds");
+                return Ok(ApiError::timeout(format!(
+                    "Timeout: request did not complete within {}s (limits.requestTimeoutSeconds)",
+                    limits.request_timeout.as_secs()
+                ))
+                .into_response());
+            }
+        }
+    };
+    // The connection is busy until the body is sent (a watch streams for long).
+    Ok(response.map(|body| axum::body::Body::new(HeldBody::new(body, (busy, permit)))))
+}
+
+/// The 429 of a request over its in-flight cap, counted.
+fn too_many_requests(kind: RequestKind, limits: &Limits, metrics: &Metrics) -> Response {
+    let (counter, key, cap) = match kind {
+        RequestKind::Mutating => (
+            &metrics.limits.inflight_refused_mutating,
+            "limits.maxMutatingRequestsInflight",
+            limits.max_mutating_requests_inflight,
+        ),
+        _ => (
+            &metrics.limits.inflight_refused_readonly,
+            "limits.maxRequestsInflight",
+            limits.max_requests_inflight,
+        ),
+    };
+    LimitCounters::count(counter);
+    ApiError::too_many_requests(
+        format!("Too many requests, please try again later ({cap} in flight: {key})"),
+        1,
+    )
+    .into_response()
+}
+
+/// Logs (and counts, for a header-read timeout) a connection that ended with `error`.
+fn log_ended(error: &(dyn std::error::Error + 'static), peer: SocketAddr, metrics: &Metrics) {
+    let header_timeout = error
+        .downcast_ref::<hyper::Error>()
+        .is_some_and(hyper::Error::is_timeout);
+    if header_timeout {
+        LimitCounters::count(&metrics.limits.header_timeouts);
+        tracing::debug!(%peer, "request headers not received within limits.headerReadTimeoutSeconds");
+    } else {
+        tracing::debug!(%peer, error = %error, "connection ended with an error");
+    }
+}
 
 /// One open REST connection: a slot of the cap, counted in `apiserver_connections`.
 pub struct Open {

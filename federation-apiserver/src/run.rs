@@ -10,7 +10,8 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use crate::{config, server};
+use crate::app::{Addresses, App};
+use crate::{config, storage};
 
 /// EX_USAGE: bad flags or config.
 const EXIT_CONFIG: u8 = 64;
@@ -59,7 +60,7 @@ pub fn main() -> ExitCode {
     };
     // An unreachable etcd, or one that refuses our certificates, is a configuration
     // error like a bad flag: exit 64 with one line, before binding anything.
-    let store = match runtime.block_on(server::open_store(&settings)) {
+    let store = match runtime.block_on(storage::open_store(&settings)) {
         Ok(store) => store,
         Err(e) => {
             eprintln!("federation-apiserver: {e:#}");
@@ -71,9 +72,9 @@ pub fn main() -> ExitCode {
         }
     };
     let served = runtime.block_on(async {
-        let server = server::Server::bind_with_store(settings, store).await?;
-        server::print_ready(&server.addresses());
-        server.serve(server::shutdown_signal()).await
+        let app = App::bind_with_store(settings, store).await?;
+        print_ready(&app.addresses());
+        app.serve(shutdown_signal()).await
     });
     // Served and stepped down: the process ends now. Dropping the runtime would cancel
     // background tasks (etcd watches, lease keep-alives) that may be mid-poll on another
@@ -127,5 +128,37 @@ fn raise_open_files_limit(limits: &crate::limits::Limits) {
             needed,
             "the open files limit is below limits.maxConnections + limits.gateway.maxConnections + {RESERVE}: raise it (LimitNOFILE, ulimit -n) or lower the caps"
         );
+    }
+}
+
+/// Prints the one line tests and tools wait for.
+pub fn print_ready(addresses: &Addresses) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "{}", addresses.ready_line());
+    let _ = stdout.flush();
+}
+
+/// Completes on SIGTERM or SIGINT.
+pub async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(term) => term,
+                Err(_) => {
+                    let _ = interrupt.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = interrupt => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = interrupt.await;
     }
 }

@@ -1,5 +1,5 @@
 //! Test support for the apiserver's in-process tests: a hub started with
-//! [`Server::bind`] on loopback port 0 with its embedded DNS server ([`TestHub`]), a
+//! [`App::bind`] on loopback port 0 with its embedded DNS server ([`TestHub`]), a
 //! scripted fake cluster agent ([`agent::FakeAgent`]) and a one-query DNS client
 //! ([`dns::query_a`]); waits use `fedingress_testsupport::eventually_async` with
 //! [`DEADLINE`]. Every test under `tests/` that needs a running hub uses [`TestHub`].
@@ -17,8 +17,8 @@ pub mod dns;
 use std::time::Duration;
 
 use clap::Parser;
+use federation_apiserver::app::{Addresses, App};
 use federation_apiserver::config::{self, Cli};
-use federation_apiserver::server::{Addresses, Server};
 use fedingress_testsupport::eventually_async;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
@@ -333,20 +333,19 @@ async fn spawn_hub(settings: config::Settings) -> Result<(Addresses, Running), S
                 .build()
                 .unwrap();
             runtime.block_on(async move {
-                let server = match Server::bind(settings).await {
-                    Ok(server) => server,
+                let app = match App::bind(settings).await {
+                    Ok(app) => app,
                     Err(e) => {
                         let _ = ready_tx.send(Err(format!("{e:#}")));
                         return;
                     }
                 };
-                let _ = ready_tx.send(Ok(server.addresses()));
-                server
-                    .serve(async {
-                        let _ = stop_rx.await;
-                    })
-                    .await
-                    .unwrap();
+                let _ = ready_tx.send(Ok(app.addresses()));
+                app.serve(async {
+                    let _ = stop_rx.await;
+                })
+                .await
+                .unwrap();
             });
             // Ends the controller, gateway and DNS tasks; the store closes with them.
             drop(runtime);
