@@ -550,88 +550,25 @@ fn ingress_status(
     status: &mut FederatedIngressStatus,
 ) {
     let now = world.now;
-    let generation = ingress.metadata().generation.unwrap_or(0);
-    let unsupported = unsupported_rules(world, ingress, placed, conflicts);
-    let previous_entries = std::mem::take(&mut status.clusters);
-    status.observed_generation = Some(generation);
-    for name in placed {
-        let conflict = conflicts.iter().find(|c| c.applies_to(name));
-        let knowledge = world.knowledge(name);
-        let previous = previous_entries.iter().find(|e| &e.name == name);
-        let entry = match (knowledge, previous) {
-            // Restoring: what was stored stands until the agent is back, its time too.
-            (AgentKnowledge::Restoring, Some(stored)) if conflict.is_none() => stored.clone(),
-            _ => {
-                let cordoned = world
-                    .clusters
-                    .get(name.as_str())
-                    .is_some_and(|c| c.spec.unschedulable);
-                let mut entry = cluster_entry(
-                    key,
-                    generation,
-                    name,
-                    conflict,
-                    knowledge,
-                    routing.clusters.get(name),
-                    cordoned,
-                    &ingress.spec.rules,
-                );
-                if conflict.is_none() {
-                    let lacking: Vec<String> = unsupported
-                        .iter()
-                        .filter(|u| &u.cluster == name)
-                        .map(|u| {
-                            format!(
-                                "driver {} cannot serve rule {} ({})",
-                                u.driver, u.rule, u.capability
-                            )
-                        })
-                        .collect();
-                    if !lacking.is_empty() {
-                        let mut parts: Vec<String> = Vec::new();
-                        if !entry.message.is_empty() {
-                            parts.push(std::mem::take(&mut entry.message));
-                        }
-                        parts.extend(lacking);
-                        entry.message = parts.join("; ");
-                    }
-                }
-                entry.last_update_time = last_update_time(previous, &entry, now);
-                entry
-            }
-        };
-        status.clusters.push(entry);
-    }
-
-    let observed = |c: Condition| c.with_observed_generation(generation);
-    let placed_condition = if !conflicts.is_empty() {
-        let text = conflicts
-            .iter()
-            .map(|c| match &c.cluster {
-                Some(cluster) => format!("on {cluster}: {} (held by {})", c.reason, c.winner),
-                None => format!("{} (held by {})", c.reason, c.winner),
-            })
-            .collect::<Vec<_>>()
-            .join("; ");
-        condition(CONDITION_PLACED, false, REASON_CONFLICT, text)
-    } else if placed.is_empty() {
-        condition(
-            CONDITION_PLACED,
-            false,
-            "NoClusters",
-            "no registered cluster matches the placement",
-        )
-    } else {
-        let mut message = format!("placed on {}", placed.join(", "));
-        let unplaced = unplaced_failover_names(ingress, placed);
-        if !unplaced.is_empty() {
-            message.push_str(&format!(
-                "; failoverOrder names clusters it is not placed on, which routing skips: {}",
-                unplaced.join(", ")
-            ));
-        }
-        condition(CONDITION_PLACED, true, "Placed", message)
+    let inputs = StatusInputs {
+        world,
+        key,
+        ingress,
+        placed,
+        conflicts,
+        routing,
+        generation: ingress.metadata().generation.unwrap_or(0),
+        unsupported: unsupported_rules(world, ingress, placed, conflicts),
     };
+    let previous_entries = std::mem::take(&mut status.clusters);
+    status.observed_generation = Some(inputs.generation);
+    status.clusters = placed
+        .iter()
+        .map(|name| inputs.cluster_entry(name, &previous_entries))
+        .collect();
+
+    let observed = |c: Condition| c.with_observed_generation(inputs.generation);
+    let placed_condition = inputs.placed_condition();
     let placed_ok = placed_condition.is_true();
     set_condition(&mut status.conditions, observed(placed_condition), now);
 
@@ -640,6 +577,173 @@ fn ingress_status(
         .iter()
         .filter(|c| !c.message.starts_with("conflict"))
         .collect();
+    let (propagated, propagated_ok) = propagated_condition(&serving);
+    set_condition(&mut status.conditions, observed(propagated), now);
+    let (health, healthy_ok) = healthy_condition(&serving);
+    set_condition(&mut status.conditions, observed(health), now);
+    // Servable: informational (Ready does not wait for it).
+    set_condition(
+        &mut status.conditions,
+        observed(inputs.servable_condition()),
+        now,
+    );
+    let ready = placed_ok && propagated_ok && healthy_ok;
+    set_condition(
+        &mut status.conditions,
+        observed(ready_condition(ready)),
+        now,
+    );
+}
+
+/// What [`ingress_status`] computes one ingress's status from; its methods are the
+/// phases that need more than the status's own cluster entries.
+struct StatusInputs<'a> {
+    world: &'a World<'a>,
+    key: &'a IngressKey,
+    ingress: &'a FederatedIngress,
+    placed: &'a [String],
+    conflicts: &'a [Conflict],
+    routing: &'a IngressRouting,
+    generation: i64,
+    unsupported: Vec<Unsupported>,
+}
+
+impl StatusInputs<'_> {
+    /// The status entry of placed cluster `name`, given the entries stored before.
+    fn cluster_entry(
+        &self,
+        name: &String,
+        previous_entries: &[ClusterIngressStatus],
+    ) -> ClusterIngressStatus {
+        let conflict = self.conflicts.iter().find(|c| c.applies_to(name));
+        let knowledge = self.world.knowledge(name);
+        let previous = previous_entries.iter().find(|e| &e.name == name);
+        match (knowledge, previous) {
+            // Restoring: what was stored stands until the agent is back, its time too.
+            (AgentKnowledge::Restoring, Some(stored)) if conflict.is_none() => stored.clone(),
+            _ => {
+                let cordoned = self
+                    .world
+                    .clusters
+                    .get(name.as_str())
+                    .is_some_and(|c| c.spec.unschedulable);
+                let mut entry = cluster_entry(
+                    self.key,
+                    self.generation,
+                    name,
+                    conflict,
+                    knowledge,
+                    self.routing.clusters.get(name),
+                    cordoned,
+                    &self.ingress.spec.rules,
+                );
+                if conflict.is_none() {
+                    self.add_lacking_capabilities(name, &mut entry);
+                }
+                entry.last_update_time = last_update_time(previous, &entry, self.world.now);
+                entry
+            }
+        }
+    }
+
+    /// Appends to `entry`'s message the rules `name`'s driver cannot serve, if any.
+    fn add_lacking_capabilities(&self, name: &String, entry: &mut ClusterIngressStatus) {
+        let lacking: Vec<String> = self
+            .unsupported
+            .iter()
+            .filter(|u| &u.cluster == name)
+            .map(|u| {
+                format!(
+                    "driver {} cannot serve rule {} ({})",
+                    u.driver, u.rule, u.capability
+                )
+            })
+            .collect();
+        if !lacking.is_empty() {
+            let mut parts: Vec<String> = Vec::new();
+            if !entry.message.is_empty() {
+                parts.push(std::mem::take(&mut entry.message));
+            }
+            parts.extend(lacking);
+            entry.message = parts.join("; ");
+        }
+    }
+
+    /// Placed: false on a conflict or when no cluster matches.
+    fn placed_condition(&self) -> Condition {
+        let (conflicts, placed) = (self.conflicts, self.placed);
+        if !conflicts.is_empty() {
+            let text = conflicts
+                .iter()
+                .map(|c| match &c.cluster {
+                    Some(cluster) => format!("on {cluster}: {} (held by {})", c.reason, c.winner),
+                    None => format!("{} (held by {})", c.reason, c.winner),
+                })
+                .collect::<Vec<_>>()
+                .join("; ");
+            condition(CONDITION_PLACED, false, REASON_CONFLICT, text)
+        } else if placed.is_empty() {
+            condition(
+                CONDITION_PLACED,
+                false,
+                "NoClusters",
+                "no registered cluster matches the placement",
+            )
+        } else {
+            let mut message = format!("placed on {}", placed.join(", "));
+            let unplaced = unplaced_failover_names(self.ingress, placed);
+            if !unplaced.is_empty() {
+                message.push_str(&format!(
+                    "; failoverOrder names clusters it is not placed on, which routing skips: {}",
+                    unplaced.join(", ")
+                ));
+            }
+            condition(CONDITION_PLACED, true, "Placed", message)
+        }
+    }
+
+    /// Servable: whether every placed cluster's driver can serve every rule.
+    fn servable_condition(&self) -> Condition {
+        if self.unsupported.is_empty() {
+            let unknown: Vec<&str> = self
+                .placed
+                .iter()
+                .filter(|c| !self.conflicts.iter().any(|x| x.applies_to(c)))
+                .filter(|c| {
+                    self.world
+                        .agents
+                        .get(c.as_str())
+                        .is_none_or(|a| a.capabilities.is_empty())
+                })
+                .map(String::as_str)
+                .collect();
+            let mut message = "every placed cluster's driver can serve every rule".to_string();
+            if !unknown.is_empty() {
+                message = format!(
+                    "no placed cluster is known to lack a capability the rules need (not known for {}: no agent said)",
+                    unknown.join(", ")
+                );
+            }
+            condition(CONDITION_SERVABLE, true, REASON_ALL_RULES_SERVABLE, message)
+        } else {
+            let text = self
+                .unsupported
+                .iter()
+                .map(|u| {
+                    format!(
+                        "cluster {} (driver {}) cannot serve rule {} ({})",
+                        u.cluster, u.driver, u.rule, u.capability
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("; ");
+            condition(CONDITION_SERVABLE, false, REASON_UNSUPPORTED_RULES, text)
+        }
+    }
+}
+
+/// Propagated over the serving (conflict-free) entries, and whether it holds.
+fn propagated_condition(serving: &[&ClusterIngressStatus]) -> (Condition, bool) {
     let not_applied: Vec<String> = serving
         .iter()
         .filter(|c| c.phase != ClusterPhase::Applied)
@@ -668,8 +772,11 @@ fn ingress_status(
             not_applied.join("; "),
         )
     };
-    set_condition(&mut status.conditions, observed(propagated), now);
+    (propagated, propagated_ok)
+}
 
+/// Healthy over the serving (conflict-free) entries, and whether it holds.
+fn healthy_condition(serving: &[&ClusterIngressStatus]) -> (Condition, bool) {
     let healthy: Vec<&str> = serving
         .iter()
         .filter(|c| c.healthy)
@@ -691,46 +798,12 @@ fn ingress_status(
             "no placed cluster reports healthy backends",
         )
     };
-    set_condition(&mut status.conditions, observed(health), now);
+    (health, healthy_ok)
+}
 
-    // Servable: informational (Ready does not wait for it).
-    let servable = if unsupported.is_empty() {
-        let unknown: Vec<&str> = placed
-            .iter()
-            .filter(|c| !conflicts.iter().any(|x| x.applies_to(c)))
-            .filter(|c| {
-                world
-                    .agents
-                    .get(c.as_str())
-                    .is_none_or(|a| a.capabilities.is_empty())
-            })
-            .map(String::as_str)
-            .collect();
-        let mut message = "every placed cluster's driver can serve every rule".to_string();
-        if !unknown.is_empty() {
-            message = format!(
-                "no placed cluster is known to lack a capability the rules need (not known for {}: no agent said)",
-                unknown.join(", ")
-            );
-        }
-        condition(CONDITION_SERVABLE, true, REASON_ALL_RULES_SERVABLE, message)
-    } else {
-        let text = unsupported
-            .iter()
-            .map(|u| {
-                format!(
-                    "cluster {} (driver {}) cannot serve rule {} ({})",
-                    u.cluster, u.driver, u.rule, u.capability
-                )
-            })
-            .collect::<Vec<_>>()
-            .join("; ");
-        condition(CONDITION_SERVABLE, false, REASON_UNSUPPORTED_RULES, text)
-    };
-    set_condition(&mut status.conditions, observed(servable), now);
-
-    let ready = placed_ok && propagated_ok && healthy_ok;
-    let ready_condition = if ready {
+/// Ready: placed, applied and healthy.
+fn ready_condition(ready: bool) -> Condition {
+    if ready {
         condition(
             CONDITION_READY,
             true,
@@ -744,8 +817,7 @@ fn ingress_status(
             "NotReady",
             "see the Placed, Propagated and Healthy conditions",
         )
-    };
-    set_condition(&mut status.conditions, observed(ready_condition), now);
+    }
 }
 
 /// The names in a Failover ingress's `failoverOrder` that it is not placed on, each with
