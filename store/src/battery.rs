@@ -22,6 +22,13 @@
 //! .await;
 //! # }
 //! ```
+//!
+//! Besides the checks, test wrappers for the crates that use a store: [`Deposable`], a
+//! leader's store whose writes are refused once it is deposed.
+
+mod deposable;
+
+pub use deposable::{DEPOSABLE_ELECTION_KEY, Deposable};
 
 use std::collections::BTreeMap;
 use std::future::Future;

@@ -371,12 +371,12 @@ impl DnsReplica {
 mod tests {
     #![allow(clippy::unwrap_used)]
 
-    use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::Duration;
 
     use bytes::Bytes;
     use fedingress_api::ingress::Traffic;
-    use fedingress_store::{KeyValue, Precondition, RangeResult, RedbOptions, RedbStore, Store};
+    use fedingress_store::battery::Deposable;
+    use fedingress_store::{Precondition, RedbOptions, RedbStore, Store};
 
     use super::*;
 
@@ -405,75 +405,6 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = RedbStore::open(&dir.path().join("s.redb"), RedbOptions::default()).unwrap();
         (Arc::new(store), dir)
-    }
-
-    /// A leader's view of the shared store: once `deposed`, its writes are refused as
-    /// a fenced store refuses a deposed leader's ([`StoreError::Fenced`]).
-    struct Fenced {
-        store: Arc<RedbStore>,
-        deposed: AtomicBool,
-    }
-
-    impl Fenced {
-        fn refuse_if_deposed(&self) -> Result<(), StoreError> {
-            if self.deposed.load(Ordering::SeqCst) {
-                return Err(StoreError::Fenced {
-                    key: "/leader".into(),
-                });
-            }
-            Ok(())
-        }
-    }
-
-    #[async_trait::async_trait]
-    impl Store for Fenced {
-        async fn revision(&self) -> Result<Revision, StoreError> {
-            self.store.revision().await
-        }
-        async fn compacted_revision(&self) -> Result<Revision, StoreError> {
-            self.store.compacted_revision().await
-        }
-        async fn get(&self, key: &str) -> Result<Option<KeyValue>, StoreError> {
-            self.store.get(key).await
-        }
-        async fn range(
-            &self,
-            prefix: &str,
-            start_after: Option<&str>,
-            limit: usize,
-        ) -> Result<RangeResult, StoreError> {
-            self.store.range(prefix, start_after, limit).await
-        }
-        async fn range_at(
-            &self,
-            prefix: &str,
-            start_after: Option<&str>,
-            limit: usize,
-            revision: Revision,
-        ) -> Result<RangeResult, StoreError> {
-            self.store
-                .range_at(prefix, start_after, limit, revision)
-                .await
-        }
-        async fn put(
-            &self,
-            key: &str,
-            value: Bytes,
-            precondition: Precondition,
-        ) -> Result<KeyValue, StoreError> {
-            self.refuse_if_deposed()?;
-            self.store.put(key, value, precondition).await
-        }
-        async fn delete(&self, key: &str, precondition: Precondition) -> Result<Event, StoreError> {
-            self.refuse_if_deposed()?;
-            self.store.delete(key, precondition).await
-        }
-        async fn watch(&self, prefix: &str, after: Revision) -> Result<WatchStream, StoreError> {
-            self.store.watch(prefix, after).await
-        }
-        async fn compact(&self, revision: Revision) -> Result<(), StoreError> {
-            self.store.compact(revision).await
-        }
     }
 
     /// A replica of `store`, loaded and watching, following.
@@ -597,10 +528,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_deposed_leader_stops_writing_and_serves_its_successors_state() {
         let (store, _dir) = shared();
-        let fenced = Arc::new(Fenced {
-            store: store.clone(),
-            deposed: AtomicBool::new(false),
-        });
+        let fenced = Arc::new(Deposable::new(store.clone()));
         let mut old = replica(store.clone()).await;
         old.lead(DnsStore::new(fenced.clone()));
         stored_serial(publish(&mut old, vec![(key("a"), Some(routed("a")))]).await);
@@ -609,7 +537,7 @@ mod tests {
 
         // Paused past its lease: another replica leads and publishes a change; the old
         // leader's watch delivers it when it resumes, before it learns its role.
-        fenced.deposed.store(true, Ordering::SeqCst);
+        fenced.depose();
         let mut new = replica(store.clone()).await;
         new.lead(DnsStore::new(store.clone()));
         stored_serial(publish(&mut new, vec![(key("b"), Some(routed("b")))]).await);
