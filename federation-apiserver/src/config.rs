@@ -728,8 +728,20 @@ fn etcd_options(
         }
         return Ok(None);
     }
+    let https = count_https(&servers)?;
+    let tls = etcd_tls(https != 0, ca_file, cert_file, key_file)?;
+    Ok(Some(fedingress_store::EtcdOptions {
+        endpoints: servers,
+        key_prefix: prefix.unwrap_or_default(),
+        tls,
+        request_timeout: ETCD_REQUEST_TIMEOUT,
+    }))
+}
+
+/// How many of the etcd `servers` are https:// URLs: all or none.
+fn count_https(servers: &[String]) -> Result<usize, ConfigError> {
     let mut https = 0;
-    for server in &servers {
+    for server in servers {
         let rest = if let Some(rest) = server.strip_prefix("https://") {
             https += 1;
             rest
@@ -751,7 +763,18 @@ fn etcd_options(
             "--etcd-servers: use https:// for every server or for none".into(),
         ));
     }
-    let tls = if https == 0 {
+    Ok(https)
+}
+
+/// The TLS material for etcd: `https` servers need the CA file, and the client
+/// certificate and key go together; plain http:// servers take none.
+fn etcd_tls(
+    https: bool,
+    ca_file: Option<PathBuf>,
+    cert_file: Option<PathBuf>,
+    key_file: Option<PathBuf>,
+) -> Result<Option<fedingress_store::EtcdTls>, ConfigError> {
+    Ok(if !https {
         if ca_file.is_some() || cert_file.is_some() || key_file.is_some() {
             return Err(ConfigError::Invalid(
                 "--etcd-cafile, --etcd-certfile and --etcd-keyfile need https:// etcd servers"
@@ -776,13 +799,7 @@ fn etcd_options(
             ca_pem: read_certificates(&ca_file)?,
             identity,
         })
-    };
-    Ok(Some(fedingress_store::EtcdOptions {
-        endpoints: servers,
-        key_prefix: prefix.unwrap_or_default(),
-        tls,
-        request_timeout: ETCD_REQUEST_TIMEOUT,
-    }))
+    })
 }
 
 /// Reads a PEM file that must hold at least one certificate.

@@ -13,7 +13,7 @@
 //! cap of ours. What each limit refuses is counted in `/metrics`
 //! ([`fedingress_apiserver::metrics::LimitCounters`], [`fedingress_hub::metrics::GatewayCounters`]).
 //!
-//! The I/O (accepting, timing out, answering 429) is in [`crate::server`], [`fedingress_apiserver::endpoints`]
+//! The I/O (accepting, timing out, answering 429) is in [`crate::listener`], [`crate::connections`], [`fedingress_apiserver::endpoints`]
 //! and the gateway; nothing here touches a socket.
 
 use std::sync::Arc;
@@ -235,7 +235,49 @@ impl LimitsConfig {
         let min_request_timeout = flags
             .min_request_timeout
             .unwrap_or(self.min_request_timeout_seconds);
-        let positive: [(&str, u64); 16] = [
+        let positive =
+            self.must_be_positive(max_requests_inflight, max_mutating, min_request_timeout);
+        if let Some((key, _)) = positive.iter().find(|(_, value)| *value == 0) {
+            return Err(format!("{key} must be positive"));
+        }
+        if self.max_watch_timeout_seconds < min_request_timeout {
+            return Err(format!(
+                "limits.maxWatchTimeoutSeconds ({}) must be at least limits.minRequestTimeoutSeconds ({min_request_timeout})",
+                self.max_watch_timeout_seconds
+            ));
+        }
+        // A watch without timeoutSeconds may last 2 × min: keep that under the cap too.
+        let min_request_timeout = Duration::from_secs(min_request_timeout);
+        Ok(Limits {
+            max_connections: self.max_connections,
+            header_read_timeout: Duration::from_secs(self.header_read_timeout_seconds),
+            idle_timeout: Duration::from_secs(self.idle_timeout_seconds),
+            http2_max_streams: self.http2_max_streams_per_connection,
+            http2_keep_alive_interval: Duration::from_secs(self.http2_keep_alive_interval_seconds),
+            max_requests_inflight,
+            max_mutating_requests_inflight: max_mutating,
+            request_timeout: Duration::from_secs(self.request_timeout_seconds),
+            max_watches: self.max_watches,
+            max_watches_per_user: self.max_watches_per_user,
+            min_request_timeout,
+            max_watch_timeout: Duration::from_secs(self.max_watch_timeout_seconds),
+            gateway: GatewayLimits {
+                max_connections: self.gateway.max_connections,
+                hello_timeout: Duration::from_secs(self.gateway.hello_timeout_seconds),
+                max_pending_hellos: self.gateway.max_pending_hellos,
+                max_streams_per_connection: self.gateway.max_streams_per_connection,
+            },
+        })
+    }
+
+    /// Every value that must be positive, with the key (and flag) that sets it.
+    fn must_be_positive(
+        &self,
+        max_requests_inflight: usize,
+        max_mutating: usize,
+        min_request_timeout: u64,
+    ) -> [(&'static str, u64); 16] {
+        [
             ("limits.maxConnections", self.max_connections as u64),
             (
                 "limits.headerReadTimeoutSeconds",
@@ -285,38 +327,7 @@ impl LimitsConfig {
                 "limits.gateway.maxStreamsPerConnection",
                 u64::from(self.gateway.max_streams_per_connection),
             ),
-        ];
-        if let Some((key, _)) = positive.iter().find(|(_, value)| *value == 0) {
-            return Err(format!("{key} must be positive"));
-        }
-        if self.max_watch_timeout_seconds < min_request_timeout {
-            return Err(format!(
-                "limits.maxWatchTimeoutSeconds ({}) must be at least limits.minRequestTimeoutSeconds ({min_request_timeout})",
-                self.max_watch_timeout_seconds
-            ));
-        }
-        // A watch without timeoutSeconds may last 2 × min: keep that under the cap too.
-        let min_request_timeout = Duration::from_secs(min_request_timeout);
-        Ok(Limits {
-            max_connections: self.max_connections,
-            header_read_timeout: Duration::from_secs(self.header_read_timeout_seconds),
-            idle_timeout: Duration::from_secs(self.idle_timeout_seconds),
-            http2_max_streams: self.http2_max_streams_per_connection,
-            http2_keep_alive_interval: Duration::from_secs(self.http2_keep_alive_interval_seconds),
-            max_requests_inflight,
-            max_mutating_requests_inflight: max_mutating,
-            request_timeout: Duration::from_secs(self.request_timeout_seconds),
-            max_watches: self.max_watches,
-            max_watches_per_user: self.max_watches_per_user,
-            min_request_timeout,
-            max_watch_timeout: Duration::from_secs(self.max_watch_timeout_seconds),
-            gateway: GatewayLimits {
-                max_connections: self.gateway.max_connections,
-                hello_timeout: Duration::from_secs(self.gateway.hello_timeout_seconds),
-                max_pending_hellos: self.gateway.max_pending_hellos,
-                max_streams_per_connection: self.gateway.max_streams_per_connection,
-            },
-        })
+        ]
     }
 }
 
