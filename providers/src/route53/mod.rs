@@ -460,7 +460,6 @@ impl Route53Provider {
     ) -> Result<SyncReport, ProviderError> {
         let owner = &options.owner;
         let dry_run = options.dry_run || self.config.dry_run;
-        let checks_enabled = self.config.health_checks.enabled;
         let mut report = SyncReport {
             dry_run,
             ..SyncReport::default()
@@ -482,10 +481,87 @@ impl Route53Provider {
 
         // 3. Health checks before the records that refer to them. Route53 cannot probe
         // a private or loopback address: such targets go without.
+        let (wanted, mut notes) = self.wanted_health_checks(&natives);
+        let hplan = health::plan(&wanted, &owned_checks);
+        let (ids, failed_checks, hc_changes) =
+            self.ensure_health_checks(&hplan, owner, dry_run).await;
+        report.health_checks_changed += hc_changes;
+        let skipped = resolve_health_checks(&mut natives, &ids, &failed_checks, &mut notes);
+        let wanted_records = wanted_records(&natives, &skipped, &current);
+
+        // 4. The diff, limited to what we own, applied in batches.
+        let the_plan = plan::diff(&wanted_records, &current, owner);
+        let known: BTreeSet<String> = natives.iter().map(|(s, _)| s.dns_name.clone()).collect();
+        let mut results = self.planned_results(&natives, &notes, &skipped, &the_plan, &known);
+        report.changes = the_plan.len();
+        let failed_names = if dry_run {
+            BTreeMap::new()
+        } else {
+            self.apply_batches(&the_plan, options.batch_size).await
+        };
+        mark_failed(&mut results, &failed_names, &known);
+        if dry_run {
+            mark_dry_run(&mut results);
+        }
+        let partial = !failed_names.is_empty() || !skipped.is_empty();
+        let after = self
+            .records_after(&the_plan, &current, dry_run, partial)
+            .await;
+        add_published_records(&mut results, &natives, &after);
+
+        // 5. Health checks no record set refers to any more.
+        if !hplan.unused.is_empty() {
+            report.health_checks_changed += self
+                .delete_unused_checks(&hplan.unused, || the_plan.apply(&current), dry_run)
+                .await;
+        }
+
+        sort_records(&mut results);
+        report.names = results;
+        info!(
+            provider = %self.name,
+            changes = report.changes,
+            health_checks_changed = report.health_checks_changed,
+            failed = report.names.values().filter(|n| !n.synced).count(),
+            "route53 sync"
+        );
+        Ok(report)
+    }
+
+    /// What each name holds now (or would hold, on a dry run): desired where synced,
+    /// the zone's where not. `partial`: some names were skipped or failed, so the zone is
+    /// listed again (the plan applied to `current` if that fails).
+    async fn records_after(
+        &self,
+        the_plan: &plan::Plan<Rrset>,
+        current: &[Rrset],
+        dry_run: bool,
+        partial: bool,
+    ) -> Vec<Rrset> {
+        if dry_run || partial {
+            if dry_run {
+                the_plan.apply(current)
+            } else {
+                self.list_rrsets()
+                    .await
+                    .unwrap_or_else(|_| the_plan.apply(current))
+            }
+        } else {
+            the_plan.apply(current)
+        }
+    }
+
+    /// The health checks the desired record sets need (none when health checks are
+    /// disabled), and per DNS name the notes on targets that go without one: Route53
+    /// cannot probe a private or loopback address.
+    fn wanted_health_checks(
+        &self,
+        natives: &[(&PolicyRecordSet, records::Native)],
+    ) -> (BTreeSet<health::Wanted>, BTreeMap<String, Vec<String>>) {
         let mut notes: BTreeMap<String, Vec<String>> = BTreeMap::new();
         let mut wanted: BTreeSet<health::Wanted> = BTreeSet::new();
-        if checks_enabled {
-            for (set, native) in &natives {
+        if self.config.health_checks.enabled {
+            for (set, native) in natives {
                 for e in native.health.iter().flatten() {
                     if health::probeable(e) {
                         wanted.insert(self.wanted_health(e));
@@ -494,79 +570,27 @@ impl Route53Provider {
                             "no health check for {}: Route53 cannot probe a private or loopback address",
                             health::endpoint_key(e)
                         );
-                        let n = notes.entry(set.dns_name.clone()).or_default();
-                        if !n.contains(&note) {
-                            n.push(note);
-                        }
+                        add_note(&mut notes, &set.dns_name, note);
                     }
                 }
             }
         }
-        let hplan = health::plan(&wanted, &owned_checks);
-        let (ids, failed_checks, hc_changes) =
-            self.ensure_health_checks(&hplan, owner, dry_run).await;
-        report.health_checks_changed += hc_changes;
+        (wanted, notes)
+    }
 
-        // A health check Route53 refused (an address it will not probe): the records go
-        // out without it, and the report says so. One that failed for a passing reason
-        // (throttled, unreachable, after the retries): the DNS name keeps what the zone
-        // holds until the next sync, rather than going out unguarded.
-        let mut skipped: BTreeMap<String, String> = BTreeMap::new();
-        for (set, native) in &mut natives {
-            native.resolve_health_checks(|e| ids.get(e).cloned());
-            for e in native.health.iter().flatten() {
-                match failed_checks.get(e) {
-                    Some(err) if err.is_retryable() => {
-                        skipped
-                            .entry(set.dns_name.clone())
-                            .or_insert_with(|| format!("health check not created: {err}"));
-                    }
-                    Some(err) => {
-                        let note = format!("published without a health check: {err}");
-                        let n = notes.entry(set.dns_name.clone()).or_default();
-                        if !n.contains(&note) {
-                            n.push(note);
-                        }
-                    }
-                    None => {}
-                }
-            }
-        }
-        let mut wanted_records: Vec<WantedRecord<Rrset>> = Vec::new();
-        for (set, native) in &natives {
-            if skipped.contains_key(&set.dns_name) {
-                // Keep exactly what the zone holds at this name and its helper names
-                // (`_t0.<name>`, …), in the record types it would publish.
-                let types: BTreeSet<&str> =
-                    native.rrsets.iter().map(|r| r.type_.as_str()).collect();
-                let helper_suffix = format!(".{}", set.name);
-                wanted_records.extend(
-                    current
-                        .iter()
-                        .filter(|c| {
-                            (c.name == set.name
-                                || (c.name.starts_with('_')
-                                    && !c.name.starts_with(plan::MARKER_PREFIX)
-                                    && c.name.ends_with(&helper_suffix)))
-                                && types.contains(c.type_.as_str())
-                        })
-                        .map(|c| WantedRecord::new(c.clone(), set)),
-                );
-            } else {
-                wanted_records.extend(
-                    native
-                        .rrsets
-                        .iter()
-                        .map(|r| WantedRecord::new(r.clone(), set)),
-                );
-            }
-        }
-
-        // 4. The diff, limited to what we own, applied in batches.
-        let the_plan = plan::diff(&wanted_records, &current, owner);
-        let known: BTreeSet<String> = natives.iter().map(|(s, _)| s.dns_name.clone()).collect();
+    /// Each DNS name's result from the plan, before it is applied: synced unless
+    /// skipped or in conflict with someone else's record sets, with its planned changes,
+    /// what was left out and the notes. Logs each conflict.
+    fn planned_results(
+        &self,
+        natives: &[(&PolicyRecordSet, records::Native)],
+        notes: &BTreeMap<String, Vec<String>>,
+        skipped: &BTreeMap<String, String>,
+        the_plan: &plan::Plan<Rrset>,
+        known: &BTreeSet<String>,
+    ) -> BTreeMap<String, NameResult> {
         let mut results: BTreeMap<String, NameResult> = BTreeMap::new();
-        for (set, native) in &natives {
+        for (set, native) in natives {
             let r = results.entry(set.dns_name.clone()).or_default();
             r.synced = true;
             if !native.left_out.is_empty() {
@@ -576,13 +600,13 @@ impl Route53Provider {
                 r.message = join_message(&r.message, &n.join("; "));
             }
         }
-        for (name, why) in &skipped {
+        for (name, why) in skipped {
             let r = results.entry(name.clone()).or_default();
             r.synced = false;
             r.message = why.clone();
         }
         for (name, name_plan) in &the_plan.names {
-            let r = results.entry(report_name(name, &known)).or_default();
+            let r = results.entry(report_name(name, known)).or_default();
             r.changes += name_plan.len();
             if !name_plan.conflicts.is_empty() {
                 r.synced = false;
@@ -597,80 +621,7 @@ impl Route53Provider {
                 }
             }
         }
-        report.changes = the_plan.len();
-
-        let failed_names = if dry_run {
-            BTreeMap::new()
-        } else {
-            self.apply_batches(&the_plan, options.batch_size).await
-        };
-        for (name, why) in &failed_names {
-            let r = results.entry(report_name(name, &known)).or_default();
-            r.synced = false;
-            r.message = join_message(&r.message, why);
-        }
-        if dry_run {
-            // As Cloud DNS reports it: a dry-run name is in sync only when nothing is
-            // planned for it.
-            for r in results.values_mut().filter(|r| r.changes > 0) {
-                r.synced = false;
-                let would = format!("dry run: {} change(s) planned, none made", r.changes);
-                r.message = join_message(&would, &r.message);
-            }
-        }
-
-        // What each name holds now (or would hold, on a dry run): desired where synced,
-        // the zone's where not.
-        let after = if dry_run || !failed_names.is_empty() || !skipped.is_empty() {
-            if dry_run {
-                the_plan.apply(&current)
-            } else {
-                self.list_rrsets()
-                    .await
-                    .unwrap_or_else(|_| the_plan.apply(&current))
-            }
-        } else {
-            the_plan.apply(&current)
-        };
-        for (set, native) in &natives {
-            let mut names: BTreeSet<&str> = native.rrsets.iter().map(|r| r.name.as_str()).collect();
-            names.insert(set.name.as_str());
-            let mut types: BTreeSet<&str> =
-                native.rrsets.iter().map(|r| r.type_.as_str()).collect();
-            types.insert(set.type_.as_str());
-            let r = results.entry(set.dns_name.clone()).or_default();
-            for rec in after
-                .iter()
-                .filter(|x| names.contains(x.name.as_str()) && types.contains(x.type_.as_str()))
-            {
-                let published = rec.published();
-                if !r.records.contains(&published) {
-                    r.records.push(published);
-                }
-            }
-        }
-
-        // 5. Health checks no record set refers to any more.
-        if !hplan.unused.is_empty() {
-            report.health_checks_changed += self
-                .delete_unused_checks(&hplan.unused, || the_plan.apply(&current), dry_run)
-                .await;
-        }
-
-        for r in results.values_mut() {
-            r.records.sort_by(|a, b| {
-                (&a.name, &a.type_, &a.set_identifier).cmp(&(&b.name, &b.type_, &b.set_identifier))
-            });
-        }
-        report.names = results;
-        info!(
-            provider = %self.name,
-            changes = report.changes,
-            health_checks_changed = report.health_checks_changed,
-            failed = report.names.values().filter(|n| !n.synced).count(),
-            "route53 sync"
-        );
-        Ok(report)
+        results
     }
 
     /// Applies `plan`'s batches, one change request each, each within `batch_size`
@@ -763,6 +714,141 @@ impl Route53Provider {
             }
         }
         deleted
+    }
+}
+
+/// Adds `note` to `dns_name`'s notes, once.
+fn add_note(notes: &mut BTreeMap<String, Vec<String>>, dns_name: &str, note: String) {
+    let n = notes.entry(dns_name.to_string()).or_default();
+    if !n.contains(&note) {
+        n.push(note);
+    }
+}
+
+/// Sets the records' health check ids and returns the DNS names skipped, with why.
+///
+/// A health check Route53 refused (an address it will not probe): the records go out
+/// without it, and the notes say so. One that failed for a passing reason (throttled,
+/// unreachable, after the retries): the DNS name keeps what the zone holds until the
+/// next sync, rather than going out unguarded.
+fn resolve_health_checks(
+    natives: &mut [(&PolicyRecordSet, records::Native)],
+    ids: &BTreeMap<HealthEndpoint, String>,
+    failed_checks: &BTreeMap<HealthEndpoint, ProviderError>,
+    notes: &mut BTreeMap<String, Vec<String>>,
+) -> BTreeMap<String, String> {
+    let mut skipped: BTreeMap<String, String> = BTreeMap::new();
+    for (set, native) in natives {
+        native.resolve_health_checks(|e| ids.get(e).cloned());
+        for e in native.health.iter().flatten() {
+            match failed_checks.get(e) {
+                Some(err) if err.is_retryable() => {
+                    skipped
+                        .entry(set.dns_name.clone())
+                        .or_insert_with(|| format!("health check not created: {err}"));
+                }
+                Some(err) => {
+                    let note = format!("published without a health check: {err}");
+                    add_note(notes, &set.dns_name, note);
+                }
+                None => {}
+            }
+        }
+    }
+    skipped
+}
+
+/// The record sets to diff the zone against: each DNS name's native record sets, or
+/// for a skipped name exactly what the zone holds at it and at its helper names
+/// (`_t0.<name>`, …), in the record types it would publish.
+fn wanted_records(
+    natives: &[(&PolicyRecordSet, records::Native)],
+    skipped: &BTreeMap<String, String>,
+    current: &[Rrset],
+) -> Vec<WantedRecord<Rrset>> {
+    let mut wanted_records: Vec<WantedRecord<Rrset>> = Vec::new();
+    for (set, native) in natives {
+        if skipped.contains_key(&set.dns_name) {
+            let types: BTreeSet<&str> = native.rrsets.iter().map(|r| r.type_.as_str()).collect();
+            let helper_suffix = format!(".{}", set.name);
+            wanted_records.extend(
+                current
+                    .iter()
+                    .filter(|c| {
+                        (c.name == set.name
+                            || (c.name.starts_with('_')
+                                && !c.name.starts_with(plan::MARKER_PREFIX)
+                                && c.name.ends_with(&helper_suffix)))
+                            && types.contains(c.type_.as_str())
+                    })
+                    .map(|c| WantedRecord::new(c.clone(), set)),
+            );
+        } else {
+            wanted_records.extend(
+                native
+                    .rrsets
+                    .iter()
+                    .map(|r| WantedRecord::new(r.clone(), set)),
+            );
+        }
+    }
+    wanted_records
+}
+
+/// Marks the DNS names whose changes Route53 rejected.
+fn mark_failed(
+    results: &mut BTreeMap<String, NameResult>,
+    failed_names: &BTreeMap<String, String>,
+    known: &BTreeSet<String>,
+) {
+    for (name, why) in failed_names {
+        let r = results.entry(report_name(name, known)).or_default();
+        r.synced = false;
+        r.message = join_message(&r.message, why);
+    }
+}
+
+/// As Cloud DNS reports it: a dry-run name is in sync only when nothing is planned for
+/// it.
+fn mark_dry_run(results: &mut BTreeMap<String, NameResult>) {
+    for r in results.values_mut().filter(|r| r.changes > 0) {
+        r.synced = false;
+        let would = format!("dry run: {} change(s) planned, none made", r.changes);
+        r.message = join_message(&would, &r.message);
+    }
+}
+
+/// Adds to each DNS name's result what it holds now (or would hold, on a dry run):
+/// `after`'s record sets at its names and in its types.
+fn add_published_records(
+    results: &mut BTreeMap<String, NameResult>,
+    natives: &[(&PolicyRecordSet, records::Native)],
+    after: &[Rrset],
+) {
+    for (set, native) in natives {
+        let mut names: BTreeSet<&str> = native.rrsets.iter().map(|r| r.name.as_str()).collect();
+        names.insert(set.name.as_str());
+        let mut types: BTreeSet<&str> = native.rrsets.iter().map(|r| r.type_.as_str()).collect();
+        types.insert(set.type_.as_str());
+        let r = results.entry(set.dns_name.clone()).or_default();
+        for rec in after
+            .iter()
+            .filter(|x| names.contains(x.name.as_str()) && types.contains(x.type_.as_str()))
+        {
+            let published = rec.published();
+            if !r.records.contains(&published) {
+                r.records.push(published);
+            }
+        }
+    }
+}
+
+/// Each result's records in (name, type, set identifier) order.
+fn sort_records(results: &mut BTreeMap<String, NameResult>) {
+    for r in results.values_mut() {
+        r.records.sort_by(|a, b| {
+            (&a.name, &a.type_, &a.set_identifier).cmp(&(&b.name, &b.type_, &b.set_identifier))
+        });
     }
 }
 
