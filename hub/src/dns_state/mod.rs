@@ -218,7 +218,9 @@ mod tests {
     use fedingress_api::ingress::Traffic;
     use fedingress_store::{RedbOptions, RedbStore};
 
-    fn routed(name: &str) -> RoutedIngress {
+    /// A routed ingress `default/{name}` at `{name}.example.com`, with no clusters (the
+    /// replica's tests use it too).
+    pub(super) fn routed(name: &str) -> RoutedIngress {
         RoutedIngress {
             ingress: format!("default/{name}"),
             dns_name: format!("{name}.example.com"),

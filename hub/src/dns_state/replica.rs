@@ -374,23 +374,11 @@ mod tests {
     use std::time::Duration;
 
     use bytes::Bytes;
-    use fedingress_api::ingress::Traffic;
     use fedingress_store::battery::Deposable;
     use fedingress_store::{Precondition, RedbOptions, RedbStore, Store};
 
     use super::*;
-
-    fn routed(name: &str) -> RoutedIngress {
-        RoutedIngress {
-            ingress: format!("default/{name}"),
-            dns_name: format!("{name}.example.com"),
-            traffic: Traffic::default(),
-            clusters: Vec::new(),
-            srv: Vec::new(),
-            failover: Default::default(),
-            health_port: None,
-        }
-    }
+    use crate::dns_state::tests::routed;
 
     fn key(name: &str) -> IngressKey {
         IngressKey::new("default", name)
