@@ -60,9 +60,6 @@ fn location_text(located: &Value) -> String {
 /// The explanation for people.
 pub fn explain_text(value: &Value) -> String {
     let mut out = String::new();
-    let line = |out: &mut String, name: &str, text: String| {
-        let _ = writeln!(out, "{:<10}{text}", format!("{name}:"));
-    };
     line(
         &mut out,
         "Ingress",
@@ -86,61 +83,12 @@ pub fn explain_text(value: &Value) -> String {
         "Strategy",
         value["strategy"].as_str().unwrap_or("?").to_string(),
     );
-    let clusters: Vec<&str> = value["answer"]["clusters"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .collect();
-    let records: Vec<&str> = value["answer"]["records"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .collect();
-    let detail = &value["answer"]["detail"];
-    let anycast = detail["type"].as_str() == Some("Addresses");
-    line(
-        &mut out,
-        "Answer",
-        if anycast {
-            let addresses: Vec<&str> = detail["value"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-                .collect();
-            format!("{} (anycast)", addresses.join(", "))
-        } else if clusters.is_empty() {
-            "no cluster (NODATA)".into()
-        } else if records.is_empty() {
-            clusters.join(", ")
-        } else {
-            format!("{} → {}", clusters.join(", "), records.join(", "))
-        },
-    );
+    let anycast = value["answer"]["detail"]["type"].as_str() == Some("Addresses");
+    line(&mut out, "Answer", answer_text(&value["answer"], anycast));
     // SRV answers of named L4 rules: where each rule is served (its own load balancer
     // where the cluster has one).
     for service in value["answer"]["srv"].as_array().into_iter().flatten() {
-        let records: Vec<&str> = service["records"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .collect();
-        line(
-            &mut out,
-            "SRV",
-            format!(
-                "{} → {}",
-                service["name"].as_str().unwrap_or("?"),
-                if records.is_empty() {
-                    "no records".to_string()
-                } else {
-                    records.join(", ")
-                }
-            ),
-        );
+        line(&mut out, "SRV", srv_text(service));
     }
     line(
         &mut out,
@@ -155,22 +103,83 @@ pub fn explain_text(value: &Value) -> String {
     // The configured DNS providers (Route53, Cloud DNS) that hold this name: which of
     // their records the client would get, as that provider chooses.
     for provider in value["providers"].as_array().into_iter().flatten() {
-        let mut text = format!(
-            "{} ({}): {}",
-            provider["name"].as_str().unwrap_or("?"),
-            provider["type"].as_str().unwrap_or("?"),
-            provider["answer"].as_str().unwrap_or("?")
-        );
-        if !provider["synced"].as_bool().unwrap_or(false) {
-            match provider["message"].as_str().filter(|m| !m.is_empty()) {
-                Some(message) => {
-                    let _ = write!(text, " [not synced: {message}]");
-                }
-                None => text.push_str(" [not synced]"),
-            }
-        }
-        line(&mut out, "Provider", text);
+        line(&mut out, "Provider", provider_text(provider));
     }
+    let table = reasons_table(value, anycast);
+    if !table.is_empty() {
+        out.push('\n');
+        out.push_str(&table.render());
+    }
+    out
+}
+
+/// One `Name:    text` line of the explanation.
+fn line(out: &mut String, name: &str, text: String) {
+    let _ = writeln!(out, "{:<10}{text}", format!("{name}:"));
+}
+
+/// The strings in `value`, an array (none if it is not one).
+fn strings(value: &Value) -> Vec<&str> {
+    value
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect()
+}
+
+/// The answer: the anycast addresses, or the clusters and their records.
+fn answer_text(answer: &Value, anycast: bool) -> String {
+    let clusters = strings(&answer["clusters"]);
+    let records = strings(&answer["records"]);
+    if anycast {
+        let addresses = strings(&answer["detail"]["value"]);
+        format!("{} (anycast)", addresses.join(", "))
+    } else if clusters.is_empty() {
+        "no cluster (NODATA)".into()
+    } else if records.is_empty() {
+        clusters.join(", ")
+    } else {
+        format!("{} → {}", clusters.join(", "), records.join(", "))
+    }
+}
+
+/// One named L4 rule's SRV answer: its name and records.
+fn srv_text(service: &Value) -> String {
+    let records = strings(&service["records"]);
+    format!(
+        "{} → {}",
+        service["name"].as_str().unwrap_or("?"),
+        if records.is_empty() {
+            "no records".to_string()
+        } else {
+            records.join(", ")
+        }
+    )
+}
+
+/// One DNS provider's answer for the client, and whether it is synced.
+fn provider_text(provider: &Value) -> String {
+    let mut text = format!(
+        "{} ({}): {}",
+        provider["name"].as_str().unwrap_or("?"),
+        provider["type"].as_str().unwrap_or("?"),
+        provider["answer"].as_str().unwrap_or("?")
+    );
+    if !provider["synced"].as_bool().unwrap_or(false) {
+        match provider["message"].as_str().filter(|m| !m.is_empty()) {
+            Some(message) => {
+                let _ = write!(text, " [not synced: {message}]");
+            }
+            None => text.push_str(" [not synced]"),
+        }
+    }
+    text
+}
+
+/// Why each cluster is in the answer or not, with the columns (distance, RTT, weight,
+/// load) that some reason has.
+fn reasons_table(value: &Value, anycast: bool) -> Table {
     let reasons: Vec<&Value> = value["reasons"].as_array().into_iter().flatten().collect();
     let has = |key: &str| reasons.iter().any(|r| !r[key].is_null());
     // Anycast: "in the answer" means announcing the addresses.
@@ -209,11 +218,7 @@ pub fn explain_text(value: &Value) -> String {
         row.push(reason["detail"].as_str().unwrap_or("").to_string());
         table.row(row);
     }
-    if !table.is_empty() {
-        out.push('\n');
-        out.push_str(&table.render());
-    }
-    out
+    table
 }
 
 /// Anycast: per address, the clusters announcing it (`reasons[].anycast`), and that
