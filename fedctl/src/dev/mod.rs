@@ -359,75 +359,11 @@ async fn up(args: DevUpArgs) -> anyhow::Result<()> {
     let etcd = if args.ha { Some(etcd::find()?) } else { None };
     let shown_dir = args.state.state_dir.display().to_string();
     let dir = absolute(&args.state.state_dir)?;
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    // Tokens, keys and the kubeconfig live below: owner only.
-    {
-        use std::os::unix::fs::PermissionsExt as _;
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
-            .with_context(|| format!("restricting {} to its owner", dir.display()))?;
-    }
-    if let Some(state) = State::load(&dir)? {
-        if state.supervisor.as_ref().is_some_and(process::alive) {
-            bail!(
-                "a dev federation is already running from {shown_dir} (fedctl PID {}): stop it with Ctrl-C there, or `fedctl dev down{}`",
-                state.supervisor.and_then(|s| s.pid).unwrap_or_default(),
-                state_flag(&args.state.state_dir)
-            );
-        }
-        let mut leftovers = 0;
-        for proc in &state.processes {
-            if process::stop(proc, None, Duration::from_secs(5)) {
-                leftovers += 1;
-            }
-        }
-        if leftovers > 0 {
-            println!("Stopped {leftovers} processes left by an earlier `fedctl dev up`.");
-        }
-        State::remove(&dir);
-    }
-    let exe = std::env::current_exe().context("locating fedctl's own executable")?;
-    let bin_dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
-    let binaries = Binaries {
-        apiserver: bin_dir.join("federation-apiserver"),
-        agent: bin_dir.join("cluster-agent"),
-        fedctl: exe.clone(),
-        etcd,
-    };
-    for binary in [&binaries.apiserver, &binaries.agent] {
-        if !binary.is_file() {
-            bail!(
-                "{} not found next to fedctl: build every binary first (cargo build --release --bins)",
-                binary.display()
-            );
-        }
-    }
-    for sub in ["hub-data", "etcd", "clusters", "logs"] {
-        let path = dir.join(sub);
-        if path.exists() {
-            std::fs::remove_dir_all(&path)
-                .with_context(|| format!("clearing {}", path.display()))?;
-        }
-    }
-    std::fs::create_dir_all(dir.join("logs"))?;
-    std::fs::create_dir_all(dir.join("clusters"))?;
-
-    let interrupt = Interrupt::default();
-    let notify = Arc::new(tokio::sync::Notify::new());
-    {
-        let interrupt = interrupt.clone();
-        let notify = notify.clone();
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-        let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
-        tokio::spawn(async move {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-            }
-            interrupt.0.store(true, Ordering::Relaxed);
-            notify.notify_waiters();
-            notify.notify_one();
-        });
-    }
+    create_state_dir(&dir)?;
+    stop_earlier_run(&dir, &shown_dir, &args.state.state_dir)?;
+    let binaries = locate_binaries(etcd)?;
+    clear_run_dirs(&dir)?;
+    let (interrupt, notify) = watch_signals()?;
 
     let mut supervisor = Supervisor {
         dir: dir.clone(),
@@ -459,29 +395,14 @@ async fn up(args: DevUpArgs) -> anyhow::Result<()> {
         }
     };
     let replicas = if args.ha {
-        supervisor
-            .state
-            .replicas
-            .iter()
-            .map(|r| ReplicaStep {
-                name: r.name.clone(),
-                dns: r.dns.clone(),
-                pid: supervisor
-                    .state
-                    .processes
-                    .iter()
-                    .find(|p| p.role == "apiserver" && p.name == r.name)
-                    .and_then(|p| p.pid)
-                    .unwrap_or_default(),
-            })
-            .collect()
+        replica_steps(&supervisor.state)
     } else {
         Vec::new()
     };
     print!(
         "{}",
         next_steps(&NextSteps {
-            fedctl: fedctl_command(&exe),
+            fedctl: fedctl_command(&binaries.fedctl),
             state_dir: args.state.state_dir.clone(),
             kubeconfig: format!("{}/kubeconfig", shown_dir.trim_end_matches('/')),
             block: args.block,
@@ -494,7 +415,137 @@ async fn up(args: DevUpArgs) -> anyhow::Result<()> {
     use std::io::Write as _;
     let _ = std::io::stdout().flush();
 
-    // Run until interrupted, reporting processes that die.
+    report_deaths_until_interrupted(&mut supervisor, &interrupt, &notify, args.ha).await;
+    println!();
+    println!("Stopping the dev federation…");
+    let stopped = supervisor.stop_all();
+    println!(
+        "Stopped {} processes: {}.",
+        stopped.len(),
+        stopped.join(", ")
+    );
+    Ok(())
+}
+
+/// Creates the state directory. Tokens, keys and the kubeconfig live below: owner only.
+fn create_state_dir(dir: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+        .with_context(|| format!("restricting {} to its owner", dir.display()))?;
+    Ok(())
+}
+
+/// Refuses while an earlier `dev up` from `dir` still runs; otherwise stops the
+/// processes a dead one left and forgets its state.
+fn stop_earlier_run(dir: &Path, shown_dir: &str, state_dir: &Path) -> anyhow::Result<()> {
+    if let Some(state) = State::load(dir)? {
+        if state.supervisor.as_ref().is_some_and(process::alive) {
+            bail!(
+                "a dev federation is already running from {shown_dir} (fedctl PID {}): stop it with Ctrl-C there, or `fedctl dev down{}`",
+                state.supervisor.and_then(|s| s.pid).unwrap_or_default(),
+                state_flag(state_dir)
+            );
+        }
+        let mut leftovers = 0;
+        for proc in &state.processes {
+            if process::stop(proc, None, Duration::from_secs(5)) {
+                leftovers += 1;
+            }
+        }
+        if leftovers > 0 {
+            println!("Stopped {leftovers} processes left by an earlier `fedctl dev up`.");
+        }
+        State::remove(dir);
+    }
+    Ok(())
+}
+
+/// The binaries to run: the hub's and the agent's next to fedctl's own (both must be
+/// there), and etcd with `--ha`.
+fn locate_binaries(etcd: Option<PathBuf>) -> anyhow::Result<Binaries> {
+    let exe = std::env::current_exe().context("locating fedctl's own executable")?;
+    let bin_dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
+    let binaries = Binaries {
+        apiserver: bin_dir.join("federation-apiserver"),
+        agent: bin_dir.join("cluster-agent"),
+        fedctl: exe,
+        etcd,
+    };
+    for binary in [&binaries.apiserver, &binaries.agent] {
+        if !binary.is_file() {
+            bail!(
+                "{} not found next to fedctl: build every binary first (cargo build --release --bins)",
+                binary.display()
+            );
+        }
+    }
+    Ok(binaries)
+}
+
+/// Clears what an earlier run left in `dir` (hub data, etcd, clusters, logs) and creates
+/// the logs and clusters directories afresh.
+fn clear_run_dirs(dir: &Path) -> anyhow::Result<()> {
+    for sub in ["hub-data", "etcd", "clusters", "logs"] {
+        let path = dir.join(sub);
+        if path.exists() {
+            std::fs::remove_dir_all(&path)
+                .with_context(|| format!("clearing {}", path.display()))?;
+        }
+    }
+    std::fs::create_dir_all(dir.join("logs"))?;
+    std::fs::create_dir_all(dir.join("clusters"))?;
+    Ok(())
+}
+
+/// An [`Interrupt`] set, and a notification sent, on SIGTERM or SIGINT.
+fn watch_signals() -> anyhow::Result<(Interrupt, Arc<tokio::sync::Notify>)> {
+    let interrupt = Interrupt::default();
+    let notify = Arc::new(tokio::sync::Notify::new());
+    {
+        let interrupt = interrupt.clone();
+        let notify = notify.clone();
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+            interrupt.0.store(true, Ordering::Relaxed);
+            notify.notify_waiters();
+            notify.notify_one();
+        });
+    }
+    Ok((interrupt, notify))
+}
+
+/// Each hub replica's name, DNS address and PID, for the next steps.
+fn replica_steps(state: &State) -> Vec<ReplicaStep> {
+    state
+        .replicas
+        .iter()
+        .map(|r| ReplicaStep {
+            name: r.name.clone(),
+            dns: r.dns.clone(),
+            pid: state
+                .processes
+                .iter()
+                .find(|p| p.role == "apiserver" && p.name == r.name)
+                .and_then(|p| p.pid)
+                .unwrap_or_default(),
+        })
+        .collect()
+}
+
+/// Runs until interrupted, reporting processes that die (once each) and, with `--ha`,
+/// which hub replicas still serve.
+async fn report_deaths_until_interrupted(
+    supervisor: &mut Supervisor,
+    interrupt: &Interrupt,
+    notify: &tokio::sync::Notify,
+    ha: bool,
+) {
     let mut reported: Vec<u32> = Vec::new();
     while !interrupt.is_set() {
         tokio::select! {
@@ -506,7 +557,7 @@ async fn up(args: DevUpArgs) -> anyhow::Result<()> {
             if !reported.contains(&pid) {
                 reported.push(pid);
                 let live = supervisor.live_replicas();
-                let others = if proc.role == "apiserver" && args.ha && !live.is_empty() {
+                let others = if proc.role == "apiserver" && ha && !live.is_empty() {
                     let verb = if live.len() == 1 { "serves" } else { "serve" };
                     format!("; {} still {verb}", live.join(" and "))
                 } else {
@@ -516,15 +567,6 @@ async fn up(args: DevUpArgs) -> anyhow::Result<()> {
             }
         }
     }
-    println!();
-    println!("Stopping the dev federation…");
-    let stopped = supervisor.stop_all();
-    println!(
-        "Stopped {} processes: {}.",
-        stopped.len(),
-        stopped.join(", ")
-    );
-    Ok(())
 }
 
 fn state_flag(dir: &Path) -> String {
