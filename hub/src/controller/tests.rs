@@ -139,6 +139,11 @@ impl Fixture {
         }
     }
 
+    /// `cluster`'s agent is now `state`.
+    fn set_agent(&mut self, cluster: &str, state: AgentState) {
+        self.agents.insert(cluster.into(), state);
+    }
+
     fn with_ingress(mut self, ingress: FederatedIngress) -> Self {
         self.ingresses.insert(IngressKey::of(&ingress), ingress);
         self
@@ -204,14 +209,8 @@ fn both_healthy() -> BTreeMap<String, bool> {
 #[test]
 fn a_pending_generation_keeps_routing_on_the_previous_one() {
     let mut f = Fixture::new().with_ingress(ingress("echo", 1, "NoData"));
-    f.agents.insert(
-        "eu-west".into(),
-        agent("127.0.0.11", &[("echo", 1)], 1, true),
-    );
-    f.agents.insert(
-        "us-east".into(),
-        agent("127.0.0.12", &[("echo", 1)], 1, true),
-    );
+    f.set_agent("eu-west", agent("127.0.0.11", &[("echo", 1)], 1, true));
+    f.set_agent("us-east", agent("127.0.0.12", &[("echo", 1)], 1, true));
     f.step();
     // A spec edit: generation 2, not applied anywhere yet.
     f.ingresses.insert(key("echo"), {
@@ -234,10 +233,7 @@ fn a_pending_generation_keeps_routing_on_the_previous_one() {
 #[test]
 fn a_cluster_that_never_applied_the_share_is_never_answered() {
     let mut f = Fixture::new().with_ingress(ingress("echo", 1, "ServeAll"));
-    f.agents.insert(
-        "eu-west".into(),
-        agent("127.0.0.11", &[("echo", 1)], 0, true),
-    );
+    f.set_agent("eu-west", agent("127.0.0.11", &[("echo", 1)], 0, true));
     f.agents
         .insert("us-east".into(), agent("127.0.0.12", &[], 1, true));
     let pass = f.step();
@@ -262,14 +258,8 @@ fn a_cluster_that_never_applied_the_share_is_never_answered() {
 #[test]
 fn after_a_restart_routing_comes_from_the_persisted_state_until_the_lease_passes() {
     let mut f = Fixture::new().with_ingress(ingress("echo", 3, "NoData"));
-    f.agents.insert(
-        "eu-west".into(),
-        agent("127.0.0.11", &[("echo", 3)], 1, true),
-    );
-    f.agents.insert(
-        "us-east".into(),
-        agent("127.0.0.12", &[("echo", 3)], 1, true),
-    );
+    f.set_agent("eu-west", agent("127.0.0.11", &[("echo", 3)], 1, true));
+    f.set_agent("us-east", agent("127.0.0.12", &[("echo", 3)], 1, true));
     f.step();
     let persisted = f.routing.clone();
     let stored = f.ingresses[&key("echo")].status.clone();
@@ -305,24 +295,12 @@ fn after_a_restart_routing_comes_from_the_persisted_state_until_the_lease_passes
 #[test]
 fn a_recovered_cluster_waits_for_the_failback_delay() {
     let mut f = Fixture::new().with_ingress(ingress("echo", 1, "ServeAll"));
-    f.agents.insert(
-        "eu-west".into(),
-        agent("127.0.0.11", &[("echo", 1)], 1, true),
-    );
-    f.agents.insert(
-        "us-east".into(),
-        agent("127.0.0.12", &[("echo", 1)], 1, true),
-    );
+    f.set_agent("eu-west", agent("127.0.0.11", &[("echo", 1)], 1, true));
+    f.set_agent("us-east", agent("127.0.0.12", &[("echo", 1)], 1, true));
     f.step();
-    f.agents.insert(
-        "eu-west".into(),
-        agent("127.0.0.11", &[("echo", 1)], 0, true),
-    );
+    f.set_agent("eu-west", agent("127.0.0.11", &[("echo", 1)], 0, true));
     assert!(!routed_health(&f.step(), "echo")["eu-west"]);
-    f.agents.insert(
-        "eu-west".into(),
-        agent("127.0.0.11", &[("echo", 1)], 1, true),
-    );
+    f.set_agent("eu-west", agent("127.0.0.11", &[("echo", 1)], 1, true));
     f.now = at(T0 + 1_000);
     let held = f.step();
     assert!(!routed_health(&held, "echo")["eu-west"], "held for 30 s");
@@ -345,14 +323,8 @@ fn a_recovered_cluster_waits_for_the_failback_delay() {
 #[test]
 fn a_cluster_entrys_last_update_time_moves_only_when_it_changes() {
     let mut f = Fixture::new().with_ingress(ingress("echo", 1, "ServeAll"));
-    f.agents.insert(
-        "eu-west".into(),
-        agent("127.0.0.11", &[("echo", 1)], 1, true),
-    );
-    f.agents.insert(
-        "us-east".into(),
-        agent("127.0.0.12", &[("echo", 1)], 1, true),
-    );
+    f.set_agent("eu-west", agent("127.0.0.11", &[("echo", 1)], 1, true));
+    f.set_agent("us-east", agent("127.0.0.12", &[("echo", 1)], 1, true));
     let times = |pass: &Pass| -> BTreeMap<String, Option<Time>> {
         pass.ingresses[&key("echo")]
             .status
@@ -378,21 +350,10 @@ fn a_cluster_entrys_last_update_time_moves_only_when_it_changes() {
     assert_eq!(pass.ingresses[&key("echo")].status, stored);
 
     // eu-west's backend goes down: only its entry moves.
-    f.agents.insert(
-        "eu-west".into(),
-        agent("127.0.0.11", &[("echo", 1)], 0, true),
-    );
+    f.set_agent("eu-west", agent("127.0.0.11", &[("echo", 1)], 0, true));
     f.now = at(T0 + 9_000);
     let pass = f.step();
-    let entry = |name: &str| {
-        pass.ingresses[&key("echo")]
-            .status
-            .clusters
-            .iter()
-            .find(|c| c.name == name)
-            .unwrap()
-            .clone()
-    };
+    let entry = |name: &str| cluster_status(&pass.ingresses[&key("echo")].status, name).clone();
     assert!(!entry("eu-west").healthy);
     assert_eq!(entry("eu-west").last_update_time, Some(at(T0 + 9_000)));
     assert_eq!(entry("us-east").last_update_time, Some(at(T0)));
@@ -500,8 +461,8 @@ fn status_load_rps_is_the_load_overflow_reads_and_only_capacity_rps_is_its_limit
         a.report = Some(Arc::new(report));
         a
     };
-    f.agents.insert("eu-west".into(), loaded("127.0.0.11"));
-    f.agents.insert("us-east".into(), loaded("127.0.0.12"));
+    f.set_agent("eu-west", loaded("127.0.0.11"));
+    f.set_agent("us-east", loaded("127.0.0.12"));
     let pass = f.step();
     let routed = pass.ingresses[&key("ov")].routed.as_ref().unwrap();
     let view = |name: &str| routed.clusters.iter().find(|c| c.name == name).unwrap();
@@ -544,10 +505,7 @@ fn only_dirty_ingresses_are_recomputed() {
 #[test]
 fn a_deleted_ingress_loses_its_routing_state() {
     let mut f = Fixture::new().with_ingress(ingress("echo", 1, "ServeAll"));
-    f.agents.insert(
-        "eu-west".into(),
-        agent("127.0.0.11", &[("echo", 1)], 1, true),
-    );
+    f.set_agent("eu-west", agent("127.0.0.11", &[("echo", 1)], 1, true));
     f.step();
     f.ingresses.clear();
     let pass = f.decide(&Dirty {
@@ -588,6 +546,19 @@ spec:
     let mut ingress: FederatedIngress = yaml_serde::from_str(&yaml).unwrap();
     ingress.spec.apply_defaults();
     ingress
+}
+
+/// [`agent_of`] `ingress` on `ip`, a standalone agent offering everything, with its
+/// rules in `rule_errors` failing and no per-rule addresses.
+fn standalone_agent_of(ingress: &FederatedIngress, ip: &str, rule_errors: &[u32]) -> AgentState {
+    agent_of(
+        ingress,
+        ip,
+        Vec::new(),
+        rule_errors,
+        "standalone",
+        EVERYTHING,
+    )
 }
 
 /// An agent that applied `ingress` (its real rules), reports it healthy on `ip` with
@@ -651,6 +622,14 @@ fn service<'a>(routed: &'a fedingress_dns::RoutedIngress, transport: &str) -> &'
         .unwrap()
 }
 
+/// `cluster`'s entry in `status`.
+fn cluster_status<'a>(
+    status: &'a FederatedIngressStatus,
+    cluster: &str,
+) -> &'a fedingress_api::ingress::ClusterIngressStatus {
+    status.clusters.iter().find(|c| c.name == cluster).unwrap()
+}
+
 fn servable(status: &FederatedIngressStatus) -> (String, String, String) {
     let c = status
         .conditions
@@ -677,8 +656,8 @@ fn per_rule_addresses_reach_the_srv_services_and_the_status() {
         rule: 0,
         addresses: vec![Address::ip("127.0.0.11".parse().unwrap())],
     };
-    f.agents.insert(
-        "eu-west".into(),
+    f.set_agent(
+        "eu-west",
         agent_of(
             &ingress,
             "127.0.0.11",
@@ -688,17 +667,7 @@ fn per_rule_addresses_reach_the_srv_services_and_the_status() {
             EVERYTHING,
         ),
     );
-    f.agents.insert(
-        "us-east".into(),
-        agent_of(
-            &ingress,
-            "127.0.0.12",
-            Vec::new(),
-            &[],
-            "standalone",
-            EVERYTHING,
-        ),
-    );
+    f.set_agent("us-east", standalone_agent_of(&ingress, "127.0.0.12", &[]));
     let pass = f.step();
     let outcome = &pass.ingresses[&key("dns")];
     let routed = outcome.routed.as_ref().unwrap();
@@ -720,7 +689,7 @@ fn per_rule_addresses_reach_the_srv_services_and_the_status() {
     assert_eq!(eu.ips, ["127.0.0.11".parse::<std::net::IpAddr>().unwrap()]);
 
     let status = &outcome.status;
-    let entry = |name: &str| status.clusters.iter().find(|c| c.name == name).unwrap();
+    let entry = |name: &str| cluster_status(status, name);
     assert_eq!(
         entry("eu-west").rules,
         [fedingress_api::ingress::RuleAddressStatus {
@@ -740,8 +709,8 @@ fn capabilities_lacking_a_rule_set_servable_false_and_leave_its_srv_answers() {
     let ingress = dns_ingress("dns");
     let mut f = Fixture::new().with_ingress(ingress.clone());
     // eu-west's kubernetes profile: no UDP, TLS only as passthrough.
-    f.agents.insert(
-        "eu-west".into(),
+    f.set_agent(
+        "eu-west",
         agent_of(
             &ingress,
             "127.0.0.11",
@@ -752,8 +721,8 @@ fn capabilities_lacking_a_rule_set_servable_false_and_leave_its_srv_answers() {
         ),
     );
     // us-east's agent predates capabilities: unknown, nothing is taken to be missing.
-    f.agents.insert(
-        "us-east".into(),
+    f.set_agent(
+        "us-east",
         agent_of(&ingress, "127.0.0.12", Vec::new(), &[], "standalone", &[]),
     );
     let pass = f.step();
@@ -767,12 +736,7 @@ fn capabilities_lacking_a_rule_set_servable_false_and_leave_its_srv_answers() {
         message,
         "cluster eu-west (driver kubernetes) cannot serve rule 1 (UDP); cluster eu-west (driver kubernetes) cannot serve rule 2 (TLS/Terminate)"
     );
-    let eu = outcome
-        .status
-        .clusters
-        .iter()
-        .find(|c| c.name == "eu-west")
-        .unwrap();
+    let eu = cluster_status(&outcome.status, "eu-west");
     assert!(
         eu.message
             .contains("driver kubernetes cannot serve rule 2 (TLS/Terminate)"),
@@ -819,28 +783,8 @@ fn capabilities_lacking_a_rule_set_servable_false_and_leave_its_srv_answers() {
 fn a_rule_error_leaves_only_that_rules_srv_answers() {
     let ingress = dns_ingress("dns");
     let mut f = Fixture::new().with_ingress(ingress.clone());
-    f.agents.insert(
-        "eu-west".into(),
-        agent_of(
-            &ingress,
-            "127.0.0.11",
-            Vec::new(),
-            &[1],
-            "standalone",
-            EVERYTHING,
-        ),
-    );
-    f.agents.insert(
-        "us-east".into(),
-        agent_of(
-            &ingress,
-            "127.0.0.12",
-            Vec::new(),
-            &[],
-            "standalone",
-            EVERYTHING,
-        ),
-    );
+    f.set_agent("eu-west", standalone_agent_of(&ingress, "127.0.0.11", &[1]));
+    f.set_agent("us-east", standalone_agent_of(&ingress, "127.0.0.12", &[]));
     let pass = f.step();
     let outcome = &pass.ingresses[&key("dns")];
     let routed = outcome.routed.as_ref().unwrap();
@@ -853,27 +797,15 @@ fn a_rule_error_leaves_only_that_rules_srv_answers() {
         routed.clusters.iter().all(|c| c.healthy),
         "eu-west still serves its other rules"
     );
-    let eu = outcome
-        .status
-        .clusters
-        .iter()
-        .find(|c| c.name == "eu-west")
-        .unwrap();
+    let eu = cluster_status(&outcome.status, "eu-west");
     assert_eq!(eu.phase, ClusterPhase::Failed);
     assert!(eu.healthy);
     assert_eq!(eu.message, "rule 1: rule 1 is not served");
 
     // Every rule failed: nothing is served there, the cluster is unhealthy.
-    f.agents.insert(
-        "eu-west".into(),
-        agent_of(
-            &ingress,
-            "127.0.0.11",
-            Vec::new(),
-            &[0, 1, 2],
-            "standalone",
-            EVERYTHING,
-        ),
+    f.set_agent(
+        "eu-west",
+        standalone_agent_of(&ingress, "127.0.0.11", &[0, 1, 2]),
     );
     let health = routed_health(&f.step(), "dns");
     assert!(!health["eu-west"]);
@@ -892,8 +824,8 @@ fn per_rule_addresses_follow_the_listener_when_an_edit_moves_the_rules() {
     edited.metadata.generation = Some(2);
     edited.spec.rules.swap(0, 1);
     let mut f = Fixture::new().with_ingress(edited);
-    f.agents.insert(
-        "eu-west".into(),
+    f.set_agent(
+        "eu-west",
         agent_of(
             &applied,
             "127.0.0.11",
@@ -956,12 +888,12 @@ fn anycast_routes_reach_the_status_the_routing_and_the_cluster_speaker() {
         established_peers: 2,
         message: String::new(),
     };
-    f.agents.insert(
-        "eu-west".into(),
+    f.set_agent(
+        "eu-west",
         anycast_agent("127.0.0.11", "vip", true, "healthy", Some(up)),
     );
-    f.agents.insert(
-        "us-east".into(),
+    f.set_agent(
+        "us-east",
         anycast_agent(
             "127.0.0.12",
             "vip",
@@ -972,12 +904,7 @@ fn anycast_routes_reach_the_status_the_routing_and_the_cluster_speaker() {
     );
     let pass = f.step();
     let outcome = &pass.ingresses[&key("vip")];
-    let eu = outcome
-        .status
-        .clusters
-        .iter()
-        .find(|c| c.name == "eu-west")
-        .unwrap();
+    let eu = cluster_status(&outcome.status, "eu-west");
     assert_eq!(eu.anycast.len(), 1);
     assert!(eu.anycast[0].announced);
     let routed = outcome.routed.as_ref().unwrap();
@@ -1002,18 +929,12 @@ fn anycast_routes_reach_the_status_the_routing_and_the_cluster_speaker() {
         established_peers: 0,
         message: "gobgpd does not answer".into(),
     };
-    f.agents.insert(
-        "eu-west".into(),
+    f.set_agent(
+        "eu-west",
         anycast_agent("127.0.0.11", "vip", true, "healthy", Some(down)),
     );
     let pass = f.step();
-    let eu = pass.ingresses[&key("vip")]
-        .status
-        .clusters
-        .iter()
-        .find(|c| c.name == "eu-west")
-        .unwrap()
-        .clone();
+    let eu = cluster_status(&pass.ingresses[&key("vip")].status, "eu-west").clone();
     assert!(!eu.anycast[0].announced);
     assert_eq!(
         eu.anycast[0].reason,
@@ -1039,8 +960,8 @@ fn anycast_routes_reach_the_status_the_routing_and_the_cluster_speaker() {
 fn routes_of_other_strategies_do_not_reach_routing() {
     // An agent reporting a route for a Geo ingress (say, before the spec changed).
     let mut f = Fixture::new().with_ingress(ingress("geo", 1, "NoData"));
-    f.agents.insert(
-        "eu-west".into(),
+    f.set_agent(
+        "eu-west",
         anycast_agent("127.0.0.11", "geo", true, "healthy", None),
     );
     let pass = f.step();
@@ -1231,8 +1152,8 @@ fn settle_writes_only_the_statuses_that_differ_with_their_dns_part_and_the_event
     let mut f = Fixture::new()
         .with_ingress(ingress("a", 1, "ServeAll"))
         .with_ingress(ingress("b", 1, "ServeAll"));
-    f.agents.insert(
-        "eu-west".into(),
+    f.set_agent(
+        "eu-west",
         agent("127.0.0.11", &[("a", 1), ("b", 1)], 1, true),
     );
     let pass = f.step();
