@@ -144,6 +144,18 @@ impl<'a> Call<'a> {
         })
     }
 
+    /// Whether the user may write `new` over `current` (`None` when creating) without
+    /// escalating their own privileges.
+    fn check_escalation<R: Printable>(&self, current: Option<&R>, new: &R) -> Result<(), ApiError> {
+        crate::auth::escalation::check::<R>(
+            &self.state.authorizer,
+            self.user,
+            self.namespace,
+            current,
+            new,
+        )
+    }
+
     /// One object, as an object or a one-row Table.
     fn render<R: Printable>(&self, object: &R) -> Value {
         if self.table {
@@ -353,11 +365,17 @@ fn streamed(
         .into_response())
 }
 
+/// The answer to a write: `object` with `status` and the decoder's `warnings`.
+fn written<R: Printable>(status: StatusCode, object: &R, warnings: &[String]) -> Response {
+    with_warnings(
+        json_response(status, &serde_json::to_value(object).unwrap_or_default()),
+        warnings,
+    )
+}
+
 /// `create` (POST on the collection).
 async fn create<R: Printable>(call: &Call<'_>, request: Request) -> Result<Response, ApiError> {
     let Call {
-        state,
-        user,
         namespace,
         params,
         now,
@@ -365,15 +383,9 @@ async fn create<R: Printable>(call: &Call<'_>, request: Request) -> Result<Respo
         ..
     } = *call;
     let (object, warnings, dry_run) = decode_write::<R>(params, request).await?;
-    crate::auth::escalation::check::<R>(&state.authorizer, user, namespace, None, &object)?;
+    call.check_escalation(None, &object)?;
     let created = registry.create(namespace, object, now, dry_run).await?;
-    let mut response = with_warnings(
-        json_response(
-            StatusCode::CREATED,
-            &serde_json::to_value(&created).unwrap_or_default(),
-        ),
-        &warnings,
-    );
+    let mut response = written(StatusCode::CREATED, &created, &warnings);
     // The audit log names the created object, as kube's does.
     response
         .extensions_mut()
@@ -386,8 +398,6 @@ async fn create<R: Printable>(call: &Call<'_>, request: Request) -> Result<Respo
 /// `update` (PUT): the object or its status, replaced.
 async fn update<R: Printable>(call: &Call<'_>, request: Request) -> Result<Response, ApiError> {
     let Call {
-        state,
-        user,
         namespace,
         name,
         params,
@@ -406,30 +416,16 @@ async fn update<R: Printable>(call: &Call<'_>, request: Request) -> Result<Respo
     }
     let updated = registry
         .update::<R>(namespace, name, scope, dry_run, |current| {
-            crate::auth::escalation::check::<R>(
-                &state.authorizer,
-                user,
-                namespace,
-                Some(current),
-                &object,
-            )?;
+            call.check_escalation(Some(current), &object)?;
             Ok(object.clone())
         })
         .await?;
-    Ok(with_warnings(
-        json_response(
-            StatusCode::OK,
-            &serde_json::to_value(&updated).unwrap_or_default(),
-        ),
-        &warnings,
-    ))
+    Ok(written(StatusCode::OK, &updated, &warnings))
 }
 
 /// `patch`: a JSON, merge or (RBAC kinds and Namespaces) strategic merge patch, or a server-side apply.
 async fn patch<R: Printable>(call: &Call<'_>, request: Request) -> Result<Response, ApiError> {
     let Call {
-        state,
-        user,
         namespace,
         name,
         params,
@@ -472,23 +468,11 @@ async fn patch<R: Printable>(call: &Call<'_>, request: Request) -> Result<Respon
             }
             let (object, found) = codec::decode::<R>(document, validation)?;
             warnings = found;
-            crate::auth::escalation::check::<R>(
-                &state.authorizer,
-                user,
-                namespace,
-                Some(current),
-                &object,
-            )?;
+            call.check_escalation(Some(current), &object)?;
             Ok(object)
         })
         .await?;
-    Ok(with_warnings(
-        json_response(
-            StatusCode::OK,
-            &serde_json::to_value(&updated).unwrap_or_default(),
-        ),
-        &warnings,
-    ))
+    Ok(written(StatusCode::OK, &updated, &warnings))
 }
 
 /// `delete`: one object, with DeleteOptions' preconditions.
