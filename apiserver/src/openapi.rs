@@ -121,6 +121,7 @@ pub(crate) fn kind_schema<R: Resource>() -> Value {
         .into_generator();
     let mut schema = generator.into_root_schema_for::<R>().to_value();
     unwrap_descriptions(&mut schema);
+    drop_null_from_enums(&mut schema);
     if let Some(object) = schema.as_object_mut() {
         object.remove("$schema");
         object.remove("title");
@@ -132,6 +133,24 @@ pub(crate) fn kind_schema<R: Resource>() -> Value {
         );
     }
     schema
+}
+
+/// schemars lets an `Option` of an enum also be `null` by adding `null` to its `enum`
+/// (beside `nullable: true`); kube's schemas never list it, and `kubectl explain` shows it
+/// as `<no value>`. An absent optional field is what `nullable` already says.
+fn drop_null_from_enums(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            for (key, child) in map.iter_mut() {
+                match child {
+                    Value::Array(items) if key == "enum" => items.retain(|item| !item.is_null()),
+                    _ => drop_null_from_enums(child),
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(drop_null_from_enums),
+        _ => {}
+    }
 }
 
 /// Doc comments arrive hard-wrapped: join wrapped lines so kubectl can wrap them itself,
@@ -502,6 +521,46 @@ mod tests {
             }
         }
         assert_eq!(patches, 4);
+    }
+
+    /// Every `enum` in every published schema, with its JSON pointer.
+    fn enums<'a>(value: &'a Value, at: String, out: &mut Vec<(String, &'a Vec<Value>)>) {
+        match value {
+            Value::Object(map) => {
+                for (key, child) in map {
+                    match child {
+                        Value::Array(items) if key == "enum" => out.push((at.clone(), items)),
+                        _ => enums(child, format!("{at}/{key}"), out),
+                    }
+                }
+            }
+            Value::Array(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    enums(item, format!("{at}/{i}"), out);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// `kubectl explain federatedingress.spec.rules.tlsMode` showed `enum: Terminate,
+    /// Passthrough, <no value>`: an optional enum's schema listed `null` (issue 23).
+    #[test]
+    fn no_published_enum_lists_null() {
+        let mut found = Vec::new();
+        let documents = [core_document(), group_version_document(), rbac_document()];
+        for document in &documents {
+            enums(document, String::new(), &mut found);
+        }
+        let tls_mode = "/components/schemas/io.fedingress.v1alpha1.FederatedIngress/properties/spec/properties/rules/items/properties/tlsMode";
+        let (_, values) = found
+            .iter()
+            .find(|(at, _)| at == tls_mode)
+            .unwrap_or_else(|| panic!("no enum at {tls_mode}"));
+        assert_eq!(**values, [json!("Terminate"), json!("Passthrough")]);
+        for (at, values) in &found {
+            assert!(!values.iter().any(Value::is_null), "{at}: {values:?}");
+        }
     }
 
     #[test]
