@@ -435,6 +435,9 @@ impl Registry {
                 return Ok(current);
             }
             if dry_run {
+                // Nothing is written: the object keeps the stored resourceVersion, as in
+                // kube (`kubectl diff --server-side` compares it with the live object).
+                next.metadata_mut().resource_version = Some(current_kv.mod_revision.to_string());
                 return Ok(next);
             }
             let precondition = Precondition::ModRevision(current_kv.mod_revision);

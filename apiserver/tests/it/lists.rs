@@ -651,3 +651,58 @@ async fn deletecollection_with_selectors_finalizers_and_dry_run() {
             .contains(&json!("deletecollection"))
     );
 }
+
+/// A dry-run update answers the stored object's resourceVersion, as kube-apiserver does:
+/// `kubectl diff --server-side` showed a spurious `-  resourceVersion: "N"` for every
+/// object (issue 23). Merge patch, apply patch and a changing PUT, each with dryRun=All,
+/// and nothing is written.
+#[tokio::test]
+async fn dry_run_updates_answer_the_stored_resource_version() {
+    let app = App::start().await;
+    let created = app.create("web", json!({"app": "web"})).await;
+    let stored = rv(&created);
+    let one = format!("{INGRESSES}/web");
+    let dry = format!("{one}?dryRun=All");
+
+    let patched = app
+        .ok(
+            Method::PATCH,
+            &dry,
+            Some(json!({"metadata": {"labels": {"app": "shop"}}})),
+        )
+        .await;
+    assert_eq!(patched["metadata"]["labels"]["app"], "shop", "{patched}");
+    assert_eq!(rv(&patched), stored, "merge patch: {patched}");
+
+    let mut changed = created.clone();
+    changed["metadata"]["labels"]["app"] = json!("shop");
+    let put = app.ok(Method::PUT, &dry, Some(changed)).await;
+    assert_eq!(put["metadata"]["labels"]["app"], "shop", "{put}");
+    assert_eq!(rv(&put), stored, "PUT: {put}");
+
+    for labels in [json!({"app": "web"}), json!({"app": "shop"})] {
+        let mut config = ingress("web", labels.clone());
+        config["metadata"]["namespace"] = json!("default");
+        let mut request = App::request(
+            Method::PATCH,
+            &format!("{dry}&fieldManager=kubectl&force=true"),
+            None,
+        );
+        *request.body_mut() = Body::from(config.to_string());
+        request.headers_mut().insert(
+            "content-type",
+            http::HeaderValue::from_static("application/apply-patch+yaml"),
+        );
+        let response = app.router.clone().oneshot(request).await.unwrap();
+        let code = response.status();
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        let applied: Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(code, StatusCode::OK, "{applied}");
+        assert_eq!(applied["metadata"]["labels"], labels, "{applied}");
+        assert_eq!(rv(&applied), stored, "apply of {labels}: {applied}");
+    }
+
+    let after = app.ok(Method::GET, &one, None).await;
+    assert_eq!(after["metadata"]["labels"]["app"], "web", "{after}");
+    assert_eq!(rv(&after), stored, "a dry run writes nothing");
+}
