@@ -296,6 +296,66 @@ fn kubectl_drives_the_whole_lifecycle() {
     );
 }
 
+/// `kubectl diff --server-side` shows nothing for an unchanged object and only the change
+/// for a changed one: a dry-run update kept no resourceVersion, so every diff showed a
+/// spurious `-  resourceVersion: "N"` (issue 23). And `kubectl explain` lists an
+/// optional enum's values without `<no value>`.
+#[test]
+fn diff_server_side_and_explain_show_only_what_is_there() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start_apiserver(&dir.path().join("data"), &["--dev"]);
+    let k = dev_kubectl(dir.path(), &server, None);
+    let echo = write(dir.path(), "echo.yaml", &ECHO.replace("TTL", "30"));
+    k.ok(&["apply", "--server-side", "-f", &echo]);
+
+    let diff = k.run(&["diff", "--server-side", "-f", &echo]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&diff.stdout),
+        String::from_utf8_lossy(&diff.stderr),
+    );
+    assert_eq!(
+        diff.status.code(),
+        Some(0),
+        "an unchanged object differs:\n{stdout}{stderr}"
+    );
+    assert_eq!(stdout.trim(), "", "{stderr}");
+
+    let changed = write(dir.path(), "changed.yaml", &ECHO.replace("TTL", "45"));
+    let diff = k.run(&["diff", "--server-side", "-f", &changed]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&diff.stdout),
+        String::from_utf8_lossy(&diff.stderr),
+    );
+    assert_eq!(diff.status.code(), Some(1), "{stdout}{stderr}");
+    // The changed lines of the unified diff, indentation dropped.
+    let changes: Vec<String> = stdout
+        .lines()
+        .filter(|l| !l.starts_with("---") && !l.starts_with("+++"))
+        .filter_map(|l| {
+            let sign = l.chars().next().filter(|c| *c == '-' || *c == '+')?;
+            Some(format!("{sign}{}", l[1..].trim()))
+        })
+        .collect();
+    // The generation counts the spec change, as kube's does; nothing else differs.
+    assert_eq!(
+        changes,
+        ["-generation: 1", "+generation: 2", "-ttl: 30", "+ttl: 45"],
+        "{stdout}"
+    );
+    assert_eq!(
+        k.ok(&["get", "fing", "echo", "-o", "jsonpath={.spec.traffic.ttl}"]),
+        "30",
+        "a diff writes nothing"
+    );
+
+    let explain = k.ok(&["explain", "federatedingress.spec.rules.tlsMode"]);
+    assert!(
+        explain.contains("Terminate") && explain.contains("Passthrough"),
+        "{explain}"
+    );
+    assert!(!explain.contains("<no value>"), "{explain}");
+}
+
 #[test]
 fn older_and_newer_kubectl_work_too() {
     let dir = tempfile::tempdir().unwrap();
