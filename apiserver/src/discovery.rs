@@ -169,7 +169,8 @@ pub fn groups() -> Value {
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [group(), rbac_group(), authorization_group()]})
 }
 
-/// `authorization.k8s.io`: only SelfSubjectAccessReview (`kubectl auth can-i`).
+/// `authorization.k8s.io`: only SelfSubjectAccessReview (`kubectl auth can-i`) and
+/// SelfSubjectRulesReview (`kubectl auth can-i --list`).
 pub fn authorization_group() -> Value {
     let gv = json!({"groupVersion": "authorization.k8s.io/v1", "version": "v1"});
     json!({
@@ -191,6 +192,12 @@ pub fn authorization_resources() -> Value {
             "singularName": "selfsubjectaccessreview",
             "namespaced": false,
             "kind": "SelfSubjectAccessReview",
+            "verbs": ["create"],
+        }, {
+            "name": "selfsubjectrulesreviews",
+            "singularName": "selfsubjectrulesreview",
+            "namespaced": false,
+            "kind": "SelfSubjectRulesReview",
             "verbs": ["create"],
         }],
     })

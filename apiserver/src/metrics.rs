@@ -92,6 +92,7 @@ const RESOURCES: &[&str] = &[
     "clusterroles",
     "clusterrolebindings",
     "selfsubjectaccessreviews",
+    "selfsubjectrulesreviews",
 ];
 
 /// The subresources the REST layer serves itself; those of the extensions are added

@@ -234,8 +234,8 @@ const RESOURCE_ATTRIBUTES: &[&str] = &[
 ];
 const NON_RESOURCE_ATTRIBUTES: &[&str] = &["path", "verb"];
 
-/// Decodes a `SelfSubjectAccessReview` (`kubectl auth can-i`) into its JSON form.
-pub fn decode_access_review(body: &[u8]) -> Result<Value, ApiError> {
+/// The object's bytes in a `runtime.Unknown` envelope (its `raw`, field 2).
+fn raw_object(body: &[u8]) -> Result<&[u8], ApiError> {
     let envelope = body
         .strip_prefix(MAGIC)
         .ok_or_else(|| bad("no k8s protobuf envelope"))?;
@@ -245,6 +245,12 @@ pub fn decode_access_review(body: &[u8]) -> Result<Value, ApiError> {
             raw = b;
         }
     }
+    Ok(raw)
+}
+
+/// Decodes a `SelfSubjectAccessReview` (`kubectl auth can-i`) into its JSON form.
+pub fn decode_access_review(body: &[u8]) -> Result<Value, ApiError> {
+    let raw = raw_object(body)?;
     let mut spec = Map::new();
     for (number, field) in fields(raw)? {
         let (2, Field::Bytes(b)) = (number, field) else {
@@ -271,6 +277,23 @@ pub fn decode_access_review(body: &[u8]) -> Result<Value, ApiError> {
     Ok(json!({
         "apiVersion": "authorization.k8s.io/v1",
         "kind": "SelfSubjectAccessReview",
+        "spec": spec,
+    }))
+}
+
+/// Decodes a `SelfSubjectRulesReview` (`kubectl auth can-i --list`) into its JSON form:
+/// its spec holds only `namespace` (field 1).
+pub fn decode_rules_review(body: &[u8]) -> Result<Value, ApiError> {
+    let raw = raw_object(body)?;
+    let mut spec = Map::new();
+    for (number, field) in fields(raw)? {
+        if let (2, Field::Bytes(b)) = (number, field) {
+            spec = strings(b, &["namespace"], false)?;
+        }
+    }
+    Ok(json!({
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SelfSubjectRulesReview",
         "spec": spec,
     }))
 }
@@ -358,5 +381,24 @@ mod tests {
             decode_rbac(&[MAGIC, &[0x0a, 0x40]].concat()).is_err(),
             "truncated"
         );
+    }
+
+    #[test]
+    fn decodes_a_rules_review_like_kubectl_sends_it() {
+        let type_meta = [
+            field(1, b"authorization.k8s.io/v1"),
+            field(2, b"SelfSubjectRulesReview"),
+        ]
+        .concat();
+        let raw = [field(1, &[]), field(2, &field(1, b"shop")), field(3, &[])].concat();
+        let body = [MAGIC.to_vec(), field(1, &type_meta), field(2, &raw)].concat();
+        assert_eq!(
+            decode_rules_review(&body).unwrap(),
+            json!({
+                "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectRulesReview",
+                "spec": {"namespace": "shop"},
+            })
+        );
+        assert!(decode_rules_review(b"{}").is_err());
     }
 }

@@ -29,6 +29,7 @@ const CORE: &str = "/api/v1/";
 const RBAC: &str = "/apis/rbac.authorization.k8s.io/v1/";
 const FEDINGRESS: &str = "/apis/fedingress.io/v1alpha1/";
 const REVIEW: &str = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews";
+const RULES_REVIEW: &str = "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews";
 
 /// The object routes (authenticated, the store answering), any method.
 pub(super) fn routes() -> Router<Arc<AppState>> {
@@ -37,6 +38,7 @@ pub(super) fn routes() -> Router<Arc<AppState>> {
         .route(&format!("{RBAC}{{*rest}}"), any(rbac))
         .route(&format!("{FEDINGRESS}{{*rest}}"), any(fedingress))
         .route(REVIEW, any(review))
+        .route(RULES_REVIEW, any(rules_review))
 }
 
 /// The path below `prefix`, parsed; `None` with the reply when it does not parse.
@@ -162,24 +164,54 @@ async fn review(
     Extension(user): Extension<User>,
     request: Request,
 ) -> Reply {
-    const RESOURCE: &str = "selfsubjectaccessreviews";
+    serve_review(
+        "selfsubjectaccessreviews",
+        request,
+        crate::protobuf::decode_access_review,
+        |body| crate::auth::review::answer(&state.authorizer, &user, body),
+    )
+    .await
+}
+
+/// `selfsubjectrulesreviews` (POST only): what may the user do in a namespace?
+async fn rules_review(
+    State(state): State<Arc<AppState>>,
+    Extension(user): Extension<User>,
+    request: Request,
+) -> Reply {
+    serve_review(
+        "selfsubjectrulesreviews",
+        request,
+        crate::protobuf::decode_rules_review,
+        |body| crate::auth::review::rules(&state.authorizer, &user, body),
+    )
+    .await
+}
+
+/// A review: created (POST) only, its body JSON, YAML or (from kubectl's typed client)
+/// protobuf, answered as JSON.
+async fn serve_review(
+    resource: &'static str,
+    request: Request,
+    decode_protobuf: fn(&[u8]) -> Result<serde_json::Value, ApiError>,
+    answer: impl FnOnce(serde_json::Value) -> Result<serde_json::Value, ApiError>,
+) -> Reply {
     if request.method() != Method::POST {
         return Reply::new(
             "",
-            RESOURCE,
+            resource,
             Err(ApiError::method_not_allowed("only POST (create) is served")),
         );
     }
     let answer = async {
         let (headers, body) = read_body(request).await?;
         let value = if codec::media_type(content_type(&headers)) == crate::protobuf::MEDIA_TYPE {
-            crate::protobuf::decode_access_review(&body)
+            decode_protobuf(&body)
         } else {
             BodyFormat::from_content_type(content_type(&headers))
                 .and_then(|format| codec::parse_body(&body, format))
         }?;
-        let answer = crate::auth::review::answer(&state.authorizer, &user, value)?;
-        Ok(json_response(StatusCode::CREATED, &answer))
+        Ok(json_response(StatusCode::CREATED, &answer(value)?))
     };
-    Reply::new("create", RESOURCE, answer.await)
+    Reply::new("create", resource, answer.await)
 }

@@ -504,6 +504,92 @@ rules:
     );
 }
 
+/// `kubectl auth can-i --list` failed for every user: SelfSubjectRulesReview was not
+/// served (issue 23). An admin sees `*.*`; a user sees a RoleBinding's rules in its
+/// namespace only.
+#[test]
+fn kubectl_auth_can_i_list_shows_each_users_rules() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let server = Server::start(dir, &[]);
+    let admin = server.kubectl("admin", "admin-token");
+    let dave = server.kubectl("dave", "dave-token");
+    admin.create_namespace("shop");
+    admin.create_namespace("team");
+    // Each row as its words: resources, non-resource URLs, names, verbs.
+    let rows = |kubectl: &Kubectl, namespace: &str| -> Vec<Vec<String>> {
+        let out = kubectl.ok(&["auth", "can-i", "--list", "-n", namespace]);
+        let mut lines = out.lines();
+        let header: Vec<&str> = lines
+            .next()
+            .unwrap_or_default()
+            .split_whitespace()
+            .collect();
+        assert_eq!(
+            header,
+            [
+                "Resources",
+                "Non-Resource",
+                "URLs",
+                "Resource",
+                "Names",
+                "Verbs"
+            ],
+            "{out}"
+        );
+        lines
+            .map(|l| l.split_whitespace().map(String::from).collect())
+            .collect()
+    };
+
+    let all = rows(&admin, "default");
+    assert!(
+        all.contains(&vec!["*.*".into(), "[]".into(), "[]".into(), "[*]".into()]),
+        "{all:?}"
+    );
+    assert!(
+        all.contains(&vec!["[*]".into(), "[]".into(), "[*]".into()]),
+        "{all:?}"
+    );
+
+    let fed = |rows: &[Vec<String>]| {
+        rows.iter()
+            .filter(|r| r[0].ends_with(".fedingress.io"))
+            .map(|r| r.join(" "))
+            .collect::<Vec<_>>()
+    };
+    let before = rows(&dave, "shop");
+    assert_eq!(fed(&before), Vec::<String>::new(), "{before:?}");
+    assert!(
+        before.iter().any(|r| r[0] == "[/api/*]"),
+        "every user may read discovery: {before:?}"
+    );
+
+    admin.ok(&[
+        "create",
+        "rolebinding",
+        "dave-view",
+        "--clusterrole=view",
+        "--user=dave",
+        "-n",
+        "shop",
+    ]);
+    eventually(PROPAGATE, "dave's list shows view in shop", || {
+        let shop = rows(&dave, "shop");
+        let fed = fed(&shop);
+        if fed
+            .iter()
+            .any(|r| r == "federatedingresses.fedingress.io [] [] [get list watch]")
+        {
+            Ok(())
+        } else {
+            Err(format!("{shop:?}"))
+        }
+    });
+    let team = rows(&dave, "team");
+    assert_eq!(fed(&team), Vec::<String>::new(), "{team:?}");
+}
+
 #[test]
 fn oidc_tokens_authenticate_users() {
     let tmp = tempfile::tempdir().unwrap();
