@@ -21,7 +21,8 @@
 //! # The diff
 //!
 //! [`diff`] compares, per (name, type), the desired native record sets ([`Wanted`]) with
-//! the current ones:
+//! the current ones ([`conflicting`] tells the conflicts alone, before a provider sets
+//! up what the record sets it writes need):
 //!
 //! - unclaimed and empty: the record sets are created, with their marker;
 //! - claimed by this federation: record sets are created, updated (same name, type and
@@ -449,44 +450,51 @@ pub fn apply<N: NativeRecordSet>(current: &[N], changes: &[Change<N>]) -> Vec<N>
     out.into_values().collect()
 }
 
-/// The changes that bring `current` (the provider's zone, everything in it) to
-/// `desired`, touching only what `owner` owns. See the module doc.
-pub fn diff<N: NativeRecordSet>(desired: &[Wanted<N>], current: &[N], owner: &Owner) -> Plan<N> {
-    let claims = owner.claims(current);
-    let mut by_key: BTreeMap<Key, &N> = BTreeMap::new();
-    let mut by_name_type: BTreeMap<(String, String), Vec<&N>> = BTreeMap::new();
-    let mut by_name: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
-    for record in current {
-        by_key.insert(key(record), record);
-        by_name_type
-            .entry((record.name().to_owned(), record.type_().to_owned()))
-            .or_default()
-            .push(record);
-        by_name
-            .entry(record.name())
-            .or_default()
-            .insert(record.type_().to_owned());
+/// The zone as [`diff`] reads it: who claims each (name, type), and the record sets by
+/// key, by (name, type) and the types at each name.
+struct Zone<'a, N> {
+    claims: BTreeMap<(String, String), Claim>,
+    by_key: BTreeMap<Key, &'a N>,
+    by_name_type: BTreeMap<(String, String), Vec<&'a N>>,
+    by_name: BTreeMap<&'a str, BTreeSet<String>>,
+}
+
+impl<'a, N: NativeRecordSet> Zone<'a, N> {
+    fn new(current: &'a [N], owner: &Owner) -> Self {
+        let mut zone = Zone {
+            claims: owner.claims(current),
+            by_key: BTreeMap::new(),
+            by_name_type: BTreeMap::new(),
+            by_name: BTreeMap::new(),
+        };
+        for record in current {
+            zone.by_key.insert(key(record), record);
+            zone.by_name_type
+                .entry((record.name().to_owned(), record.type_().to_owned()))
+                .or_default()
+                .push(record);
+            zone.by_name
+                .entry(record.name())
+                .or_default()
+                .insert(record.type_().to_owned());
+        }
+        zone
     }
-    let mut groups: BTreeMap<(String, String), Vec<&Wanted<N>>> = BTreeMap::new();
-    for wanted in desired {
-        groups
-            .entry((
-                wanted.record.name().to_owned(),
-                wanted.record.type_().to_owned(),
-            ))
-            .or_default()
-            .push(wanted);
+
+    /// The record sets of (`name`, `type_`).
+    fn existing(&self, name: &str, type_: &str) -> &[&'a N] {
+        self.by_name_type
+            .get(&(name.to_owned(), type_.to_owned()))
+            .map_or(&[][..], Vec::as_slice)
     }
-    let ours = |claim: Option<&Claim>| matches!(claim, Some(Claim::Ours { .. }));
-    let mut plan = Plan::default();
-    for ((name, type_), wanted) in &groups {
-        let first = wanted[0];
-        let entry = plan.names.entry(first.dns_name.clone()).or_default();
-        let group_key = (name.clone(), type_.clone());
-        let claim = claims.get(&group_key);
-        let existing = by_name_type.get(&group_key).map_or(&[][..], Vec::as_slice);
+
+    /// Why `owner` may not write (`name`, `type_`), if it may not: the other federation
+    /// named by a marker, and the words (see the module doc).
+    fn conflict(&self, name: &str, type_: &str, owner: &Owner) -> Option<(Option<String>, String)> {
+        let ours = |claim: Option<&Claim>| matches!(claim, Some(Claim::Ours { .. }));
+        let claim = self.claims.get(&(name.to_owned(), type_.to_owned()));
         let marker = Owner::marker_name(name, type_);
-        let conflict = match claim {
+        match claim {
             Some(Claim::Other(other)) => Some((
                 Some(other.owner.clone()),
                 format!(
@@ -500,7 +508,7 @@ pub fn diff<N: NativeRecordSet>(desired: &[Wanted<N>], current: &[N], owner: &Ow
                     "{name} {type_}: {marker} holds a TXT record set that is not a fedingress ownership marker, so {name} {type_} cannot be claimed: left untouched"
                 ),
             )),
-            None if !existing.is_empty() => Some((
+            None if !self.existing(name, type_).is_empty() => Some((
                 None,
                 format!(
                     "{name} {type_} exists without this federation's ownership marker (TXT at {marker}): it was not published by \"{}\", so it is left untouched; delete it to let fedingress publish {name}",
@@ -510,13 +518,14 @@ pub fn diff<N: NativeRecordSet>(desired: &[Wanted<N>], current: &[N], owner: &Ow
             _ => {
                 // A CNAME cannot share its name with another type: someone else's records
                 // at the name block it, and a foreign CNAME blocks everything else.
-                let blocking: Vec<&String> = by_name
-                    .get(name.as_str())
+                let blocking: Vec<&String> = self
+                    .by_name
+                    .get(name)
                     .into_iter()
                     .flatten()
                     .filter(|other| *other != type_)
                     .filter(|other| type_ == "CNAME" || *other == "CNAME")
-                    .filter(|other| !ours(claims.get(&(name.clone(), (*other).clone()))))
+                    .filter(|other| !ours(self.claims.get(&(name.to_owned(), (*other).clone()))))
                     .collect();
                 (!blocking.is_empty()).then(|| {
                     (
@@ -533,7 +542,48 @@ pub fn diff<N: NativeRecordSet>(desired: &[Wanted<N>], current: &[N], owner: &Ow
                     )
                 })
             }
-        };
+        }
+    }
+}
+
+/// The (name, type)s among `wanted` that `owner` may not write in `current`: exactly
+/// those [`diff`] reports as a [`Conflict`], known before anything is planned, so that a
+/// provider sets up only what the record sets it will write need (Route53's health
+/// checks, which are billed).
+pub fn conflicting<'w, N: NativeRecordSet>(
+    wanted: impl IntoIterator<Item = (&'w str, &'w str)>,
+    current: &[N],
+    owner: &Owner,
+) -> BTreeSet<(String, String)> {
+    let zone = Zone::new(current, owner);
+    wanted
+        .into_iter()
+        .filter(|(name, type_)| zone.conflict(name, type_, owner).is_some())
+        .map(|(name, type_)| (name.to_owned(), type_.to_owned()))
+        .collect()
+}
+
+/// The changes that bring `current` (the provider's zone, everything in it) to
+/// `desired`, touching only what `owner` owns. See the module doc.
+pub fn diff<N: NativeRecordSet>(desired: &[Wanted<N>], current: &[N], owner: &Owner) -> Plan<N> {
+    let zone = Zone::new(current, owner);
+    let mut groups: BTreeMap<(String, String), Vec<&Wanted<N>>> = BTreeMap::new();
+    for wanted in desired {
+        groups
+            .entry((
+                wanted.record.name().to_owned(),
+                wanted.record.type_().to_owned(),
+            ))
+            .or_default()
+            .push(wanted);
+    }
+    let mut plan = Plan::default();
+    for ((name, type_), wanted) in &groups {
+        let first = wanted[0];
+        let entry = plan.names.entry(first.dns_name.clone()).or_default();
+        let existing = zone.existing(name, type_);
+        let marker = Owner::marker_name(name, type_);
+        let conflict = zone.conflict(name, type_, owner);
         if let Some((other_owner, message)) = conflict {
             entry.conflicts.push(Conflict {
                 name: name.clone(),
@@ -545,7 +595,7 @@ pub fn diff<N: NativeRecordSet>(desired: &[Wanted<N>], current: &[N], owner: &Ow
         }
         // The marker first, then the record sets.
         let want_marker = N::marker(&marker, &owner.marker_value(&first.owner_ref));
-        match by_key.get(&key(&want_marker)) {
+        match zone.by_key.get(&key(&want_marker)) {
             None => entry.creates.push(want_marker),
             Some(current) if **current != want_marker => {
                 entry.updates.push(((*current).clone(), want_marker));
@@ -558,7 +608,7 @@ pub fn diff<N: NativeRecordSet>(desired: &[Wanted<N>], current: &[N], owner: &Ow
             if !kept.insert(k.clone()) {
                 continue;
             }
-            match by_key.get(&k) {
+            match zone.by_key.get(&k) {
                 None => entry.creates.push(w.record.clone()),
                 Some(current) if **current != w.record => {
                     entry.updates.push(((*current).clone(), w.record.clone()));
@@ -573,7 +623,7 @@ pub fn diff<N: NativeRecordSet>(desired: &[Wanted<N>], current: &[N], owner: &Ow
         }
     }
     // Owned (name, type)s no longer desired: their record sets, then their markers.
-    for ((name, type_), claim) in &claims {
+    for ((name, type_), claim) in &zone.claims {
         let Claim::Ours { resource } = claim else {
             continue;
         };
@@ -585,15 +635,11 @@ pub fn diff<N: NativeRecordSet>(desired: &[Wanted<N>], current: &[N], owner: &Ow
             .strip_prefix("zone/")
             .map_or_else(|| name.clone(), str::to_owned);
         let entry = plan.names.entry(dns_name).or_default();
-        for record in by_name_type.get(&group_key).into_iter().flatten() {
+        for record in zone.existing(name, type_) {
             entry.deletes.push((*record).clone());
         }
         let marker = Owner::marker_name(name, type_);
-        for record in by_name_type
-            .get(&(marker, "TXT".to_owned()))
-            .into_iter()
-            .flatten()
-        {
+        for record in zone.existing(&marker, "TXT") {
             entry.deletes.push((*record).clone());
         }
     }
@@ -901,6 +947,47 @@ mod tests {
         // Delegation records report to the delegated apex.
         assert_eq!(plan.names["gslb.example.com"].deletes.len(), 2);
         assert!(converge(&[], &current, 1000).is_empty());
+    }
+
+    #[test]
+    fn conflicting_names_exactly_the_conflicts_of_the_diff() {
+        let other = Owner::new("hub-2");
+        let web = "web.example.com";
+        let zone = vec![
+            // Someone else's A at shop; another federation's AAAA claim at shop.
+            rec(SHOP, "A", None, &["203.0.113.1"]),
+            marker(&other, SHOP, "AAAA", "team/app"),
+            // Ours at web; a foreign CNAME at lb, blocking any other type there.
+            marker(&hub(), web, "A", "shop/web"),
+            rec(web, "A", None, &["192.0.2.9"]),
+            rec("lb.example.com", "CNAME", None, &["elb.example.net."]),
+        ];
+        let desired = vec![
+            want(rec(SHOP, "A", None, &["192.0.2.1"]), "shop/web", SHOP),
+            want(rec(SHOP, "AAAA", None, &["2001:db8::1"]), "shop/web", SHOP),
+            want(rec(SHOP, "TXT", None, &["\"hello\""]), "shop/web", SHOP),
+            want(rec(web, "A", None, &["192.0.2.1"]), "shop/web", web),
+            want(
+                rec("lb.example.com", "A", None, &["192.0.2.1"]),
+                "lb/web",
+                "lb.example.com",
+            ),
+        ];
+        let from_diff: BTreeSet<(String, String)> = diff(&desired, &zone, &hub())
+            .conflicts()
+            .map(|c| (c.name.clone(), c.type_.clone()))
+            .collect();
+        let keys = desired
+            .iter()
+            .map(|w| (w.record.name.as_str(), w.record.type_.as_str()));
+        let known_before = conflicting(keys, &zone, &hub());
+        assert_eq!(known_before, from_diff);
+        let expected: BTreeSet<(String, String)> =
+            [(SHOP, "A"), (SHOP, "AAAA"), ("lb.example.com", "A")]
+                .iter()
+                .map(|(n, t)| ((*n).to_owned(), (*t).to_owned()))
+                .collect();
+        assert_eq!(known_before, expected);
     }
 
     #[test]

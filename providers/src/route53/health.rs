@@ -7,6 +7,9 @@
 //!   `HealthCheckId`), deleted only after no record set refers to them any more (the
 //!   record changes of a sync come first; a health check still referred to by a record
 //!   set whose change failed is kept for the next sync).
+//! - **Only for record sets that are written**: a (name, type) in conflict (someone
+//!   else's record sets) is never written, so its endpoints get no check, and a name that
+//!   becomes a conflict loses its checks like any other unused ones (issue 23, item 3).
 //! - **Ownership**: a health check is this federation's when its `CallerReference`
 //!   starts with `fedingress-<hash of the owner id>-`. Route53 cannot filter health
 //!   checks by tag, so the prefix is what makes listing cheap (one paged

@@ -14,7 +14,9 @@
 //! 1. List the hosted zone's record sets and this federation's health checks.
 //! 2. Derive the native record sets of the desired ones ([`records::native`]).
 //! 3. Create the missing health checks (and update changed thresholds), so that the
-//!    records can refer to them.
+//!    records can refer to them: only those of record sets that will be written. A
+//!    (name, type) in conflict ([`plan::conflicting`]) is never written, so it gets none
+//!    (they are billed), and a name that became a conflict loses its checks in step 5.
 //! 4. Diff against the zone with [`crate::publish::plan`], limited to the record
 //!    sets this federation owns, and apply the changes one `ChangeResourceRecordSets` per
 //!    batch. A rejected batch is retried one DNS name at a time, so one bad name never
@@ -479,8 +481,20 @@ impl Route53Provider {
             .map(|s| (*s, records::native(s, &self.zone_id)))
             .collect();
 
-        // 3. Health checks before the records that refer to them. Route53 cannot probe
-        // a private or loopback address: such targets go without.
+        // 3. Health checks before the records that refer to them, only for the record
+        // sets that will be written: none for a (name, type) in conflict. Route53 cannot
+        // probe a private or loopback address: such targets go without.
+        let blocked = plan::conflicting(
+            natives.iter().flat_map(|(_, native)| {
+                native
+                    .rrsets
+                    .iter()
+                    .map(|r| (r.name.as_str(), r.type_.as_str()))
+            }),
+            &current,
+            owner,
+        );
+        unguard(&mut natives, &blocked);
         let (wanted, mut notes) = self.wanted_health_checks(&natives);
         let hplan = health::plan(&wanted, &owned_checks);
         let (ids, failed_checks, hc_changes) =
@@ -722,6 +736,24 @@ fn add_note(notes: &mut BTreeMap<String, Vec<String>>, dns_name: &str, note: Str
     let n = notes.entry(dns_name.to_string()).or_default();
     if !n.contains(&note) {
         n.push(note);
+    }
+}
+
+/// Takes the health check off every record set in `blocked` (in conflict: it is never
+/// written, so a check for it would be billed for nothing).
+fn unguard(
+    natives: &mut [(&PolicyRecordSet, records::Native)],
+    blocked: &BTreeSet<(String, String)>,
+) {
+    if blocked.is_empty() {
+        return;
+    }
+    for (_, native) in natives {
+        for (r, health) in native.rrsets.iter().zip(native.health.iter_mut()) {
+            if blocked.contains(&(r.name.clone(), r.type_.clone())) {
+                *health = None;
+            }
+        }
     }
 }
 

@@ -861,6 +861,111 @@ async fn foreign_record_sets_are_never_touched_and_the_conflict_is_reported() {
     );
 }
 
+/// A name in conflict is never published, so it gets no health checks (they are
+/// billed): none while someone else holds it, its checks once the conflict is gone, and
+/// none again once someone else takes it over (issue 23, item 3).
+#[tokio::test]
+async fn a_conflicting_name_has_no_health_checks() {
+    let z = zone().await;
+    let foreign = |ip: &str| {
+        ResourceRecordSet::builder()
+            .name("shop.example.com")
+            .r#type(RrType::A)
+            .ttl(300)
+            .resource_records(ResourceRecord::builder().value(ip).build().unwrap())
+            .build()
+            .unwrap()
+    };
+    // Our health checks, by the address they probe.
+    let probed = || async {
+        let mut ips: Vec<String> = z
+            .health_checks()
+            .await
+            .iter()
+            .filter(|(_, reference, _)| reference.starts_with("fedingress-"))
+            .map(|(_, _, c)| c.ip_address().unwrap().to_string())
+            .collect();
+        ips.sort();
+        ips
+    };
+    z.change(ChangeAction::Create, foreign("203.0.113.1")).await;
+    let p = z.provider(json!({})).await;
+    // shop's three endpoints; web (another name, own endpoint) is published meanwhile.
+    let sets = [
+        set(
+            "shop.example.com",
+            Policy::Multivalue,
+            vec![
+                target("eu", "192.0.2.1", eu()),
+                target("us", "192.0.2.2", us()),
+                target("ap", "192.0.2.3", ap()),
+            ],
+        ),
+        set(
+            "web.example.com",
+            Policy::Multivalue,
+            vec![target("lab", "192.0.2.4", eu())],
+        ),
+    ];
+    let refs: Vec<&PolicyRecordSet> = sets.iter().collect();
+    let report = p.sync(&refs, &options()).await.unwrap();
+    assert!(!report.names["shop.example.com"].synced, "{report:#?}");
+    assert!(report.names["web.example.com"].synced, "{report:#?}");
+    assert_eq!(report.health_checks_changed, 1, "web's only: {report:#?}");
+    assert_eq!(
+        probed().await,
+        ["192.0.2.4"],
+        "no check for the conflicting name"
+    );
+    // A resync changes nothing: still no check for shop.
+    let again = p.sync(&refs, &options()).await.unwrap();
+    assert_eq!(again.health_checks_changed, 0, "{again:#?}");
+    assert_eq!(probed().await, ["192.0.2.4"]);
+
+    // The conflict is gone: shop is published, with a check per endpoint.
+    z.change(ChangeAction::Delete, foreign("203.0.113.1")).await;
+    let report = sync(&p, &sets).await;
+    assert_eq!(report.health_checks_changed, 3, "{report:#?}");
+    assert_eq!(
+        probed().await,
+        ["192.0.2.1", "192.0.2.2", "192.0.2.3", "192.0.2.4"]
+    );
+    let shop: Vec<String> = z
+        .routed()
+        .await
+        .into_iter()
+        .filter(|r| r.starts_with("shop."))
+        .collect();
+    assert_eq!(
+        shop,
+        [
+            "shop.example.com A [ap] multivalue 192.0.2.3 hc",
+            "shop.example.com A [eu] multivalue 192.0.2.1 hc",
+            "shop.example.com A [us] multivalue 192.0.2.2 hc",
+        ]
+    );
+
+    // Someone else takes shop over (replaces our record sets and marker with their
+    // own): it is a conflict again, and its checks go.
+    for id in ["eu", "us", "ap"] {
+        let ours = z.get("shop.example.com", "A", Some(id)).await;
+        z.change(ChangeAction::Delete, ours).await;
+    }
+    let marker = z.get("_fedingress-a.shop.example.com", "TXT", None).await;
+    z.change(ChangeAction::Delete, marker).await;
+    z.change(ChangeAction::Create, foreign("203.0.113.2")).await;
+    let report = p.sync(&refs, &options()).await.unwrap();
+    assert!(!report.names["shop.example.com"].synced, "{report:#?}");
+    assert_eq!(report.health_checks_changed, 3, "{report:#?}");
+    assert_eq!(probed().await, ["192.0.2.4"], "shop's checks are deleted");
+    assert!(
+        z.records()
+            .await
+            .contains(&"shop.example.com A 203.0.113.2".to_string()),
+        "the other holder's record set is untouched"
+    );
+}
+
 #[tokio::test]
 async fn drift_by_hand_is_repaired_by_the_next_sync() {
     let z = zone().await;
