@@ -22,6 +22,7 @@
 use std::collections::BTreeSet;
 
 use serde::Deserialize;
+use serde::de::{self, Deserializer, MapAccess, Visitor};
 
 /// Which cloud.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
@@ -88,6 +89,7 @@ pub struct ProviderConfig {
     /// (`projects/P/global/healthChecks/NAME` or its URL) for the routing policies'
     /// external endpoints. Without it, the hub keeps the record sets to the clusters it
     /// sees healthy itself.
+    #[serde(default, deserialize_with = "health_check_resource")]
     pub health_check: Option<String>,
     /// Zones of the embedded DNS server (`dns.zones[].name`) whose delegation this
     /// provider maintains: NS records at the zone's apex and glue for in-zone
@@ -119,6 +121,40 @@ impl Default for HealthCheckConfig {
             failure_threshold: default_failure_threshold(),
         }
     }
+}
+
+/// `healthCheck`, Cloud DNS's health check resource: a string. A map there is Route53's
+/// settings under the singular name, which serde alone answers with "invalid type: map,
+/// expected a string": the error says where they go instead (issue 23).
+fn health_check_resource<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<String>, D::Error> {
+    struct Resource;
+    impl<'de> Visitor<'de> for Resource {
+        type Value = Option<String>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a Cloud DNS health check resource (projects/P/global/healthChecks/NAME)")
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            Ok(Some(v.to_string()))
+        }
+        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_some<D: Deserializer<'de>>(self, inner: D) -> Result<Self::Value, D::Error> {
+            inner.deserialize_any(self)
+        }
+        fn visit_map<A: MapAccess<'de>>(self, _: A) -> Result<Self::Value, A::Error> {
+            Err(de::Error::custom(
+                "Route53's health check settings are `healthChecks` (plural); `healthCheck` is \
+                 Cloud DNS's health check resource, a string (projects/P/global/healthChecks/NAME)",
+            ))
+        }
+    }
+    deserializer.deserialize_option(Resource)
 }
 
 fn yes() -> bool {
@@ -382,6 +418,39 @@ mod tests {
         assert!(
             yaml_serde::from_str::<Vec<ProviderConfig>>("- {name: a, type: azure, zone: z}")
                 .is_err()
+        );
+    }
+
+    /// Route53's settings written as `healthCheck` (Cloud DNS's string field) said only
+    /// "invalid type: map, expected a string" (issue 23): the error names the field and
+    /// points to `healthChecks`.
+    #[test]
+    fn route53_settings_under_health_check_point_to_health_checks() {
+        let err = yaml_serde::from_str::<Vec<ProviderConfig>>(
+            "- name: a\n  type: route53\n  zone: z\n  healthCheck: {requestIntervalSeconds: 10}\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("[0].healthCheck: Route53"), "{err}");
+        assert!(err.contains("`healthChecks` (plural)"), "{err}");
+        assert!(!err.contains("expected a string"), "{err}");
+        let p = parse(
+            "- {name: g, type: clouddns, zone: z, project: p, healthCheck: projects/p/global/healthChecks/c}\n\
+             - {name: h, type: clouddns, zone: z, project: p, healthCheck: null}\n",
+        );
+        assert_eq!(
+            p[0].health_check.as_deref(),
+            Some("projects/p/global/healthChecks/c")
+        );
+        assert_eq!(p[1].health_check, None);
+        let err = yaml_serde::from_str::<Vec<ProviderConfig>>(
+            "- {name: g, type: clouddns, zone: z, healthCheck: [a]}",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("expected a Cloud DNS health check resource"),
+            "{err}"
         );
     }
 }
