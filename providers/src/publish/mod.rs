@@ -176,6 +176,10 @@ pub enum ProviderError {
     /// zone): not retried; reported in status.
     #[error("{operation}: rejected by the provider: {message}")]
     Rejected { operation: String, message: String },
+    /// The provider cannot be called as this process is configured (no cloud
+    /// credentials): not retried, since another try finds the same; reported in status.
+    #[error("{operation}: configuration error: {message}")]
+    Misconfigured { operation: String, message: String },
 }
 
 impl ProviderError {

@@ -9,10 +9,13 @@
 //! not be read are [`ProviderError::Transient`]; everything else the service says
 //! (`InvalidChangeBatch`, `InvalidInput`, `AccessDenied`, `NoSuchHostedZone`,
 //! `HealthCheckInUse`, …) is [`ProviderError::Rejected`] with the service's code and
-//! message. The SDK's own retries are off (see [`super::client_config`]): a retry is the
-//! call policy's decision, counted and logged in one place.
+//! message. No credentials at all, or a credentials configuration that cannot work, is
+//! [`ProviderError::Misconfigured`]: one line, not retried (another try finds the same).
+//! The SDK's own retries are off (see [`super::client_config`]): a retry is the call
+//! policy's decision, counted and logged in one place.
 
 use crate::publish::ProviderError;
+use aws_credential_types::provider::error::CredentialsError;
 use aws_sdk_route53::Client;
 use aws_sdk_route53::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_route53::types::{
@@ -29,6 +32,9 @@ where
 {
     let status = err.raw_response().map(|r| r.status().as_u16());
     let operation = operation.to_string();
+    if let Some(message) = missing_credentials(&err) {
+        return ProviderError::Misconfigured { operation, message };
+    }
     match &err {
         SdkError::ServiceError(service) => {
             let e = service.err();
@@ -79,6 +85,39 @@ where
             }
         }
     }
+}
+
+/// When `err` comes from the credentials chain finding no credentials (or a
+/// configuration it cannot use), a one-line message saying so: the SDK reports it as a
+/// dispatch failure, which would otherwise be retried as transient and logged with the
+/// SDK's debug dump at every try (issue 23). A provider that timed out or failed (STS, the
+/// instance metadata service) stays transient.
+fn missing_credentials(err: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut source = Some(err);
+    while let Some(error) = source {
+        if let Some(credentials) = error.downcast_ref::<CredentialsError>() {
+            if !matches!(
+                credentials,
+                CredentialsError::CredentialsNotLoaded(_)
+                    | CredentialsError::InvalidConfiguration(_)
+            ) {
+                return None;
+            }
+            let mut message = String::from(
+                "no usable AWS credentials (looked in the environment, the shared config and \
+                 credentials files, web identity, the ECS and EC2 instance roles)",
+            );
+            let mut cause = Some(credentials as &(dyn std::error::Error + 'static));
+            while let Some(error) = cause {
+                message.push_str(": ");
+                message.push_str(&error.to_string());
+                cause = error.source();
+            }
+            return Some(message);
+        }
+        source = error.source();
+    }
+    None
 }
 
 fn rejected(operation: &str, message: impl Into<String>) -> ProviderError {
@@ -265,4 +304,89 @@ pub async fn change_batch(
         .await
         .map_err(|e| classify(OP, e))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use aws_config::{BehaviorVersion, Region, SdkConfig};
+    use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider, future};
+    use aws_sdk_route53::config::retry::RetryConfig;
+
+    use super::*;
+
+    /// A credentials chain that fails as `fail` says.
+    #[derive(Debug)]
+    struct Chain(fn() -> CredentialsError);
+
+    impl ProvideCredentials for Chain {
+        fn provide_credentials<'a>(&'a self) -> future::ProvideCredentials<'a>
+        where
+            Self: 'a,
+        {
+            future::ProvideCredentials::ready(Err((self.0)()))
+        }
+    }
+
+    /// `GetHostedZone` with credentials from `chain`. Nothing listens at the endpoint:
+    /// the credentials fail before anything is sent.
+    async fn get_hosted_zone(chain: Chain) -> ProviderError {
+        let sdk = SdkConfig::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .region(Region::new("us-east-1"))
+            .credentials_provider(SharedCredentialsProvider::new(chain))
+            .endpoint_url("http://127.0.0.1:9")
+            .build();
+        let client = Client::from_conf(
+            aws_sdk_route53::config::Builder::from(&sdk)
+                .retry_config(RetryConfig::disabled())
+                .build(),
+        );
+        hosted_zone_name(&client, "Z1").await.unwrap_err()
+    }
+
+    /// Missing credentials were retried six times as transient, each try logging the
+    /// SDK's debug dump (issue 23): a configuration error, said in one line, not retried.
+    #[tokio::test]
+    async fn missing_credentials_are_a_configuration_error() {
+        let error = get_hosted_zone(Chain(|| {
+            CredentialsError::not_loaded("no providers in chain provided credentials")
+        }))
+        .await;
+        assert!(
+            matches!(error, ProviderError::Misconfigured { .. }),
+            "{error:?}"
+        );
+        assert!(!error.is_retryable());
+        let text = error.to_string();
+        assert!(
+            text.starts_with("GetHostedZone: configuration error: no usable AWS credentials"),
+            "{text}"
+        );
+        assert!(
+            text.ends_with("no providers in chain provided credentials"),
+            "{text}"
+        );
+        assert_eq!(text.lines().count(), 1, "{text}");
+        assert!(!text.contains("DispatchFailure"), "{text}");
+
+        let error = get_hosted_zone(Chain(|| {
+            CredentialsError::invalid_configuration("profile \"x\" has no region")
+        }))
+        .await;
+        assert!(
+            matches!(error, ProviderError::Misconfigured { .. }),
+            "{error:?}"
+        );
+
+        // A chain that failed (STS or the instance metadata service down) may succeed
+        // on another try.
+        let error = get_hosted_zone(Chain(|| {
+            CredentialsError::provider_error("the instance metadata service did not answer")
+        }))
+        .await;
+        assert!(
+            matches!(error, ProviderError::Transient { .. }),
+            "{error:?}"
+        );
+    }
 }
