@@ -1,6 +1,7 @@
 //! Serving one REST connection ([`serve`]) with the limits of the REST API: the
-//! open-connection cap ([`Open`]), telling HTTP/2 from HTTP/1 on a plain socket within
-//! the header-read timeout ([`sniff`]), the in-flight caps and request timeout of each
+//! open-connection cap ([`Open`]), telling HTTP/2 from HTTP/1 within the header-read
+//! timeout (on a plain socket [`sniff`], after TLS [`Deciding`]), the in-flight caps and
+//! request timeout of each
 //! request, and idle tracking ([`Activity`], [`HeldBody`]). The limits themselves are in
 //! [`crate::limits`]; accepting connections is [`crate::listener`].
 
@@ -60,7 +61,7 @@ where
             LimitCounters::count(&metrics.limits.idle_closed);
             tracing::debug!(%peer, "connection idle for limits.idleTimeoutSeconds: closing");
             connection.as_mut().graceful_shutdown();
-            match tokio::time::timeout(limits.idle_timeout, connection.as_mut()).await {
+            match tokio::time::timeout(IDLE_CLOSE_GRACE, connection.as_mut()).await {
                 Ok(result) => result,
                 Err(_) => Ok(()),
             }
@@ -70,6 +71,10 @@ where
         log_ended(&*e, peer, &metrics);
     }
 }
+
+/// How long an idle connection, told to close (HTTP/2: a GOAWAY), has to close before
+/// the socket is closed: nothing is in flight on it. Go's HTTP/2 server waits as long.
+const IDLE_CLOSE_GRACE: Duration = Duration::from_secs(1);
 
 /// HTTP/1 or HTTP/2 only, with the header-read timeout, the stream cap and keep-alive.
 fn http_builder(limits: &Limits, protocol: Protocol) -> auto::Builder<TokioExecutor> {
@@ -204,11 +209,13 @@ pub enum Protocol {
     Http2,
 }
 
+/// The HTTP/2 client preface.
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
 /// Whether a plain connection speaks HTTP/2 (prior knowledge: the client preface) or
 /// HTTP/1, from its first bytes; `None` when it sends nothing decisive within
 /// `timeout` (or closes).
 pub async fn sniff(stream: &TcpStream, timeout: Duration) -> Option<Protocol> {
-    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
     let decide = async {
         let mut buffer = [0u8; PREFACE.len()];
         // Real clients send the preface in one segment; a client trickling it gets
@@ -231,6 +238,107 @@ pub async fn sniff(stream: &TcpStream, timeout: Duration) -> Option<Protocol> {
         }
     };
     tokio::time::timeout(timeout, decide).await.ok().flatten()
+}
+
+/// A TLS connection's plain text, until its first bytes decide HTTP/1 or HTTP/2 as
+/// [`sniff`] decides on a plain socket (the whole client preface, or a byte that is not
+/// the preface's): when that takes longer than its deadline, reads fail with
+/// `TimedOut`, counted as a header timeout. Without it a client that finishes the
+/// handshake and says nothing would be held until the idle timeout.
+pub struct Deciding<S> {
+    inner: S,
+    /// How many bytes of the preface have been seen.
+    seen: usize,
+    /// Until decided: the deadline.
+    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+    metrics: Arc<Metrics>,
+}
+
+impl<S> Deciding<S> {
+    /// `inner`, whose first bytes must decide within `timeout`.
+    pub fn new(inner: S, timeout: Duration, metrics: Arc<Metrics>) -> Self {
+        Self {
+            inner,
+            seen: 0,
+            deadline: Some(Box::pin(tokio::time::sleep(timeout))),
+            metrics,
+        }
+    }
+
+    /// Takes the next bytes read; true once they decide.
+    fn decided_by(&mut self, data: &[u8]) -> bool {
+        for byte in data {
+            if PREFACE.get(self.seen) != Some(byte) {
+                return true;
+            }
+            self.seen += 1;
+        }
+        self.seen == PREFACE.len()
+    }
+}
+
+impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Deciding<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if self.deadline.is_none() {
+            return polled;
+        }
+        match &polled {
+            Poll::Ready(Ok(())) => {
+                if self.decided_by(&buf.filled()[before..]) {
+                    self.deadline = None;
+                }
+            }
+            Poll::Pending => {
+                if let Some(deadline) = self.deadline.as_mut()
+                    && deadline.as_mut().poll(cx).is_ready()
+                {
+                    LimitCounters::count(&self.metrics.limits.header_timeouts);
+                    return Poll::Ready(Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "no request within limits.headerReadTimeoutSeconds",
+                    )));
+                }
+            }
+            Poll::Ready(Err(_)) => {}
+        }
+        polled
+    }
+}
+
+impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Deciding<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
 }
 
 /// Requests in flight on one connection, for the idle timeout.
@@ -304,5 +412,43 @@ impl<T: Unpin> Body for HeldBody<T> {
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_first_bytes_decide_like_sniff() {
+        let metrics = Arc::new(Metrics::default());
+        let deciding = |data: &[&[u8]]| {
+            let mut d = Deciding::new((), Duration::from_secs(1), metrics.clone());
+            data.iter().any(|piece| d.decided_by(piece))
+        };
+        assert!(deciding(&[b"G"]), "HTTP/1 at its first byte");
+        assert!(
+            !deciding(&[b"PRI * HTTP/2.0"]),
+            "a partial preface decides nothing"
+        );
+        assert!(deciding(&[b"PRI * HTTP/2.0", b"\r\n\r\nSM\r\n\r\n"]));
+        assert!(
+            deciding(&[b"PRI * HTTP/1.1"]),
+            "a byte off the preface: HTTP/1"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_tls_connection_that_sends_nothing_times_out_and_is_counted() {
+        let metrics = Arc::new(Metrics::default());
+        let (client, server) = tokio::io::duplex(64);
+        let mut deciding = Deciding::new(server, Duration::from_millis(50), metrics.clone());
+        let mut buffer = [0u8; 8];
+        let error = tokio::io::AsyncReadExt::read(&mut deciding, &mut buffer)
+            .await
+            .unwrap_err();
+        assert_eq!(error.kind(), std::io::ErrorKind::TimedOut);
+        assert_eq!(metrics.limits.header_timeouts.load(Ordering::Relaxed), 1);
+        drop(client);
     }
 }

@@ -15,6 +15,7 @@ use fedingress_hub::controller::{Controller, Parts};
 use fedingress_hub::credentials::Revocations;
 use fedingress_hub::directory::{AgentDirectory, AgentPublisher};
 use fedingress_hub::gateway::Gateway;
+use fedingress_hub::gateway::incoming::Connections;
 use fedingress_hub::gslb::Bound;
 use fedingress_hub::metrics::{HubMetrics, report_role};
 use fedingress_hub::pki::AgentCa;
@@ -155,9 +156,10 @@ impl Hub {
             revocations,
             ca: agent_ca.clone(),
         };
-        let gateway = gateway(settings, agent_ca.as_deref(), &metrics)?.add_service(
-            Gateway::server(sessions, tokens, registry.clone(), identity),
-        );
+        let gateway =
+            gateway(settings, agent_ca.as_deref(), &agent.connections, &metrics)?.add_service(
+                Gateway::server(sessions, tokens, registry.clone(), identity),
+            );
         serving.add("agent-gateway", agent.serve(gateway, metrics));
         Ok(Hub {
             extensions,
@@ -264,6 +266,7 @@ type Admitted = tower::layer::util::Stack<AdmissionLayer, tower::layer::util::Id
 fn gateway(
     settings: &Settings,
     agent_ca: Option<&AgentCa>,
+    connections: &Arc<Connections>,
     metrics: &Arc<HubMetrics>,
 ) -> anyhow::Result<tonic::transport::Server<Admitted>> {
     let mut gateway = tonic::transport::Server::builder()
@@ -273,13 +276,14 @@ fn gateway(
         .layer(AdmissionLayer::new(
             settings.limits.gateway.clone(),
             metrics.clone(),
+            connections.clone(),
         ));
     let Some((cert, key)) = &settings.tls_pem else {
         return Ok(gateway);
     };
     let identity = tonic::transport::Identity::from_pem(cert, key);
-    // Without a handshake timeout, a peer that sends a few bytes (ending the
-    // first-bytes deadline) and stalls would hold a gateway connection slot.
+    // The handshake has its own timeout (the live-stream deadline of the connection
+    // bounds it too, at limits.gateway.helloTimeoutSeconds).
     let mut tls = tonic::transport::ServerTlsConfig::new()
         .identity(identity)
         .timeout(HANDSHAKE_TIMEOUT);

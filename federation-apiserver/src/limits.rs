@@ -33,8 +33,9 @@ pub struct LimitsConfig {
     /// Open REST connections; more are closed at accept.
     #[serde(default = "default_max_connections")]
     pub max_connections: usize,
-    /// HTTP/1: time to send a request's headers (also the first bytes of a connection,
-    /// and the idle time between keep-alive requests).
+    /// HTTP/1: time to send a request's headers (also the idle time between keep-alive
+    /// requests); and a connection's first bytes, until they tell HTTP/1 from HTTP/2
+    /// (with TLS, counted from the end of the handshake).
     #[serde(default = "default_header_read_timeout")]
     pub header_read_timeout_seconds: u64,
     /// A connection with no request in flight for this long is closed (HTTP/1 and
@@ -79,10 +80,14 @@ pub struct LimitsConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct GatewayLimitsConfig {
-    /// Open agent gateway connections; more are closed at accept.
+    /// Open agent gateway connections. At the cap a new one takes the place of the
+    /// one without a live stream longest; only when each has one is it closed at
+    /// accept.
     #[serde(default = "default_gateway_connections")]
     pub max_connections: usize,
-    /// A stream whose first message (Hello) does not arrive within this is ended.
+    /// A stream whose first message (Hello) does not arrive within this is ended; a
+    /// connection without a live stream (one past its first message) for this long,
+    /// from accept or from its last live stream's end, is closed.
     #[serde(default = "default_hello_timeout")]
     pub hello_timeout_seconds: u64,
     /// Streams waiting for their Hello, all connections together; more are refused

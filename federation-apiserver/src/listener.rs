@@ -2,7 +2,7 @@
 //! their [`Addresses`]: the REST API's
 //! ([`ApiListener`]: TLS or plain text, the open-connection cap, the handshake and
 //! first-request deadlines) and the agent gateway's ([`AgentListener`]: its connection
-//! cap and first-bytes deadline). DNS's sockets are bound by `fedingress_hub::gslb`.
+//! cap and live-stream deadline). DNS's sockets are bound by `fedingress_hub::gslb`.
 //! Serving one REST connection is [`crate::connections::serve`].
 
 use std::net::SocketAddr;
@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::Context;
 use fedingress_apiserver::metrics::{LimitCounters, Metrics};
 use fedingress_hub::admission::{AdmissionLayer, GatewayLimits};
-use fedingress_hub::gateway::incoming::capped_incoming;
+use fedingress_hub::gateway::incoming::{Connections, capped_incoming};
 use fedingress_hub::gslb::{Bound, Gslb};
 use fedingress_hub::metrics::HubMetrics;
 use tokio::net::{TcpListener, TcpStream};
@@ -144,8 +144,9 @@ impl ApiListener {
     }
 }
 
-/// Completes one accepted connection's handshake (TLS, else the first request within
-/// the header-read timeout) and serves it.
+/// Completes one accepted connection's handshake (TLS within [`HANDSHAKE_TIMEOUT`]) and
+/// serves it once its first bytes decide HTTP/1 or HTTP/2, within the header-read
+/// timeout (with TLS its plain text's, else the socket's).
 async fn accept(
     stream: TcpStream,
     peer: SocketAddr,
@@ -162,6 +163,11 @@ async fn accept(
                     } else {
                         Protocol::Http1
                     };
+                    let stream = crate::connections::Deciding::new(
+                        stream,
+                        serving.limits.header_read_timeout,
+                        serving.metrics.clone(),
+                    );
                     crate::connections::serve(stream, peer, serving, protocol).await
                 }
                 Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
@@ -190,6 +196,8 @@ pub struct AgentListener {
     listener: TcpListener,
     pub address: SocketAddr,
     limits: GatewayLimits,
+    /// Its open connections, which admission marks live.
+    pub connections: Arc<Connections>,
 }
 
 impl AgentListener {
@@ -205,12 +213,15 @@ impl AgentListener {
             listener,
             address,
             limits: settings.limits.gateway.clone(),
+            connections: Arc::new(Connections::default()),
         })
     }
 
-    /// Serves `gateway` on the accepted connections, at most
-    /// `limits.gateway.maxConnections` open, each closed unless it sends its first
-    /// bytes within `limits.gateway.helloTimeout`.
+    /// Serves `gateway` (its admission built on [`AgentListener::connections`]) on the
+    /// accepted connections: at most `limits.gateway.maxConnections` open, each closed
+    /// once it has carried no live stream for `limits.gateway.helloTimeout` (from
+    /// accept: its first bytes, TLS handshake, HTTP/2 preface and Hello), and at the
+    /// cap the one without a live stream longest closed for a new one.
     pub async fn serve(
         self,
         gateway: Gateway,
@@ -220,6 +231,7 @@ impl AgentListener {
             self.listener,
             self.limits.max_connections,
             self.limits.hello_timeout,
+            self.connections,
             metrics,
         );
         gateway.serve_with_incoming(incoming).await

@@ -9,6 +9,9 @@
 //!   `limits.gateway.helloTimeoutSeconds` ends with `DEADLINE_EXCEEDED`.
 //! - Both are counted (`fedingress_gateway_streams_refused_total`), the waiting streams
 //!   are a gauge (`fedingress_gateway_pending_streams`).
+//! - A stream past its first message keeps its connection live (marked in
+//!   [`Connections`]) until its response ends: a connection without one is closed after
+//!   `helloTimeoutSeconds`, or sooner for a new connection at the cap.
 //!
 //! Concurrent streams per connection are capped by HTTP/2 itself
 //! (`limits.gateway.maxStreamsPerConnection`, set on the server); connections by
@@ -25,6 +28,7 @@ use hyper::body::{Body, Frame, SizeHint};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::Status;
 
+use crate::gateway::incoming::{Connection, Connections};
 use crate::metrics::HubMetrics;
 use fedingress_apiserver::metrics::LimitCounters;
 
@@ -48,17 +52,68 @@ struct Shared {
     pending: Arc<Semaphore>,
     limits: GatewayLimits,
     metrics: Arc<HubMetrics>,
+    connections: Arc<Connections>,
 }
 
 impl AdmissionLayer {
-    pub fn new(limits: GatewayLimits, metrics: Arc<HubMetrics>) -> Self {
+    /// Admission under `limits`, marking live streams on `connections` (the ones
+    /// [`capped_incoming`](super::gateway::incoming::capped_incoming) accepts).
+    pub fn new(
+        limits: GatewayLimits,
+        metrics: Arc<HubMetrics>,
+        connections: Arc<Connections>,
+    ) -> Self {
         Self {
             shared: Arc::new(Shared {
                 pending: Arc::new(Semaphore::new(limits.max_pending_hellos)),
                 limits,
                 metrics,
+                connections,
             }),
         }
+    }
+}
+
+/// The peer a request came from, as tonic records it (with TLS or without).
+fn peer_of<B>(request: &http::Request<B>) -> Option<std::net::SocketAddr> {
+    use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
+    let extensions = request.extensions();
+    extensions
+        .get::<TcpConnectInfo>()
+        .and_then(TcpConnectInfo::remote_addr)
+        .or_else(|| {
+            extensions
+                .get::<TlsConnectInfo<TcpConnectInfo>>()
+                .and_then(|info| info.get_ref().remote_addr())
+        })
+}
+
+/// A stream's mark on its connection: waiting until its first message, live from then
+/// until both its request and its response are done.
+struct Live {
+    connection: Arc<Connection>,
+    live: std::sync::atomic::AtomicBool,
+}
+
+impl Live {
+    fn new(connection: Arc<Connection>) -> Self {
+        connection.stream_opened();
+        Self {
+            connection,
+            live: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    fn start(&self) {
+        if !self.live.swap(true, Ordering::AcqRel) {
+            self.connection.stream_live();
+        }
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        self.connection.stream_ended(*self.live.get_mut());
     }
 }
 
@@ -126,13 +181,55 @@ where
             seen: 0,
             metrics: shared.metrics.clone(),
         };
+        let live = peer_of(&request)
+            .and_then(|peer| shared.connections.get(peer))
+            .map(|connection| Arc::new(Live::new(connection)));
         let request = request.map(|body| {
             tonic::body::Body::new(FirstMessage {
                 inner: body,
                 pending: Some(pending),
+                live: live.clone(),
             })
         });
-        Box::pin(self.inner.call(request))
+        let response = self.inner.call(request);
+        Box::pin(async move {
+            let response = response.await?;
+            Ok(match live {
+                Some(live) => response.map(|body| {
+                    tonic::body::Body::new(Held {
+                        inner: body,
+                        _live: live,
+                    })
+                }),
+                None => response,
+            })
+        })
+    }
+}
+
+/// A response body that keeps its stream's connection live until it is sent.
+struct Held {
+    inner: tonic::body::Body,
+    _live: Arc<Live>,
+}
+
+impl Body for Held {
+    type Data = bytes::Bytes;
+    type Error = Status;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
     }
 }
 
@@ -175,6 +272,8 @@ impl Pending {
 struct FirstMessage {
     inner: tonic::body::Body,
     pending: Option<Pending>,
+    /// Started once the first message is in.
+    live: Option<Arc<Live>>,
 }
 
 impl Body for FirstMessage {
@@ -196,6 +295,9 @@ impl Body for FirstMessage {
                     && pending.observe(data)
                 {
                     this.pending = None;
+                    if let Some(live) = &this.live {
+                        live.start();
+                    }
                 }
             }
             Poll::Ready(_) => this.pending = None,

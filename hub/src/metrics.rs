@@ -71,8 +71,14 @@ pub struct HubMetrics {
 pub struct GatewayCounters {
     /// Open agent gateway connections (gauge).
     pub connections: AtomicI64,
-    /// Connections closed at accept: `limits.gateway.maxConnections` were open.
+    /// Connections closed at accept: `limits.gateway.maxConnections` were open, each
+    /// with a live stream.
     pub connections_refused: AtomicU64,
+    /// Connections closed after `limits.gateway.helloTimeoutSeconds` without a live
+    /// stream.
+    pub idle_closed: AtomicU64,
+    /// Connections without a live stream closed to make room for a new one.
+    pub evicted: AtomicU64,
     /// Streams waiting for their Hello (gauge).
     pub pending: AtomicI64,
     /// Streams refused: `limits.gateway.maxPendingHellos` were waiting for their Hello.
@@ -95,6 +101,17 @@ impl GatewayCounters {
             out,
             "fedingress_gateway_connections_refused_total {}",
             get(&self.connections_refused)
+        );
+        out.push_str("# HELP fedingress_gateway_connections_closed_total Agent gateway connections closed by a limit, by reason: idle (no live stream within limits.gateway.helloTimeoutSeconds), evicted (without a live stream, for a new connection at limits.gateway.maxConnections).\n# TYPE fedingress_gateway_connections_closed_total counter\n");
+        let _ = writeln!(
+            out,
+            "fedingress_gateway_connections_closed_total{{reason=\"idle\"}} {}",
+            get(&self.idle_closed)
+        );
+        let _ = writeln!(
+            out,
+            "fedingress_gateway_connections_closed_total{{reason=\"evicted\"}} {}",
+            get(&self.evicted)
         );
         out.push_str("# HELP fedingress_gateway_pending_streams Agent streams not yet authenticated (waiting for Hello).\n# TYPE fedingress_gateway_pending_streams gauge\n");
         let _ = writeln!(

@@ -23,6 +23,7 @@ mod kubeapi;
 mod kubectl;
 mod kubernetes;
 mod l7;
+mod listeners;
 mod lists;
 mod namespaces;
 mod netns;
