@@ -173,6 +173,11 @@ pub struct JoinArgs {
     /// (repeatable).
     #[arg(long = "service", value_name = "NAME=ENDPOINTS", value_parser = parse_service, requires = "emit")]
     pub services: Vec<(String, Vec<String>)>,
+    /// With --emit standalone: the agent's admin endpoint, `IP:PORT` (default
+    /// `127.0.0.1:0`, a port picked at start). Give a fixed one for `cluster-agent ready`,
+    /// keepalived's track script (`vrrp:`) and probes.
+    #[arg(long = "admin-address", value_name = "IP:PORT", requires = "emit")]
+    pub admin_address: Option<std::net::SocketAddr>,
     /// With --emit kubernetes: the agent's image, built from deploy/kubernetes/Dockerfile
     /// (default `fedingress/cluster-agent:VERSION`, this fedctl's version).
     #[arg(long, value_name = "IMAGE", requires = "emit")]

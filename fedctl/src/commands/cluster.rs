@@ -210,7 +210,7 @@ impl Emission {
             Emit::Standalone => (
                 "standalone",
                 "kubernetes",
-                [
+                vec![
                     ("--image", args.image.is_some()),
                     ("--agent-namespace", args.agent_namespace.is_some()),
                     ("--profile", args.profile.is_some()),
@@ -219,10 +219,11 @@ impl Emission {
             Emit::Kubernetes => (
                 "kubernetes",
                 "standalone",
-                [
+                vec![
                     ("--token-file", args.token_file.is_some()),
                     ("--listen", !args.listens.is_empty()),
                     ("--service", !args.services.is_empty()),
+                    ("--admin-address", args.admin_address.is_some()),
                 ],
             ),
         };
@@ -374,8 +375,7 @@ struct EmitPlan {
     /// The CA file the config names, and PEM to write there first (when the
     /// kubeconfig had the CA inline).
     ca: Option<(PathBuf, Option<Vec<u8>>)>,
-    listens: Vec<(std::net::IpAddr, Option<String>)>,
-    services: Vec<(String, Vec<String>)>,
+    serving: Serving,
 }
 
 impl EmitPlan {
@@ -415,8 +415,11 @@ impl EmitPlan {
             hub_addresses,
             hub_address_note,
             ca,
-            listens: args.listens.clone(),
-            services: args.services.clone(),
+            serving: Serving {
+                listens: args.listens.clone(),
+                services: args.services.clone(),
+                admin: args.admin_address,
+            },
         })
     }
 
@@ -445,8 +448,7 @@ impl EmitPlan {
             self.hub_address_note,
             self.ca.as_ref().map(|(p, _)| p.as_path()),
             &token_file,
-            &self.listens,
-            &self.services,
+            &self.serving,
         );
         Ok(if join {
             text.replacen(
@@ -495,6 +497,18 @@ fn quoted(text: &str) -> String {
     Value::String(text.to_string()).to_string()
 }
 
+/// What an emitted standalone agent serves, as given on the command line.
+#[derive(Clone, Debug, Default)]
+pub struct Serving {
+    /// `--listen`: bind address and what clients reach it as.
+    pub listens: Vec<(std::net::IpAddr, Option<String>)>,
+    /// `--service`: backend service name and endpoints.
+    pub services: Vec<(String, Vec<String>)>,
+    /// `--admin-address`: the admin endpoint (`/healthz`, `/readyz`); `None` writes
+    /// `127.0.0.1:0` (a port picked at start).
+    pub admin: Option<std::net::SocketAddr>,
+}
+
 /// A `cluster-agent` config for the standalone driver. Listen addresses and services
 /// not given on the command line are placeholders that the agent rejects until they are
 /// filled in.
@@ -504,9 +518,13 @@ pub fn standalone_config(
     hub_address_note: Option<&str>,
     ca_file: Option<&Path>,
     token_file: &Path,
-    listens: &[(std::net::IpAddr, Option<String>)],
-    services: &[(String, Vec<String>)],
+    serving: &Serving,
 ) -> String {
+    let Serving {
+        listens,
+        services,
+        admin,
+    } = serving;
     let mut out = String::new();
     out.push_str(&format!(
         "# cluster-agent config for member cluster {cluster}, written by `fedctl join --emit standalone`.\n# Run it with: cluster-agent --config FILE (relative paths are relative to FILE's directory).\n"
@@ -573,8 +591,12 @@ pub fn standalone_config(
                 .join(", ")
         ));
     }
+    let admin = match admin {
+        Some(admin) => quoted(&admin.to_string()),
+        None => "127.0.0.1:0                     # a port picked at start; a fixed one (--admin-address) for `cluster-agent ready` and keepalived's track script".to_string(),
+    };
     out.push_str(&format!(
-        "healthCheck:\n  intervalMs: 1000\n  timeoutMs: 500\n  healthyThreshold: 2\n  unhealthyThreshold: 2\nstateDir: {}\nadmin: 127.0.0.1:0\nreportIntervalMs: 5000\n",
+        "healthCheck:\n  intervalMs: 1000\n  timeoutMs: 500\n  healthyThreshold: 2\n  unhealthyThreshold: 2\nstateDir: {}\nadmin: {admin}\nreportIntervalMs: 5000\n",
         quoted(&format!("{cluster}-state"))
     ));
     out
@@ -783,8 +805,7 @@ mod tests {
             None,
             Some(Path::new("/etc/fed/ca.pem")),
             Path::new("/etc/fed/eu-west.token"),
-            &[],
-            &[],
+            &Serving::default(),
         );
         assert!(text.contains("caFile: \"/etc/fed/ca.pem\""), "{text}");
         assert!(
@@ -799,13 +820,16 @@ mod tests {
             None,
             None,
             Path::new("/t"),
-            &[(
-                "127.0.0.11"
-                    .parse()
-                    .unwrap_or(std::net::IpAddr::from([0, 0, 0, 0])),
-                Some("lb.example.com".into()),
-            )],
-            &[("echo".into(), vec!["127.0.0.1:9000".into()])],
+            &Serving {
+                listens: vec![(
+                    "127.0.0.11"
+                        .parse()
+                        .unwrap_or(std::net::IpAddr::from([0, 0, 0, 0])),
+                    Some("lb.example.com".into()),
+                )],
+                services: vec![("echo".into(), vec!["127.0.0.1:9000".into()])],
+                admin: None,
+            },
         );
         assert!(!filled.contains("REPLACE"), "{filled}");
         assert!(filled.contains("- bind: \"127.0.0.11\"\n  advertise: \"lb.example.com\"\n"));
@@ -815,6 +839,31 @@ mod tests {
         assert_eq!(parsed["stateDir"].as_str(), Some("eu-west-state"));
         assert_eq!(parsed["hub"]["address"].as_str(), Some("http://hub:6444"));
         assert!(parsed["hub"].get("addresses").is_none(), "{filled}");
+        assert_eq!(parsed["admin"].as_str(), Some("127.0.0.1:0"), "{filled}");
+    }
+
+    /// `--emit standalone` always wrote `admin: 127.0.0.1:0`, and no flag could fix the
+    /// port that `cluster-agent ready` and keepalived's track script ask (issue 23).
+    #[test]
+    fn the_admin_address_is_emitted_as_given() {
+        for (given, written) in [
+            ("127.0.0.1:9901", "127.0.0.1:9901"),
+            ("[::1]:9901", "[::1]:9901"),
+        ] {
+            let text = standalone_config(
+                "eu-west",
+                &["http://hub:6444".to_owned()],
+                None,
+                None,
+                Path::new("/t"),
+                &Serving {
+                    admin: given.parse().ok(),
+                    ..Serving::default()
+                },
+            );
+            let parsed: yaml_serde::Value = yaml_serde::from_str(&text).unwrap_or_default();
+            assert_eq!(parsed["admin"].as_str(), Some(written), "{text}");
+        }
     }
 
     #[test]
@@ -826,8 +875,7 @@ mod tests {
             None,
             Some(Path::new("/etc/fed/ca.pem")),
             Path::new("/t"),
-            &[],
-            &[],
+            &Serving::default(),
         );
         let parsed: yaml_serde::Value = yaml_serde::from_str(&text).unwrap_or_default();
         let hub = &parsed["hub"];

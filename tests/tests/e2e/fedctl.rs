@@ -247,6 +247,13 @@ fn join_emits_an_agent_config_and_waits_for_the_agent() {
     let fedctl = Fedctl::new(&kubeconfig);
     let backend = Echo::start(format!("127.0.{block}.21:9000").parse().unwrap()).unwrap();
     let token_file = dir.join("c1.token");
+    // A fixed admin address, as keepalived's track script needs (issue 23): the port is
+    // picked free here and handed over.
+    let admin = std::net::TcpListener::bind(format!("127.0.{block}.11:0"))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
 
     let mut join = fedctl.command(&[
         "join",
@@ -269,6 +276,8 @@ fn join_emits_an_agent_config_and_waits_for_the_agent() {
         &format!("127.0.{block}.11"),
         "--service",
         &format!("echo={}", backend.addr),
+        "--admin-address",
+        &admin,
         "--wait",
         "--timeout",
         "60s",
@@ -292,6 +301,10 @@ fn join_emits_an_agent_config_and_waits_for_the_agent() {
         "{config}"
     );
     assert!(!config.contains("REPLACE"), "{config}");
+    assert!(
+        config.contains(&format!("admin: \"{admin}\"\n")),
+        "{config}"
+    );
     use std::os::unix::fs::PermissionsExt as _;
     let mode = std::fs::metadata(&token_file).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o600);
@@ -325,6 +338,18 @@ fn join_emits_an_agent_config_and_waits_for_the_agent() {
         stderr.contains("connected: agent 0.1.0 (standalone)"),
         "{stderr}"
     );
+    // The track script's question, at the address given.
+    eventually(WAIT, "cluster-agent ready at --admin-address", || {
+        let ready = Command::new(binary("cluster-agent"))
+            .args(["ready", "--admin", &admin])
+            .output()
+            .unwrap();
+        if ready.status.success() {
+            Ok(())
+        } else {
+            Err(String::from_utf8_lossy(&ready.stderr).into_owned())
+        }
+    });
     let cluster = json(&fedctl.ok(&["get", "cluster", "c1", "-o", "json"]));
     assert_eq!(cluster["metadata"]["labels"]["env"], "test");
     assert_eq!(cluster["spec"]["provider"], "gcp");
