@@ -2,7 +2,7 @@
 //! write path uses it.
 //!
 //! [`StoreHealth::probe`] reads the store's revision every [`PROBE_INTERVAL`] (with a
-//! deadline of [`PROBE_TIMEOUT`]). While it fails, object requests are refused at once
+//! deadline of [`PROBE_TIMEOUT`]). Once none succeeded for [`UNAVAILABLE_AFTER`], object requests are refused at once
 //! with 503 (and `Retry-After`) saying why, instead of waiting for the store's own
 //! timeout; whatever the process serves from memory keeps serving (the hub's DNS and
 //! agent plans; the messages say so through [`Meanwhile`]), so the replicas are
@@ -18,7 +18,7 @@
 //! `storage.commitProbeIntervalSeconds` it reads the revision, and when nothing was
 //! committed since the last check it writes one tiny key of its own
 //! (`/fedingress/health/<replica>`), so an idle server writes once per interval and a
-//! busy one never. While that write fails (or takes longer than [`PROBE_TIMEOUT`])
+//! busy one never. While that write fails (or takes longer than [`UNAVAILABLE_AFTER`])
 //! `/readyz` fails with `[-]store-commit failed: …` saying why and since when; reads
 //! are still served (writes fail on their own).
 //!
@@ -39,6 +39,10 @@ use crate::registry::Registry;
 pub const PROBE_INTERVAL: Duration = Duration::from_millis(500);
 /// A probe without an answer within this fails.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+/// The store is unavailable once no probe succeeded for this long: longer than an etcd
+/// leader election (1-2 s with etcd's default election timeout of 1 s, plus the vote),
+/// so that losing etcd's raft leader while a quorum holds makes no replica read-only.
+pub const UNAVAILABLE_AFTER: Duration = Duration::from_secs(5);
 
 /// The store's availability as last probed.
 #[derive(Clone, Debug, PartialEq)]
@@ -176,8 +180,9 @@ impl StoreHealth {
                 continue;
             }
             let value = bytes::Bytes::from(chrono::Utc::now().to_rfc3339());
+            // As long as the read probe waits: an etcd leader election is no failure.
             let written = tokio::time::timeout(
-                PROBE_TIMEOUT,
+                UNAVAILABLE_AFTER,
                 store.put(&key, value, fedingress_store::Precondition::None),
             )
             .await;
@@ -187,7 +192,7 @@ impl StoreHealth {
                     None
                 }
                 Ok(Err(e)) => Some(e.to_string()),
-                Err(_) => Some(format!("no commit within {PROBE_TIMEOUT:?}")),
+                Err(_) => Some(format!("no commit within {UNAVAILABLE_AFTER:?}")),
             };
             match (error, failing) {
                 (None, false) | (Some(_), true) => {}
@@ -221,14 +226,27 @@ impl StoreHealth {
         let mut recorder = Recorder::new(registry);
         let mut ticker = tokio::time::interval(PROBE_INTERVAL);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut answered = tokio::time::Instant::now();
         loop {
             ticker.tick().await;
+            let asked = tokio::time::Instant::now();
             let answer = tokio::time::timeout(PROBE_TIMEOUT, store.revision()).await;
             let error = match answer {
-                Ok(Ok(_)) => None,
+                Ok(Ok(_)) => {
+                    answered = asked;
+                    None
+                }
                 Ok(Err(e)) => Some(e.to_string()),
                 Err(_) => Some(format!("no answer within {PROBE_TIMEOUT:?}")),
             };
+            // A failure that has not lasted UNAVAILABLE_AFTER (etcd electing a new
+            // leader, say) does not make the replica read-only.
+            if let Some(error) = &error
+                && answered.elapsed() < UNAVAILABLE_AFTER
+            {
+                tracing::debug!(error = %error, "{} probe failed; not unavailable yet", self.what);
+                continue;
+            }
             let before = self.current();
             match (error, before) {
                 (None, Availability::Available) => {}

@@ -64,6 +64,8 @@ use crate::{
 
 /// gRPC status codes (a stable part of the gRPC spec) that etcd's answers are told
 /// apart by.
+const GRPC_CANCELLED: i32 = 1;
+const GRPC_UNKNOWN: i32 = 2;
 const GRPC_DEADLINE_EXCEEDED: i32 = 4;
 const GRPC_OUT_OF_RANGE: i32 = 11;
 const GRPC_UNAVAILABLE: i32 = 14;
@@ -131,11 +133,13 @@ impl std::fmt::Debug for EtcdTls {
 /// # Assumptions
 /// Nobody else writes under the key prefix (other writers elsewhere in the same etcd
 /// only make revisions jump). Requests time out after
-/// [`EtcdOptions::request_timeout`]: a timed-out write may or may not have been applied,
-/// like any lost reply. Reads are retried on transient failures (member down, no
-/// leader); writes only when etcd refused them before proposing (no connection, no
-/// leader), since a retried write that had in fact been applied would fail its own
-/// precondition.
+/// [`EtcdOptions::request_timeout`]. Reads are retried on transient failures (a member
+/// down or dying mid-request, no leader); writes when etcd refused them before
+/// proposing (no connection, no leader). A conditional write whose reply was lost is
+/// sent once more and succeeds when that finds the key holding exactly its value and
+/// lease (its precondition keeps it from applying twice); otherwise it fails with
+/// [`StoreError::Indeterminate`]. A request that changed nothing fails with
+/// [`StoreError::Unavailable`].
 ///
 /// Clones share one channel (a cheap handle).
 #[derive(Clone)]
@@ -158,20 +162,38 @@ impl std::fmt::Debug for EtcdStore {
     }
 }
 
-/// A request that did not succeed: etcd's error, or no answer in time.
+/// A request that did not succeed: etcd's error, or no answer in time; `read` says
+/// whether the request only read (so that failing it changed nothing).
 #[derive(Debug)]
 enum Failure {
-    Etcd(rpc::Error),
-    Timeout(Duration),
+    Etcd { error: rpc::Error, read: bool },
+    Timeout { after: Duration, read: bool },
 }
 
 impl Failure {
+    /// The store's error for a request that did `operation`:
+    /// - a transient failure (see [`transient`]) of a read, or of a write that etcd
+    ///   refused before proposing it ([`not_proposed`]), is
+    ///   [`StoreError::Unavailable`]: nothing changed;
+    /// - a transient failure of any other write is [`StoreError::Indeterminate`]: the
+    ///   answer was lost, the write may have been applied;
+    /// - anything else is [`StoreError::Backend`].
     fn into_store(self, operation: &'static str) -> StoreError {
-        let source: BoxError = match self {
-            Failure::Etcd(error) => Box::new(error),
-            Failure::Timeout(after) => format!("no answer from etcd within {after:?}").into(),
+        let (changed_nothing, transient) = match &self {
+            Failure::Etcd { error, read } => (*read || not_proposed(error), transient(error)),
+            Failure::Timeout { read, .. } => (*read, true),
         };
-        StoreError::Backend { operation, source }
+        let source: BoxError = match self {
+            Failure::Etcd { error, .. } => Box::new(error),
+            Failure::Timeout { after, .. } => {
+                format!("no answer from etcd within {after:?}").into()
+            }
+        };
+        match (transient, changed_nothing) {
+            (true, true) => StoreError::Unavailable { operation, source },
+            (true, false) => StoreError::Indeterminate { operation, source },
+            (false, _) => StoreError::Backend { operation, source },
+        }
     }
 
     /// etcd's "mvcc: required revision has been compacted".
@@ -185,27 +207,48 @@ impl Failure {
     }
 
     fn status_is(&self, code: i32, text: &str) -> bool {
-        matches!(self, Failure::Etcd(rpc::Error::Status(status))
+        matches!(self, Failure::Etcd { error: rpc::Error::Status(status), .. }
             if i32::from(status.code()) == code && status.message().contains(text))
     }
 }
 
-/// Whether a failed request may be sent again: for reads, any transient failure; for
-/// writes, only failures that prove the request was never proposed.
-fn retryable(error: &rpc::Error, read: bool) -> bool {
+/// Whether a failure may pass: the connection failed or broke (a member died: tonic
+/// reports a broken HTTP/2 connection as code Unknown, "h2 protocol error", or as
+/// Cancelled), etcd has no leader, or it did not answer in time. etcd's own refusals
+/// (a compacted revision, a bad request, a too large one) are not.
+fn transient(error: &rpc::Error) -> bool {
     match error {
-        rpc::Error::Transport(_) => read,
+        rpc::Error::Transport(_) => true,
+        rpc::Error::Status(status) => matches!(
+            i32::from(status.code()),
+            GRPC_CANCELLED | GRPC_UNKNOWN | GRPC_DEADLINE_EXCEEDED | GRPC_UNAVAILABLE
+        ),
+        rpc::Error::NoTls => false,
+    }
+}
+
+/// Whether a failure proves that etcd never proposed the request: no connection could
+/// be made, or the member had no leader (etcd checks `hasleader` before proposing).
+fn not_proposed(error: &rpc::Error) -> bool {
+    match error {
+        rpc::Error::Transport(_) => true,
         rpc::Error::Status(status) => {
             let message = status.message();
-            let code = i32::from(status.code());
-            let not_proposed = code == GRPC_UNAVAILABLE
+            i32::from(status.code()) == GRPC_UNAVAILABLE
                 && (message.contains("no leader")
                     || message.contains("connect error")
-                    || message.contains("Connection refused"));
-            not_proposed || (read && (code == GRPC_UNAVAILABLE || code == GRPC_DEADLINE_EXCEEDED))
+                    || message.contains("Connection refused"))
         }
-        _ => false,
+        rpc::Error::NoTls => false,
     }
+}
+
+/// Whether a failed request may be sent again: a read after any transient failure, a
+/// write only when etcd never proposed it (a retried write that had in fact been
+/// applied would fail its own precondition; `put_with` resends writes
+/// whose answer was lost).
+fn retryable(error: &rpc::Error, read: bool) -> bool {
+    not_proposed(error) || (read && transient(error))
 }
 
 impl EtcdStore {
@@ -242,7 +285,11 @@ impl EtcdStore {
         };
         match store.revision().await {
             Ok(_) => Ok(store),
-            Err(StoreError::Backend { source, .. }) => Err(connect_error(source)),
+            Err(
+                StoreError::Backend { source, .. }
+                | StoreError::Unavailable { source, .. }
+                | StoreError::Indeterminate { source, .. },
+            ) => Err(connect_error(source)),
             Err(other) => Err(other),
         }
     }
@@ -272,14 +319,19 @@ impl EtcdStore {
         let mut pause = FIRST_RETRY_PAUSE;
         loop {
             match tokio::time::timeout_at(deadline, request(self.client.clone())).await {
-                Err(_) => return Err(Failure::Timeout(self.request_timeout)),
+                Err(_) => {
+                    return Err(Failure::Timeout {
+                        after: self.request_timeout,
+                        read,
+                    });
+                }
                 Ok(Ok(answer)) => return Ok(answer),
                 Ok(Err(error)) if retryable(&error, read) && Instant::now() + pause < deadline => {
                     tracing::debug!(error = %error, "etcd request failed, retrying");
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(MAX_RETRY_PAUSE);
                 }
-                Ok(Err(error)) => return Err(Failure::Etcd(error)),
+                Ok(Err(error)) => return Err(Failure::Etcd { error, read }),
             }
         }
     }
@@ -369,6 +421,15 @@ impl EtcdStore {
             .await
             .map_err(|f| f.into_store("read a key"))?;
         Ok(answer.kvs.into_iter().next())
+    }
+
+    /// Whether the kv read by a transaction's failure branch is attached to `lease`
+    /// (0: none).
+    fn lease_is(&self, response: &TxnResponse, lease: i64) -> bool {
+        reads(response)
+            .next()
+            .and_then(|get| get.kvs.first())
+            .is_some_and(|kv| kv.lease == lease)
     }
 
     /// The kv read by a transaction's failure branch ([`rpc::get`] of one key).
@@ -510,12 +571,39 @@ impl EtcdStore {
             success: vec![rpc::put(&full, value.to_vec(), lease)],
             failure,
         };
-        let answer = self.txn(OPERATION, txn).await?;
+        // A write whose answer was lost is sent again (its precondition keeps it from
+        // applying twice); `lost` keeps why, for when that cannot settle it.
+        let mut lost = None;
+        let answer = loop {
+            match self.txn(OPERATION, txn.clone()).await {
+                Ok(answer) => break answer,
+                Err(error @ StoreError::Indeterminate { .. })
+                    if lost.is_none() && !matches!(precondition, Precondition::None) =>
+                {
+                    tracing::debug!(key, error = %error, "the answer to a write was lost; sending it again");
+                    lost = Some(error);
+                }
+                // The first try's outcome is still unknown.
+                Err(error) => return Err(lost.unwrap_or(error)),
+            }
+        };
         if !answer.succeeded {
+            let current = self.current_from(&answer)?;
+            if let Some(error) = lost {
+                // The first try applied when the key now holds exactly its value and
+                // lease; otherwise someone else's write (or ours, then overwritten) is
+                // there, and which cannot be told.
+                return match current {
+                    Some(current) if current.value == value && self.lease_is(&answer, lease) => {
+                        Ok(current)
+                    }
+                    _ => Err(error),
+                };
+            }
             self.check_fence(fence, &answer)?;
             return Err(StoreError::PreconditionFailed {
                 key: key.to_string(),
-                current: self.current_from(&answer)?,
+                current,
             });
         }
         let revision = header_revision(answer.header.as_ref(), OPERATION)?;
@@ -775,5 +863,72 @@ impl Store for EtcdStore {
             }),
             Err(failure) => Err(failure.into_store("compact history")),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tonic::Status;
+
+    use super::*;
+
+    fn failure(status: Status, read: bool) -> StoreError {
+        Failure::Etcd {
+            error: rpc::Error::Status(status),
+            read,
+        }
+        .into_store("write a key")
+    }
+
+    #[test]
+    fn failures_say_whether_anything_changed() {
+        // A member killed mid-request: tonic's broken HTTP/2 connection.
+        let broken = || Status::unknown("h2 protocol error: error reading a body from connection");
+        assert!(matches!(
+            failure(broken(), true),
+            StoreError::Unavailable { .. }
+        ));
+        assert!(matches!(
+            failure(broken(), false),
+            StoreError::Indeterminate { .. }
+        ));
+        assert!(matches!(
+            failure(Status::cancelled("connection reset"), false),
+            StoreError::Indeterminate { .. }
+        ));
+        // Refused before proposing: nothing changed, even for a write.
+        let no_leader = Status::unavailable("etcdserver: no leader");
+        assert!(matches!(
+            failure(no_leader, false),
+            StoreError::Unavailable { .. }
+        ));
+        let timed_out = Failure::Timeout {
+            after: Duration::from_secs(10),
+            read: false,
+        };
+        assert!(matches!(
+            timed_out.into_store("write a key"),
+            StoreError::Indeterminate { .. }
+        ));
+        // etcd's own refusals are neither.
+        let too_large = Status::invalid_argument("etcdserver: request is too large");
+        assert!(matches!(
+            failure(too_large, false),
+            StoreError::Backend { .. }
+        ));
+    }
+
+    #[test]
+    fn only_reads_and_unproposed_writes_are_retried() {
+        let broken = rpc::Error::Status(Status::unknown("h2 protocol error"));
+        assert!(retryable(&broken, true));
+        assert!(!retryable(&broken, false));
+        let refused =
+            rpc::Error::Status(Status::unavailable("tcp connect error: Connection refused"));
+        assert!(retryable(&refused, false));
+        let compacted = rpc::Error::Status(Status::out_of_range(
+            "etcdserver: mvcc: required revision has been compacted",
+        ));
+        assert!(!retryable(&compacted, true));
     }
 }

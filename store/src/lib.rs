@@ -179,6 +179,26 @@ pub enum StoreError {
         /// What was wrong, and where.
         detail: String,
     },
+    /// The store could not be reached in time (no member answered, no leader): the
+    /// request changed nothing, and sending it again later may succeed.
+    #[error("store unavailable: could not {operation}")]
+    Unavailable {
+        /// What was being done, e.g. "write a key".
+        operation: &'static str,
+        /// Why, as the last try failed.
+        #[source]
+        source: BoxError,
+    },
+    /// A write's answer was lost (the connection broke or no answer came in time after
+    /// it was sent): it may or may not have been applied. Read before writing again.
+    #[error("store did not confirm the write: could not tell whether it did {operation}")]
+    Indeterminate {
+        /// What was being done, e.g. "write a key".
+        operation: &'static str,
+        /// Why the answer was lost.
+        #[source]
+        source: BoxError,
+    },
     /// The storage backend failed.
     #[error("store backend failed to {operation}")]
     Backend {

@@ -133,6 +133,18 @@ pub fn parse_revision(value: &str) -> Result<Revision, ApiError> {
         .ok_or_else(|| ApiError::bad_request(format!("invalid resource version: {value:?}")))
 }
 
+/// `error` and its sources, joined with ": ".
+fn error_chain(error: &StoreError) -> String {
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
 pub fn store_error<R: Resource>(name: &str, error: StoreError) -> ApiError {
     match error {
         StoreError::NotFound { .. } => {
@@ -153,6 +165,21 @@ pub fn store_error<R: Resource>(name: &str, error: StoreError) -> ApiError {
                 "write refused: no longer the leader"
             );
             ApiError::unavailable(format!("write refused: leadership of {key:?} was lost"))
+        }
+        // Nothing changed: the client may send it again (kube-apiserver's 503 for
+        // etcd unavailable).
+        StoreError::Unavailable { .. } => {
+            tracing::warn!(error = %error_chain(&error), resource = R::PLURAL, name, "store unavailable");
+            ApiError::unavailable(format!("storage unavailable: {}", error_chain(&error)))
+        }
+        // The write may have been applied: kube-apiserver's 504 Timeout, after which
+        // clients read again.
+        StoreError::Indeterminate { .. } => {
+            tracing::warn!(error = %error_chain(&error), resource = R::PLURAL, name, "store did not confirm a write");
+            ApiError::timeout(format!(
+                "{}: the change may or may not have been made; read the object before retrying",
+                error_chain(&error)
+            ))
         }
         other => {
             tracing::error!(error = %other, resource = R::PLURAL, name, "store request failed");
@@ -588,4 +615,49 @@ fn random_suffix() -> String {
     (0..5)
         .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use fedingress_api::FederatedIngress;
+    use fedingress_store::StoreError;
+
+    use super::store_error;
+
+    #[test]
+    fn store_outcomes_answer_like_kube() {
+        let unavailable = store_error::<FederatedIngress>(
+            "web",
+            StoreError::Unavailable {
+                operation: "read a key",
+                source: "etcdserver: no leader".into(),
+            },
+        );
+        assert_eq!(
+            (
+                unavailable.code.as_u16(),
+                unavailable.reason,
+                unavailable.retry_after
+            ),
+            (503, "ServiceUnavailable", Some(1))
+        );
+        assert!(
+            unavailable.message.contains("no leader"),
+            "{}",
+            unavailable.message
+        );
+        let unknown = store_error::<FederatedIngress>(
+            "web",
+            StoreError::Indeterminate {
+                operation: "write a key",
+                source: "h2 protocol error".into(),
+            },
+        );
+        assert_eq!((unknown.code.as_u16(), unknown.reason), (504, "Timeout"));
+        assert!(
+            unknown.message.contains("may or may not have been made"),
+            "{}",
+            unknown.message
+        );
+    }
 }

@@ -18,10 +18,14 @@ use crate::{
     Store, StoreError, WatchStream,
 };
 
-/// Renewals happen every third of the time to live: the lease is lost when none
-/// succeeded for a whole time to live, or the store says it expired.
+/// Renewals happen every sixth of the time to live (every 500 ms for the replicas'
+/// default of 3 s): the lease is lost when none sent in the last time to live was
+/// confirmed, or the store says it expired. Renewing that often leaves most of the
+/// time to live for riding out an etcd leader election (1-2 s with etcd's defaults),
+/// during which no renewal can succeed: losing etcd's raft-leader member keeps every
+/// lease.
 fn renewal_interval(ttl: Duration) -> Duration {
-    (ttl / 3).max(Duration::from_millis(200))
+    (ttl / 6).max(Duration::from_millis(200))
 }
 
 /// Ends the keep-alive task and revokes the lease (best effort) when dropped.
@@ -45,15 +49,18 @@ impl Drop for Keeper {
 }
 
 /// Renews `id` until the store stops confirming it for `ttl`, or says it expired.
+/// `confirmed` is when the last confirmed renewal was *sent*: etcd counts the time to
+/// live from when it received it, later.
 async fn keep_alive(store: EtcdStore, id: i64, ttl: Duration, lost: watch::Sender<bool>) {
     let mut confirmed = Instant::now();
     let interval = renewal_interval(ttl);
     'connection: while confirmed.elapsed() < ttl {
+        let sent = Instant::now();
         let opened = tokio::time::timeout(interval, store.client.keep_alive(id)).await;
         let mut stream = match opened {
             // Opening the stream renews the lease once (and reads that answer).
             Ok(Ok(Some(stream))) => {
-                confirmed = Instant::now();
+                confirmed = sent;
                 stream
             }
             Ok(Ok(None)) => {
@@ -61,26 +68,41 @@ async fn keep_alive(store: EtcdStore, id: i64, ttl: Duration, lost: watch::Sende
                 break;
             }
             Ok(Err(error)) => {
-                tracing::debug!(lease = id, error = %error, "opening the lease keep-alive failed");
+                tracing::info!(lease = id, error = %error, unconfirmed_ms = confirmed.elapsed().as_millis() as u64, "opening the lease keep-alive failed; retrying");
                 tokio::time::sleep(interval / 4).await;
                 continue;
             }
-            Err(_) => continue,
+            Err(_) => {
+                tracing::info!(
+                    lease = id,
+                    unconfirmed_ms = confirmed.elapsed().as_millis() as u64,
+                    "opening the lease keep-alive timed out; retrying"
+                );
+                continue;
+            }
         };
         loop {
             tokio::time::sleep(interval).await;
             let renew = rpc::pb::etcdserverpb::LeaseKeepAliveRequest { id };
+            let sent = Instant::now();
             if stream.requests.send(renew).await.is_err() {
                 continue 'connection;
             }
-            match tokio::time::timeout(interval, stream.responses.message()).await {
-                Ok(Ok(Some(answer))) if answer.ttl > 0 => confirmed = Instant::now(),
+            let broke = match tokio::time::timeout(interval, stream.responses.message()).await {
+                Ok(Ok(Some(answer))) if answer.ttl > 0 => {
+                    confirmed = sent;
+                    continue;
+                }
                 Ok(Ok(Some(_))) => {
                     tracing::warn!(lease = id, "etcd says the lease expired");
                     break 'connection;
                 }
-                Ok(Ok(None) | Err(_)) | Err(_) => continue 'connection,
-            }
+                Ok(Ok(None)) => "etcd closed the stream".to_string(),
+                Ok(Err(error)) => error.to_string(),
+                Err(_) => format!("no answer within {interval:?}"),
+            };
+            tracing::info!(lease = id, error = %broke, "lease keep-alive broke; reopening");
+            continue 'connection;
         }
     }
     tracing::warn!(lease = id, ttl_ms = ttl.as_millis() as u64, "lease lost");
