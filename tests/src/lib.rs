@@ -5,7 +5,8 @@
 //! sets `CARGO_BIN_EXE_*` only inside the package that owns a binary), [`Process`]
 //! (a child started on port 0 that prints a `READY {json}` line, killed by PID on drop),
 //! [`Kubectl`], [`TestPki`] and [`eventually`]; [`dnsprobe`] records a steady stream of
-//! DNS queries and judges every answer against the steady state; [`flood`] sends UDP
+//! DNS queries and judges every answer against the steady state; [`replicas`] runs
+//! federation-apiserver replicas on etcd with agents, for the HA tests; [`flood`] sends UDP
 //! from very many spoofed loopback sources through a few sockets; [`kubeapi`] is a
 //! scripted Kubernetes API server for kube-rs clients; [`netns`] gives a test a network
 //! namespace of its own (only loopback) for programs that must reach nothing else;
@@ -29,6 +30,7 @@ pub mod kubeapi;
 pub mod moto;
 pub mod netns;
 pub mod oidc;
+pub mod replicas;
 pub mod soak;
 pub mod throttle;
 pub mod vrrp;

@@ -23,149 +23,19 @@
 #![allow(clippy::unwrap_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::{IpAddr, SocketAddr};
-use std::path::Path;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fedingress_store::etcd_process::EtcdCluster;
-use fedingress_tests::dnsprobe::{Prober, Target, judge};
-use fedingress_tests::echo::Echo;
-use fedingress_tests::federation::{ClusterSpec, agent_config, create_cluster, start_agent};
-use fedingress_tests::{Kubectl, Process, binary, eventually, write_kubeconfig};
-use fedingress_testsupport::dns::dig_short;
+use fedingress_tests::eventually;
+use fedingress_tests::replicas::{NAME, Replica, WAIT, converged, federation, leader};
 use futures_util::StreamExt;
 
 const BLOCK: u8 = 81;
-const WAIT: Duration = Duration::from_secs(30);
 /// `--leader-elect-lease-duration` of the replicas.
 const REPLICA_LEASE: Duration = Duration::from_secs(2);
 const WRITES: usize = 1000;
-const NAME: &str = "echo.ha.test";
-
-fn config(dir: &Path, block: u8) -> std::path::PathBuf {
-    let path = dir.join("apiserver.yaml");
-    let nameservers: String = (1..=3)
-        .map(|i| format!("    - {{name: ns{i}.ha.test, addresses: [127.0.{block}.{i}]}}\n"))
-        .collect();
-    let text = format!(
-        "dev: true\nagents:\n  heartbeatIntervalMs: 300\n  leaseMs: 3000\ndns:\n  zones:\n  - name: ha.test\n    nameservers:\n{nameservers}    soa: {{mname: ns1.ha.test, rname: hostmaster.ha.test, refresh: 3600, retry: 600, expire: 86400, minimum: 30}}\n  locations:\n    default: {{region: europe-west1, latitude: 50.0, longitude: 4.0}}\n"
-    );
-    std::fs::write(&path, text).unwrap();
-    path
-}
-
-struct Replica {
-    name: String,
-    process: Option<Process>,
-    api: String,
-    agent: String,
-    dns: SocketAddr,
-    prober: Option<Prober>,
-}
-
-impl Replica {
-    fn start(dir: &Path, block: u8, i: u8, etcd: &str) -> Self {
-        let ip = format!("127.0.{block}.{i}");
-        let mut command = Command::new(binary("federation-apiserver"));
-        command
-            .arg("--config")
-            .arg(config(dir, block))
-            .args(["--etcd-servers", etcd, "--etcd-prefix", "/ha"])
-            .args(["--replica-name", &format!("r{i}")])
-            .args(["--leader-elect-lease-duration", "2"])
-            .args(["--listen", &format!("{ip}:16443")])
-            .args(["--agent-listen", &format!("{ip}:16444")])
-            .args(["--dns-listen", &format!("{ip}:5353")])
-            .arg("--data-dir")
-            .arg(dir.join(format!("unused-{i}")));
-        let process = Process::start(command, &format!("replica r{i}"), WAIT).unwrap();
-        Replica {
-            name: format!("r{i}"),
-            api: format!("http://{}", process.addr("api")),
-            agent: format!("http://{}", process.addr("agent")),
-            dns: process.addr("dns").parse().unwrap(),
-            process: Some(process),
-            prober: None,
-        }
-    }
-
-    fn alive(&self) -> bool {
-        self.process.is_some()
-    }
-
-    /// A gauge or counter of this replica's `/metrics` (`None` when unreachable).
-    fn metric(&self, name: &str) -> Option<f64> {
-        let out = Command::new("curl")
-            .args(["-sS", "--max-time", "2", &format!("{}/metrics", self.api)])
-            .output()
-            .ok()?;
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-    }
-
-    fn is_leader(&self) -> bool {
-        self.metric("fedingress_controller_leader") == Some(1.0)
-    }
-
-    fn agents(&self) -> usize {
-        self.metric("fedingress_agents_connected").unwrap_or(0.0) as usize
-    }
-
-    fn dig(&self, args: &[&str]) -> Vec<String> {
-        let mut lines = dig_short(self.dns, args);
-        lines.sort();
-        lines
-    }
-
-    fn serial(&self) -> Option<String> {
-        self.dig(&["SOA", "ha.test"])
-            .first()
-            .and_then(|soa| soa.split_whitespace().nth(2).map(str::to_string))
-    }
-
-    fn kubectl(&self, dir: &Path) -> Kubectl {
-        let path = dir.join(format!("kubeconfig-{}", self.name));
-        write_kubeconfig(&path, &self.api, None, None);
-        Kubectl::new(None, path)
-    }
-
-    fn kill9(&mut self) -> Instant {
-        if let Some(prober) = self.prober.take() {
-            prober.stop();
-        }
-        self.process.take().unwrap().kill9();
-        Instant::now()
-    }
-}
-
-/// Every live replica answers `steady` for the name, with one SOA serial among them.
-fn converged(replicas: &[Replica], steady: &[String]) -> Result<String, String> {
-    let mut serials = BTreeSet::new();
-    for replica in replicas.iter().filter(|r| r.alive()) {
-        let answer = replica.dig(&["A", NAME]);
-        if answer != steady {
-            return Err(format!("{} answers {answer:?}", replica.name));
-        }
-        serials.insert(replica.serial().unwrap_or_default());
-    }
-    match serials.len() {
-        1 => Ok(serials.into_iter().next().unwrap()),
-        _ => Err(format!("serials differ: {serials:?}")),
-    }
-}
-
-fn leader(replicas: &[Replica]) -> Result<usize, String> {
-    let leaders: Vec<usize> = (0..replicas.len())
-        .filter(|&i| replicas[i].alive() && replicas[i].is_leader())
-        .collect();
-    match leaders.as_slice() {
-        [one] => Ok(*one),
-        other => Err(format!("leaders: {other:?}")),
-    }
-}
 
 /// One event of a watch: type, name, resourceVersion.
 type Seen = (String, String, i64);
@@ -323,107 +193,6 @@ fn check_watch(
     Ok(())
 }
 
-/// Replicas, two clusters with agents that know every replica, and a RoundRobin
-/// ingress answered with both clusters' addresses.
-struct Federation {
-    replicas: Vec<Replica>,
-    _agents: Vec<Process>,
-    echoes: Vec<Option<Echo>>,
-    specs: [ClusterSpec; 2],
-    steady_ips: Vec<IpAddr>,
-    steady: Vec<String>,
-}
-
-fn federation(dir: &Path, block: u8, replicas: u8, etcd: &str) -> Federation {
-    let replicas: Vec<Replica> = (1..=replicas)
-        .map(|i| Replica::start(dir, block, i, etcd))
-        .collect();
-    eventually(WAIT, "one elected leader", || leader(&replicas));
-    let k = replicas[0].kubectl(dir);
-    k.create_namespace("load");
-    let gateways = replicas
-        .iter()
-        .map(|r| r.agent.clone())
-        .collect::<Vec<_>>()
-        .join(", ");
-    let mut echoes = Vec::new();
-    let mut agents = Vec::new();
-    let specs = [
-        ClusterSpec::numbered(block, 1, "europe-west1", 50.4, 3.8),
-        ClusterSpec::numbered(block, 2, "us-east1", 39.0, -77.5),
-    ];
-    for spec in &specs {
-        echoes.push(Some(Echo::start(spec.backend).unwrap()));
-        create_cluster(&k, dir, spec);
-        let token = fedingress_tests::federation::issue_token(&replicas[0].api, &spec.name)
-            .unwrap()
-            .1;
-        let config = agent_config(dir, &replicas[0].agent, spec, &token);
-        let text = std::fs::read_to_string(&config).unwrap().replace(
-            &format!("  address: {}\n", replicas[0].agent),
-            &format!("  addresses: [{gateways}]\n"),
-        );
-        std::fs::write(&config, text).unwrap();
-        agents.push(start_agent(&config, &spec.name));
-    }
-    let ingress = dir.join("echo.yaml");
-    std::fs::write(
-        &ingress,
-        format!("apiVersion: fedingress.io/v1alpha1\nkind: FederatedIngress\nmetadata:\n  name: echo\nspec:\n  rules:\n  - protocol: TCP\n    port: 7000\n    backend: {{service: echo, port: 9000}}\n  traffic:\n    dnsName: {NAME}\n    ttl: 5\n    strategy: {{type: RoundRobin}}\n"),
-    )
-    .unwrap();
-    k.ok(&["apply", "-f", &ingress.display().to_string()]);
-    let steady_ips: Vec<IpAddr> = specs.iter().map(|s| s.bind).collect();
-    let mut steady: Vec<String> = steady_ips.iter().map(ToString::to_string).collect();
-    steady.sort();
-    Federation {
-        replicas,
-        _agents: agents,
-        echoes,
-        specs,
-        steady_ips,
-        steady,
-    }
-}
-
-impl Federation {
-    /// Starts a prober on every live replica.
-    fn probe(&mut self) {
-        for replica in self.replicas.iter_mut().filter(|r| r.alive()) {
-            replica.prober = Some(Prober::start(
-                replica.dns,
-                vec![Target::steady(
-                    "any",
-                    NAME,
-                    "10.1.0.0".parse().unwrap(),
-                    self.steady_ips.clone(),
-                )],
-                Duration::from_millis(10),
-            ));
-        }
-    }
-
-    /// Stops the probers; asserts no replica answered anything but the steady state.
-    fn judge(&mut self, since: Instant) {
-        for replica in &mut self.replicas {
-            let Some(prober) = replica.prober.take() else {
-                continue;
-            };
-            let targets = prober.targets.clone();
-            let started = prober.started;
-            let samples = prober.stop();
-            let verdict = judge(&targets, started, &samples, since, &[], 5);
-            eprintln!("{}: {}", replica.name, verdict.report);
-            assert!(
-                verdict.passed(),
-                "{} deviated:\n{}",
-                replica.name,
-                verdict.report
-            );
-        }
-    }
-}
-
 #[test]
 fn replicas_on_etcd_survive_replica_leader_and_etcd_member_loss() {
     let mut etcd = EtcdCluster::three();
@@ -434,7 +203,7 @@ fn replicas_on_etcd_survive_replica_leader_and_etcd_member_loss() {
         .enable_all()
         .build()
         .unwrap();
-    let mut f = federation(dir.path(), BLOCK, 3, &endpoints);
+    let mut f = federation(dir.path(), BLOCK, 3, &endpoints, REPLICA_LEASE.as_secs());
     let steady = f.steady.clone();
     let replicas = &mut f.replicas;
 
@@ -602,7 +371,7 @@ fn losing_etcd_makes_replicas_read_only_while_dns_answers_as_before() {
     let mut etcd = EtcdCluster::single();
     let endpoints = etcd.endpoints().join(",");
     let dir = tempfile::tempdir().unwrap();
-    let mut f = federation(dir.path(), 82, 2, &endpoints);
+    let mut f = federation(dir.path(), 82, 2, &endpoints, REPLICA_LEASE.as_secs());
     let steady = f.steady.clone();
     eventually(WAIT, "every replica answers the same", || {
         converged(&f.replicas, &steady)

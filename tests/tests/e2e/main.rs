@@ -14,6 +14,7 @@ mod continuity;
 mod dns_soak;
 mod durability;
 mod etcd;
+mod faults;
 mod fedctl;
 mod flood;
 mod gslb;
