@@ -36,6 +36,11 @@ pub trait Driver: Send + Sync {
     /// A channel whose value changes whenever the report may have changed.
     fn subscribe(&self) -> watch::Receiver<u64>;
 
+    /// SIGTERM, while the hub session is still open: stops what the hub must hear
+    /// about before the session closes (anycast routes are withdrawn), so that the
+    /// agent's last report says so. [`Driver::shutdown`] follows. Default: nothing.
+    async fn begin_shutdown(&self) {}
+
     /// Stops serving: closes listeners and drains connections.
     async fn shutdown(&self);
 

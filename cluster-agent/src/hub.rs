@@ -55,9 +55,10 @@
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use fedingress_api::plan::{ClusterPlan, RuleError};
+use fedingress_api::plan::{AgentReport, ClusterPlan, RuleError};
 use fedingress_proto::convert::{agent_to_pb, hub_from_pb};
 use fedingress_proto::pb::agent_gateway_client::AgentGatewayClient;
 use fedingress_proto::{AgentToHub, Hello, HubToAgent, pb};
@@ -105,6 +106,13 @@ const RENEW_RETRY: Duration = Duration::from_secs(10);
 
 /// Stand-in for "never" where a configured interval does not fit an `Instant`.
 const FAR_FUTURE: Duration = Duration::from_secs(365 * 24 * 3600);
+/// On shutdown, how long an open session may take to say goodbye: the driver's
+/// [`Driver::begin_shutdown`] (anycast: up to 10 s for the speaker to confirm the
+/// withdrawal), the last report, and the hub closing the stream after reading it.
+const FAREWELL: Duration = Duration::from_secs(15);
+/// The last of it: how long the agent waits for the hub to close the stream once the
+/// last report is sent.
+const FAREWELL_FLUSH: Duration = Duration::from_secs(2);
 
 /// Where the hub is, who this agent is, and how it paces itself.
 #[derive(Clone, Debug)]
@@ -475,6 +483,8 @@ enum End {
     Resync,
     /// The driver's capabilities changed: reconnect at once with a new Hello.
     Renegotiate,
+    /// Shutdown: the last report was sent and the stream closed.
+    Stopped,
 }
 
 impl Agent {
@@ -499,11 +509,39 @@ impl Agent {
     /// Applies the persisted plan, then connects to the hub and follows it until
     /// `shutdown` completes; reconnects forever. Does not shut the driver down (the
     /// caller owns it and does that after this returns).
+    ///
+    /// # Guarantees
+    /// When `shutdown` completes during an open session, the session says goodbye
+    /// before this returns (at most [`FAREWELL`]): [`Driver::begin_shutdown`] (anycast
+    /// routes withdrawn), a last report, and the stream closed only once the hub has
+    /// read it (the hub closes its side after the agent's last message, or
+    /// [`FAREWELL_FLUSH`] passes).
     pub async fn run(mut self, shutdown: impl Future<Output = ()>) {
-        tokio::pin!(shutdown);
+        let (stopping, stop) = watch::channel(false);
+        let cluster = self.settings.cluster.clone();
+        let follow = self.follow(stop);
+        tokio::pin!(follow, shutdown);
         tokio::select! {
             biased;
-            () = &mut shutdown => return,
+            () = &mut follow => return,
+            () = &mut shutdown => {}
+        }
+        stopping.send_replace(true);
+        if tokio::time::timeout(FAREWELL, follow).await.is_err() {
+            tracing::warn!(
+                cluster = %cluster,
+                waited_ms = FAREWELL.as_millis(),
+                "the hub session did not end in time; closing it"
+            );
+        }
+    }
+
+    /// `run` until `stop` turns true: returns at once outside a session, and after the
+    /// session's goodbye inside one.
+    async fn follow(&mut self, mut stop: watch::Receiver<bool>) {
+        tokio::select! {
+            biased;
+            () = stopped(&mut stop) => return,
             () = self.apply_persisted() => {}
         }
         let policy = self.settings.backoff;
@@ -516,10 +554,23 @@ impl Agent {
         loop {
             let hub = addresses.get(rotation.current()).map_or("", String::as_str);
             let mut connected_at = None;
+            let connected = Arc::new(AtomicBool::new(false));
+            // Stopping cancels a session still connecting at once; a connected one says
+            // goodbye itself (see `run`).
+            let cancel = {
+                let mut stop = stop.clone();
+                let connected = Arc::clone(&connected);
+                async move {
+                    stopped(&mut stop).await;
+                    if connected.load(Ordering::SeqCst) {
+                        std::future::pending::<()>().await;
+                    }
+                }
+            };
             let end = tokio::select! {
                 biased;
-                () = &mut shutdown => return,
-                end = self.session(hub, &mut connected_at) => end,
+                end = self.session(hub, &mut connected_at, &connected, stop.clone()) => end,
+                () = cancel => return,
             };
             let lasted = connected_at.is_some_and(|at: Instant| at.elapsed() > policy.reset_after);
             let cluster = &self.settings.cluster;
@@ -547,6 +598,7 @@ impl Agent {
                 End::Resync => false,
                 // Same hub, at once: only the Hello changes.
                 End::Renegotiate => continue,
+                End::Stopped => return,
             };
             let delay = rotation.ended(lasted, refused, &policy, &mut rand::rng());
             let next = addresses.get(rotation.current()).map_or("", String::as_str);
@@ -566,8 +618,11 @@ impl Agent {
             }
             tokio::select! {
                 biased;
-                () = &mut shutdown => return,
+                () = stopped(&mut stop) => return,
                 () = tokio::time::sleep(delay) => {}
+            }
+            if *stop.borrow_and_update() {
+                return;
             }
         }
     }
@@ -690,7 +745,13 @@ impl Agent {
 
     /// One connection to the hub at `hub`: Hello, then follow the hub until the stream
     /// ends.
-    async fn session(&mut self, hub: &str, connected_at: &mut Option<Instant>) -> End {
+    async fn session(
+        &mut self,
+        hub: &str,
+        connected_at: &mut Option<Instant>,
+        connected: &AtomicBool,
+        mut stop: watch::Receiver<bool>,
+    ) -> End {
         let cluster = self.settings.cluster.clone();
         if hub.is_empty() {
             return End::Failed(error_chain(&HubError::NoAddress));
@@ -753,6 +814,7 @@ impl Agent {
             Err(_) => return End::Failed(format!("hub did not answer within {ANSWER_TIMEOUT:?}")),
         };
         *connected_at = Some(Instant::now());
+        connected.store(true, Ordering::SeqCst);
         tracing::info!(
             cluster = %cluster,
             version = self.applied_version(),
@@ -767,7 +829,7 @@ impl Agent {
         }
 
         let (period_tx, period_rx) = watch::channel(DEFAULT_HEARTBEAT);
-        let _heartbeats = AbortOnDrop(tokio::spawn(heartbeats(tx.clone(), period_rx)));
+        let heartbeat_task = AbortOnDrop(tokio::spawn(heartbeats(tx.clone(), period_rx)));
         let mut changes = self.driver.subscribe();
         changes.borrow_and_update();
         let mut watching = true;
@@ -780,6 +842,11 @@ impl Agent {
                 .unwrap_or_else(|| last_report + FAR_FUTURE);
             let coalesced = last_report + REPORT_COALESCE;
             let send_report = tokio::select! {
+                biased;
+                () = stopped(&mut stop) => {
+                    drop(heartbeat_task);
+                    return self.farewell(hub, tx, inbound).await;
+                }
                 message = inbound.message() => {
                     let message = match message {
                         Ok(Some(message)) => message,
@@ -821,16 +888,57 @@ impl Agent {
                 changes.borrow_and_update();
                 report_pending = false;
                 last_report = Instant::now();
-                let plan = self.current.as_ref().map(|c| &c.plan);
-                let report = match plan {
-                    Some(plan) => self.driver.report(plan),
-                    None => self.driver.report(&ClusterPlan::default()),
-                };
-                if let Err(end) = send(&tx, AgentToHub::Report(report)).await {
+                if let Err(end) = send(&tx, AgentToHub::Report(self.report())).await {
                     return end;
                 }
             }
         }
+    }
+
+    /// The driver's report of the applied plan.
+    fn report(&self) -> AgentReport {
+        match self.current.as_ref().map(|c| &c.plan) {
+            Some(plan) => self.driver.report(plan),
+            None => self.driver.report(&ClusterPlan::default()),
+        }
+    }
+
+    /// Shutdown during a session: [`Driver::begin_shutdown`], the last report, then the
+    /// end of the agent's stream; returns once the hub has closed its side (it reads
+    /// every message before it does), or after [`FAREWELL_FLUSH`].
+    async fn farewell(
+        &mut self,
+        hub: &str,
+        tx: mpsc::Sender<pb::AgentMessage>,
+        mut inbound: tonic::Streaming<pb::HubMessage>,
+    ) -> End {
+        let cluster = self.settings.cluster.clone();
+        self.driver.begin_shutdown().await;
+        if send(&tx, AgentToHub::Report(self.report())).await.is_err() {
+            return End::Stopped;
+        }
+        // The last sender: the request stream ends after the report.
+        drop(tx);
+        let started = Instant::now();
+        let closed = tokio::time::timeout(FAREWELL_FLUSH, async {
+            while let Ok(Some(_)) = inbound.message().await {}
+        })
+        .await;
+        match closed {
+            Ok(()) => tracing::info!(
+                cluster = %cluster,
+                hub = %hub,
+                waited_ms = started.elapsed().as_millis(),
+                "last report delivered; hub session closed"
+            ),
+            Err(_) => tracing::warn!(
+                cluster = %cluster,
+                hub = %hub,
+                waited_ms = FAREWELL_FLUSH.as_millis(),
+                "the hub did not close the session after the last report; closing it"
+            ),
+        }
+        End::Stopped
     }
 
     /// How to authenticate the next connection: the token (without `joinTokenFile`), the
@@ -1091,6 +1199,11 @@ impl Agent {
             }
         }
     }
+}
+
+/// Completes once `stop` is true (or its sender is gone).
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
 }
 
 /// Applies the persisted plan, then follows the hub until `shutdown` completes

@@ -955,11 +955,14 @@ fn anycast_detail(status: Status, cluster: &ClusterView, routes: &[AnycastAnnoun
 /// The agent's reasons for `withdrawn` routes: one reason when they share it and are all
 /// of the `total` addresses, else `address: reason` each.
 fn withdrawn_reasons(withdrawn: &[&AnycastAnnouncement], total: usize) -> String {
+    // The agents' reasons start with "withdrawn: ", which the sentence says already
+    // (issue 23: "withdrawn: withdrawn: …").
     let reason = |r: &AnycastAnnouncement| {
-        if r.reason.is_empty() {
+        let reason = r.reason.strip_prefix("withdrawn: ").unwrap_or(&r.reason);
+        if reason.is_empty() {
             "no reason given".to_owned()
         } else {
-            r.reason.clone()
+            reason.to_owned()
         }
     };
     match withdrawn.first() {

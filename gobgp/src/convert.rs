@@ -155,6 +155,7 @@ pub fn peer_to_pb(peer: &Peer) -> pb::Peer {
                 connect_retry: seconds(peer.connect_retry_seconds),
                 hold_time: seconds(peer.hold_time_seconds),
                 keepalive_interval: seconds(peer.keepalive_seconds),
+                idle_hold_time_after_reset: seconds(peer.idle_hold_after_reset_seconds),
                 ..Default::default()
             }),
             state: None,

@@ -260,6 +260,33 @@ impl Gobgpd {
         }
     }
 
+    /// `Some(status)` once gobgpd has exited (`signal: 9 (SIGKILL)`), without its log
+    /// lines ([`Gobgpd::last_output`] has them).
+    pub fn try_exit_status(&mut self) -> Option<String> {
+        self.exit_status()
+    }
+
+    /// Waits until gobgpd exits and returns its status alone (see
+    /// [`Gobgpd::try_exit_status`]).
+    pub async fn wait_exit_status(&mut self) -> String {
+        match self.child.wait().await {
+            Ok(status) => {
+                // Let the forwarders read what it printed last.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                status.to_string()
+            }
+            Err(e) => format!("cannot wait for gobgpd: {}", chain(&e)),
+        }
+    }
+
+    /// gobgpd's last few log lines, `|`-separated (for logs, not for status texts).
+    pub fn last_output(&self) -> String {
+        match self.last_lines.lock() {
+            Ok(last) => last.iter().cloned().collect::<Vec<_>>().join(" | "),
+            Err(_) => String::new(),
+        }
+    }
+
     /// Kills gobgpd and waits until it is gone.
     pub async fn stop(mut self) {
         if let Err(e) = self.child.kill().await {

@@ -5,6 +5,7 @@ use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
+use ipnet::IpNet;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::convert::{self, ConvertError};
@@ -305,6 +306,42 @@ impl Speaker {
             }
         }
         Ok(entries)
+    }
+
+    /// The prefixes this speaker has sent to `neighbor` and not withdrawn (its
+    /// Adj-RIB-Out, IPv4 then IPv6 unicast): what the neighbor holds from this speaker
+    /// while its session is established. Empty for a neighbor whose session is not.
+    ///
+    /// # Errors
+    /// [`SpeakerError::Call`] for a neighbor the speaker does not know.
+    pub async fn advertised(&mut self, neighbor: IpAddr) -> Result<Vec<IpNet>, SpeakerError> {
+        const CALL: &str = "ListPath";
+        let mut prefixes = Vec::new();
+        for family in convert::unicast_families() {
+            let request = pb::ListPathRequest {
+                table_type: pb::TableType::AdjOut as i32,
+                name: neighbor.to_string(),
+                family: Some(family),
+                ..Default::default()
+            };
+            let mut client = self.client.clone();
+            let destinations = self
+                .stream(CALL, async move {
+                    let mut stream = client.list_path(request).await?.into_inner();
+                    let mut out = Vec::new();
+                    while let Some(response) = stream.message().await? {
+                        out.extend(response.destination);
+                    }
+                    Ok(out)
+                })
+                .await?;
+            for destination in &destinations {
+                let entries =
+                    convert::rib_entries(destination).map_err(|e| self.unreadable(CALL, e))?;
+                prefixes.extend(entries.into_iter().map(|e| e.prefix));
+            }
+        }
+        Ok(prefixes)
     }
 
     async fn call<T>(

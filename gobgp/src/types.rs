@@ -94,10 +94,14 @@ pub struct Peer {
     pub passive: bool,
     pub route_reflector_client: bool,
     /// GoBGP's defaults when `None`: hold 90 s, keepalive 30 s, connect retry 120 s
-    /// (GoBGP never retries faster than every 5-10 s).
+    /// (GoBGP 3 waits 5-9 s before its first connect and never retries faster than
+    /// every 5-10 s: a peer that connects to a listening speaker is faster).
     pub hold_time_seconds: Option<u32>,
     pub keepalive_seconds: Option<u32>,
     pub connect_retry_seconds: Option<u32>,
+    /// How long the session stays idle (refusing the neighbor's connections too) after
+    /// it went down; GoBGP's default when `None` is 30 s.
+    pub idle_hold_after_reset_seconds: Option<u32>,
 }
 
 impl Peer {
@@ -113,6 +117,7 @@ impl Peer {
             hold_time_seconds: None,
             keepalive_seconds: None,
             connect_retry_seconds: None,
+            idle_hold_after_reset_seconds: None,
         }
     }
 }

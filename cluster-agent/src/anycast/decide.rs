@@ -37,16 +37,31 @@ pub struct Inputs<'a> {
     /// The hub's `Welcome` said the cluster is cordoned.
     pub cordoned: bool,
     pub speaker: &'a SpeakerState,
+    /// The speaker's peer sessions as last polled.
+    pub sessions: Sessions,
+    /// Addresses whose host route an established peer holds (its Adj-RIB-Out), as
+    /// last polled.
+    pub sent: &'a BTreeSet<IpAddr>,
     pub next_hops: NextHops,
     /// Addresses the interface could not take, with the error.
     pub interface_errors: &'a BTreeMap<IpAddr, String>,
 }
 
+/// How many peers the speaker has, and how many of their sessions are established.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Sessions {
+    pub peers: u32,
+    pub established: u32,
+}
+
 /// What the speaker should carry, and what to report.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Decision {
-    /// Announced addresses and their next hops.
+    /// Addresses the speaker should carry, and their next hops.
     pub announce: BTreeMap<IpAddr, IpAddr>,
+    /// Addresses of `announce` that no established peer holds yet (not reported
+    /// announced: the routers do not have them).
+    pub unsent: BTreeSet<IpAddr>,
     /// Per share of the plan, its anycast addresses in plan order.
     pub routes: BTreeMap<IngressKey, Vec<AnycastRoute>>,
     /// Addresses that belong on the interface: every anycast address of an applied
@@ -107,8 +122,10 @@ fn unwanted(inputs: &Inputs<'_>, report: Option<&IngressReport>, rules: usize) -
 /// - An address is in `announce` only when some share of the plan wants it, it has a
 ///   next hop of its family, the interface took it, and the speaker is up.
 /// - Every anycast address of every share of the plan has exactly one entry in that
-///   share's `routes`, whose `announced` equals the address being in `announce`, and
-///   whose reason starts with `announced: ` or `withdrawn: `.
+///   share's `routes`, whose `announced` is true exactly when the address is in
+///   `announce` and an established peer holds it (`sent`): what the routers have, not
+///   what was handed to the speaker. Its reason starts with `announced: ` or
+///   `withdrawn: `.
 pub fn decide(inputs: &Inputs<'_>) -> Decision {
     // Per share: None = wants its addresses; Some(why not).
     let mut wants: BTreeMap<&IngressKey, Option<String>> = BTreeMap::new();
@@ -149,7 +166,7 @@ pub fn decide(inputs: &Inputs<'_>) -> Decision {
         }
         match inputs.speaker {
             SpeakerState::Up => None,
-            SpeakerState::Down(why) => Some(format!("speaker down: {why}")),
+            SpeakerState::Down(why) => Some(format!("the BGP speaker is down: {why}")),
         }
     };
     let announce: BTreeMap<IpAddr, IpAddr> = wanted_by
@@ -157,6 +174,20 @@ pub fn decide(inputs: &Inputs<'_>) -> Decision {
         .filter(|&&a| blocked(a).is_none())
         .filter_map(|&a| inputs.next_hops.of(a).map(|hop| (a, hop)))
         .collect();
+    // Carried, but a router has it only once an established peer was sent it.
+    let unsent: BTreeSet<IpAddr> = announce
+        .keys()
+        .filter(|a| !inputs.sent.contains(a))
+        .copied()
+        .collect();
+    let unsent_reason = if inputs.sessions.established == 0 {
+        format!(
+            "no BGP session established ({} of {} peers)",
+            inputs.sessions.established, inputs.sessions.peers
+        )
+    } else {
+        "not yet sent to an established BGP peer".to_owned()
+    };
     let mut routes = BTreeMap::new();
     for (key, share) in inputs.plan.ingresses.iter() {
         let Some(why_not) = wants.get(key) else {
@@ -166,9 +197,11 @@ pub fn decide(inputs: &Inputs<'_>) -> Decision {
             .anycast_addresses
             .iter()
             .map(|&address| {
-                let announced = announce.contains_key(&address);
+                let carried = announce.contains_key(&address);
+                let announced = carried && !unsent.contains(&address);
                 let reason = match (why_not, announced) {
                     (None, true) => "announced: applied and healthy".to_owned(),
+                    (_, false) if carried => format!("withdrawn: {unsent_reason}"),
                     (None, false) => format!(
                         "withdrawn: {}",
                         blocked(address).unwrap_or_else(|| "not wanted".to_owned())
@@ -193,6 +226,7 @@ pub fn decide(inputs: &Inputs<'_>) -> Decision {
     }
     Decision {
         announce,
+        unsent,
         routes,
         local,
     }
@@ -269,6 +303,8 @@ mod tests {
         draining: bool,
         cordoned: bool,
         speaker: SpeakerState,
+        sessions: Sessions,
+        sent: BTreeSet<IpAddr>,
         next_hops: NextHops,
         interface_errors: BTreeMap<IpAddr, String>,
     }
@@ -284,6 +320,15 @@ mod tests {
                 draining: false,
                 cordoned: false,
                 speaker: SpeakerState::Up,
+                sessions: Sessions {
+                    peers: 1,
+                    established: 1,
+                },
+                // Every address of these tests, as a peer would hold it.
+                sent: ["10.99.0.1", "10.99.0.2", "10.99.0.3", "fd00:99::1"]
+                    .into_iter()
+                    .map(ip)
+                    .collect(),
                 next_hops: NextHops {
                     v4: Some(ip("192.0.2.10")),
                     v6: None,
@@ -299,6 +344,8 @@ mod tests {
                 draining: self.draining,
                 cordoned: self.cordoned,
                 speaker: &self.speaker,
+                sessions: self.sessions,
+                sent: &self.sent,
                 next_hops: self.next_hops,
                 interface_errors: &self.interface_errors,
             })
@@ -371,7 +418,7 @@ mod tests {
             ),
             (
                 Box::new(|w| w.speaker = SpeakerState::Down("gobgpd exited".into())),
-                "withdrawn: speaker down: gobgpd exited",
+                "withdrawn: the BGP speaker is down: gobgpd exited",
             ),
             (
                 Box::new(|w| w.report.ingresses.clear()),
@@ -408,6 +455,41 @@ mod tests {
             message: "x".into(),
         }];
         assert_eq!(world.decide().announce.len(), 1);
+    }
+
+    #[test]
+    fn a_carried_route_is_announced_only_once_an_established_peer_holds_it() {
+        let mut world = World::new(
+            vec![share("echo", &["10.99.0.1"], 1)],
+            vec![healthy("echo")],
+        );
+        world.sent.clear();
+        world.sessions.established = 0;
+        let decision = world.decide();
+        // The speaker carries it, so that it goes out once a session is up ...
+        assert_eq!(decision.announce.len(), 1);
+        assert_eq!(decision.unsent, BTreeSet::from([ip("10.99.0.1")]));
+        // ... but no router has it: not announced.
+        let r = route(&decision, "echo", "10.99.0.1");
+        assert!(!r.announced);
+        assert_eq!(
+            r.reason,
+            "withdrawn: no BGP session established (0 of 1 peers)"
+        );
+        world.sessions.established = 1;
+        assert_eq!(
+            route(&world.decide(), "echo", "10.99.0.1").reason,
+            "withdrawn: not yet sent to an established BGP peer"
+        );
+        world.sent.insert(ip("10.99.0.1"));
+        let decision = world.decide();
+        assert!(decision.unsent.is_empty());
+        assert!(route(&decision, "echo", "10.99.0.1").announced);
+        // Withdrawn at once, whatever the last poll saw.
+        world.draining = true;
+        let decision = world.decide();
+        assert!(decision.announce.is_empty() && decision.unsent.is_empty());
+        assert!(!route(&decision, "echo", "10.99.0.1").announced);
     }
 
     #[test]

@@ -44,20 +44,23 @@ use fedingress_api::plan::{
 };
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tokio::time::{Instant, MissedTickBehavior};
+use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::config::anycast::{AnycastConfig, NextHops};
 use crate::driver::Driver;
 use crate::standalone::Standalone;
-use decide::{Decision, Inputs, SpeakerState};
+use decide::{Decision, Inputs, Sessions, SpeakerState};
 use interface::Interface;
 use speaker::{PeerCounts, SpeakerSettings};
 
 pub use speaker::{Connection, StartError};
 
-/// How often the speaker is polled (liveness, peer sessions) and a dead one retried.
+/// How often a settled speaker is polled (liveness, peer sessions, what its peers hold).
 pub const POLL: Duration = Duration::from_secs(1);
+/// How often it is polled while a route it carries has reached no established peer yet
+/// (or no session is established): the report and `/readyz` follow within this.
+const FAST_POLL: Duration = Duration::from_millis(100);
 /// First and longest wait between attempts to bring a dead speaker back.
 const RETRY_FIRST: Duration = Duration::from_millis(500);
 const RETRY_MAX: Duration = Duration::from_secs(30);
@@ -79,6 +82,9 @@ struct Published {
     speaker: SpeakerReport,
     /// Routes the speaker carries now.
     announced: usize,
+    /// Why the routers may not have what the agent wants them to have; `None` once an
+    /// established peer holds every carried route (see [`Driver::readiness`]).
+    unready: Option<String>,
     /// The loop has seen the drain (and withdrawn what it could).
     draining: bool,
 }
@@ -100,6 +106,9 @@ pub struct Anycast {
     changes: Arc<watch::Sender<u64>>,
     counters: Arc<Counters>,
     withdraw_delay: Duration,
+    /// When SIGTERM's withdrawal was confirmed, and whether routes were announced
+    /// before it; `None` until it happened.
+    withdrawn: tokio::sync::Mutex<Option<(Instant, bool)>>,
     main: Mutex<Option<JoinHandle<()>>>,
     helpers: Mutex<Vec<JoinHandle<()>>>,
 }
@@ -118,7 +127,10 @@ impl Anycast {
         let (cordoned, cordoned_rx) = watch::channel(false);
         let (draining, draining_rx) = watch::channel(false);
         let (stop, stop_rx) = watch::channel(false);
-        let (published_tx, published) = watch::channel(Published::default());
+        let (published_tx, published) = watch::channel(Published {
+            unready: Some("the BGP speaker's sessions are not polled yet".to_owned()),
+            ..Published::default()
+        });
         let (changes, _) = watch::channel(0u64);
         let changes = Arc::new(changes);
         let counters = Arc::new(Counters::default());
@@ -160,6 +172,7 @@ impl Anycast {
             changes,
             counters,
             withdraw_delay: anycast.withdraw_delay(),
+            withdrawn: tokio::sync::Mutex::new(None),
             main: Mutex::new(Some(main)),
             helpers: Mutex::new(vec![forwarder]),
         })
@@ -245,31 +258,24 @@ impl Driver for Anycast {
         self.changes.subscribe()
     }
 
-    /// Withdraws every route, waits `withdrawDelayMs` (when something was announced)
-    /// so that peers stop sending traffic, then drains the listeners, removes the
-    /// interface addresses and stops a managed speaker.
+    /// Withdraws every route (at most [`WITHDRAW_WAIT`] for the speaker to confirm), so
+    /// that the agent's last report to the hub says so.
+    async fn begin_shutdown(&self) {
+        self.withdraw_all().await;
+    }
+
+    /// Withdraws every route (unless [`Driver::begin_shutdown`] did), waits
+    /// `withdrawDelayMs` from the withdrawal (when something was announced) so that
+    /// peers stop sending traffic, then drains the listeners, removes the interface
+    /// addresses and stops a managed speaker.
     async fn shutdown(&self) {
-        let had_routes = self.published.borrow().announced > 0;
-        self.draining.send_replace(true);
-        let mut published = self.published.clone();
-        let withdrawn = tokio::time::timeout(
-            WITHDRAW_WAIT,
-            published.wait_for(|p| p.draining && p.announced == 0),
-        )
-        .await
-        .is_ok_and(|seen| seen.is_ok());
-        if !withdrawn {
-            tracing::warn!(
-                waited_ms = WITHDRAW_WAIT.as_millis(),
-                "anycast routes not confirmed withdrawn; draining anyway"
-            );
-        }
+        let (withdrawn_at, had_routes) = self.withdraw_all().await;
         if had_routes && !self.withdraw_delay.is_zero() {
             tracing::info!(
                 withdraw_delay_ms = self.withdraw_delay.as_millis(),
                 "anycast routes withdrawn; waiting for peers to converge before draining"
             );
-            tokio::time::sleep(self.withdraw_delay).await;
+            tokio::time::sleep_until(withdrawn_at + self.withdraw_delay).await;
         }
         self.inner.shutdown().await;
         self.stop.send_replace(true);
@@ -301,12 +307,52 @@ impl Driver for Anycast {
         self.inner.is_draining() || *self.draining.borrow()
     }
 
+    /// Ready once the speaker is up and an established peer holds every route it
+    /// carries: a router has what the report says is announced.
+    fn readiness(&self) -> Result<(), String> {
+        self.inner.readiness()?;
+        match &self.published.borrow().unready {
+            Some(why) => Err(why.clone()),
+            None => Ok(()),
+        }
+    }
+
     fn set_cordoned(&self, cordoned: bool) {
         self.cordoned.send_if_modified(|current| {
             let changed = *current != cordoned;
             *current = cordoned;
             changed
         });
+    }
+}
+
+impl Anycast {
+    /// Withdraws every route once (later calls return the first one's result): when the
+    /// withdrawal was confirmed (or given up on) and whether routes were announced
+    /// before it.
+    async fn withdraw_all(&self) -> (Instant, bool) {
+        let mut withdrawn = self.withdrawn.lock().await;
+        if let Some(done) = *withdrawn {
+            return done;
+        }
+        let had_routes = self.published.borrow().announced > 0;
+        self.draining.send_replace(true);
+        let mut published = self.published.clone();
+        let confirmed = tokio::time::timeout(
+            WITHDRAW_WAIT,
+            published.wait_for(|p| p.draining && p.announced == 0),
+        )
+        .await
+        .is_ok_and(|seen| seen.is_ok());
+        if !confirmed {
+            tracing::warn!(
+                waited_ms = WITHDRAW_WAIT.as_millis(),
+                "anycast routes not confirmed withdrawn; draining anyway"
+            );
+        }
+        let done = (Instant::now(), had_routes);
+        *withdrawn = Some(done);
+        done
     }
 }
 
@@ -360,8 +406,7 @@ async fn exited(connection: &mut Option<Connection>) -> String {
 impl Loop {
     async fn run(mut self) {
         let mut inner_changes = self.inner.subscribe();
-        let mut poll = tokio::time::interval(POLL);
-        poll.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut next_poll = Instant::now();
         loop {
             let span = tracing::info_span!(
                 "anycast",
@@ -380,8 +425,9 @@ impl Loop {
                     self.lose(why);
                     true
                 }
-                _ = poll.tick() => {
+                () = tokio::time::sleep_until(next_poll) => {
                     self.poll().await;
+                    next_poll = Instant::now() + self.poll_interval();
                     true
                 }
             };
@@ -417,6 +463,11 @@ impl Loop {
                 draining,
                 cordoned,
                 speaker: &speaker,
+                sessions: Sessions {
+                    peers: self.counts.peers,
+                    established: self.counts.established,
+                },
+                sent: &self.counts.sent,
                 next_hops: self.next_hops,
                 interface_errors: self.interface.as_ref().map_or(&no_errors, |i| &i.errors),
             });
@@ -479,7 +530,22 @@ impl Loop {
             ),
             _ => String::new(),
         };
+        let unready = match (&self.down, up) {
+            (Some(why), false) => Some(format!("the BGP speaker is down: {why}")),
+            (None, false) => Some("the BGP speaker is down".to_owned()),
+            _ if draining => None,
+            _ if self.counts.established == 0 => Some(format!(
+                "no BGP session established ({} of {} peers)",
+                self.counts.established, self.counts.peers
+            )),
+            _ if !decision.unsent.is_empty() => Some(format!(
+                "{} anycast route(s) not yet sent to an established BGP peer",
+                decision.unsent.len()
+            )),
+            _ => None,
+        };
         let published = Published {
+            unready,
             routes: decision.routes,
             speaker: SpeakerReport {
                 up,
@@ -497,6 +563,20 @@ impl Loop {
         });
         if changed {
             self.changes.send_modify(|n| *n = n.wrapping_add(1));
+        }
+    }
+
+    /// [`FAST_POLL`] while the routers may lack what the report is waiting to call
+    /// announced (or the speaker is down and due for a retry), [`POLL`] otherwise.
+    fn poll_interval(&self) -> Duration {
+        let published = self.published.borrow();
+        match &self.connection {
+            None => self
+                .retry_at
+                .saturating_duration_since(Instant::now())
+                .clamp(FAST_POLL, POLL),
+            Some(_) if published.unready.is_some() && !published.draining => FAST_POLL,
+            Some(_) => POLL,
         }
     }
 

@@ -9,6 +9,7 @@
 //! - A managed gobgpd dies with the agent (parent-death signal; see
 //!   `fedingress_gobgp::Gobgpd`) and is killed when its [`Connection`] drops.
 
+use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -78,11 +79,14 @@ impl StartError {
     }
 }
 
-/// Session counts of the speaker's peers.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// Session counts of the speaker's peers, and what its established peers hold.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct PeerCounts {
     pub peers: u32,
     pub established: u32,
+    /// Host-route addresses in the Adj-RIB-Out of at least one established peer: sent
+    /// to a router and not withdrawn.
+    pub sent: BTreeSet<IpAddr>,
 }
 
 /// A configured speaker and, when managed, its gobgpd.
@@ -130,6 +134,13 @@ pub(crate) async fn open(settings: &SpeakerSettings) -> Result<Connection, Start
     let mut connection = Connection { speaker, child };
     connection.configure(settings).await?;
     Ok(connection)
+}
+
+/// Why a managed gobgpd is down, for status (`gobgpd exited: signal: 9 (SIGKILL)`); its
+/// last log lines go to the agent's log only.
+fn exited_reason(child: &Gobgpd, status: &str) -> String {
+    tracing::error!(api = %child.api(), status = %status, last_output = %child.last_output(), "gobgpd exited");
+    format!("gobgpd exited: {status}")
 }
 
 impl Connection {
@@ -193,26 +204,46 @@ impl Connection {
     /// Whether the speaker answers, and how many of its sessions are up. A managed
     /// gobgpd that exited is an error saying how.
     pub(crate) async fn poll(&mut self) -> Result<PeerCounts, String> {
-        if let Some(exited) = self.child.as_mut().and_then(Gobgpd::try_exited) {
-            return Err(format!("gobgpd exited: {exited}"));
+        if let Some(child) = self.child.as_mut()
+            && let Some(status) = child.try_exit_status()
+        {
+            return Err(exited_reason(child, &status));
         }
         let peers = self.speaker.peers().await.map_err(|e| e.to_string())?;
         let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        let established: Vec<IpAddr> = peers
+            .iter()
+            .filter(|p| p.state == SessionState::Established)
+            .map(|p| p.address)
+            .collect();
+        let mut sent = BTreeSet::new();
+        for peer in &established {
+            let prefixes = self
+                .speaker
+                .advertised(*peer)
+                .await
+                .map_err(|e| e.to_string())?;
+            sent.extend(
+                prefixes
+                    .into_iter()
+                    .filter(|p| p.prefix_len() == p.max_prefix_len())
+                    .map(|p| p.addr()),
+            );
+        }
         Ok(PeerCounts {
             peers: count(peers.len()),
-            established: count(
-                peers
-                    .iter()
-                    .filter(|p| p.state == SessionState::Established)
-                    .count(),
-            ),
+            established: count(established.len()),
+            sent,
         })
     }
 
     /// Completes when a managed gobgpd exits, with how; never for an external speaker.
     pub(crate) async fn exited(&mut self) -> String {
         match self.child.as_mut() {
-            Some(child) => format!("gobgpd exited: {}", child.wait_exited().await),
+            Some(child) => {
+                let status = child.wait_exit_status().await;
+                exited_reason(child, &status)
+            }
             None => std::future::pending().await,
         }
     }

@@ -104,6 +104,10 @@ pub struct PeerConfig {
     pub connect_retry_seconds: Option<u32>,
 }
 
+/// How long a peer's session stays idle after it went down before the speaker accepts
+/// or opens a new one (GoBGP's default is 30 s).
+pub const IDLE_HOLD_AFTER_RESET_SECONDS: u32 = 1;
+
 fn default_listen_port() -> i32 {
     -1
 }
@@ -316,6 +320,8 @@ impl PeerConfig {
             hold_time_seconds: self.hold_time_seconds,
             keepalive_seconds: self.keepalive_seconds,
             connect_retry_seconds: self.connect_retry_seconds,
+            // GoBGP's 30 s would refuse a restarted router's connections that long.
+            idle_hold_after_reset_seconds: Some(IDLE_HOLD_AFTER_RESET_SECONDS),
         }
     }
 }

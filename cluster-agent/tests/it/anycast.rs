@@ -112,16 +112,37 @@ impl Agent {
         })
     }
 
-    /// `GET /metrics` of the admin endpoint.
-    async fn metrics(&self) -> String {
+    /// `GET path` of the admin endpoint: the whole response, status line first.
+    async fn get(&self, path: &str) -> String {
         let mut stream = TcpStream::connect(self.1).await.unwrap();
         stream
-            .write_all(b"GET /metrics HTTP/1.1\r\nHost: agent\r\nConnection: close\r\n\r\n")
+            .write_all(
+                format!("GET {path} HTTP/1.1\r\nHost: agent\r\nConnection: close\r\n\r\n")
+                    .as_bytes(),
+            )
             .await
             .unwrap();
         let mut text = String::new();
         stream.read_to_string(&mut text).await.unwrap();
         text
+    }
+
+    /// `GET /metrics` of the admin endpoint.
+    async fn metrics(&self) -> String {
+        self.get("/metrics").await
+    }
+
+    /// `GET /readyz`: whether it answered 200, and its body.
+    async fn readyz(&self) -> (bool, String) {
+        let text = self.get("/readyz").await;
+        let ok = text.starts_with("HTTP/1.1 200");
+        let body = text
+            .split("\r\n\r\n")
+            .nth(1)
+            .unwrap_or_default()
+            .trim()
+            .to_owned();
+        (ok, body)
     }
 
     async fn wait_exit(&mut self) -> std::process::ExitStatus {
@@ -313,6 +334,28 @@ async fn routes_follow_health_cordon_the_speaker_and_sigterm() {
     let mut agent = Agent::start(&config);
     let anycast = SocketAddr::from((ANYCAST, port));
 
+    // Healthy, but no session yet (GoBGP 3 connects out 5-9 s after a peer is added):
+    // the speaker carries the route, no router has it, so it is not reported
+    // announced and the agent is not ready (issue 23).
+    let report = hub
+        .wait_report("the route carried, no session yet", DEADLINE, |r| {
+            route(r).is_some()
+        })
+        .await;
+    let carried = route(&report).unwrap();
+    assert!(
+        learned(&mut peer).await.is_none(),
+        "the session is not up yet"
+    );
+    assert!(!carried.announced, "{carried:?}");
+    assert_eq!(
+        carried.reason,
+        "withdrawn: no BGP session established (0 of 1 peers)"
+    );
+    let (ready, why) = agent.readyz().await;
+    assert!(!ready, "ready before a router has the route: {why}");
+    assert!(why.contains("no BGP session established"), "{why}");
+
     // Healthy: announced with the next hop and the community.
     wait_route(&mut peer, true, "healthy").await;
     let entry = learned(&mut peer).await.unwrap();
@@ -333,6 +376,13 @@ async fn routes_follow_health_cordon_the_speaker_and_sigterm() {
         route(&report).unwrap().reason,
         "announced: applied and healthy"
     );
+    fedingress_testsupport::eventually_async(DEADLINE, "the agent ready", || async {
+        match agent.readyz().await {
+            (true, _) => Ok(()),
+            (false, why) => Err(why),
+        }
+    })
+    .await;
     assert!(on_loopback(IpAddr::from(ANYCAST)), "the address is on lo");
     assert_eq!(echo_through(anycast).await.unwrap(), "hello");
     let metrics = agent.metrics().await;
@@ -403,12 +453,16 @@ async fn routes_follow_health_cordon_the_speaker_and_sigterm() {
         .await;
     let speaker = report.speaker.as_ref().unwrap();
     assert!(speaker.message.contains("gobgpd exited"), "{speaker:?}");
+    assert!(
+        !speaker.message.contains("it said"),
+        "gobgpd's log lines go to the agent's log, not to status: {speaker:?}"
+    );
     let route_state = route(&report).unwrap();
     assert!(!route_state.announced);
     assert!(
         route_state
             .reason
-            .starts_with("withdrawn: speaker down: gobgpd exited"),
+            .starts_with("withdrawn: the BGP speaker is down: gobgpd exited: signal: 9"),
         "{route_state:?}"
     );
     wait_route(&mut peer, true, "speaker restarted").await;
@@ -422,6 +476,11 @@ async fn routes_follow_health_cordon_the_speaker_and_sigterm() {
     // SIGTERM: withdrawn first, while the listener still accepts.
     agent.signal("TERM");
     wait_route(&mut peer, false, "SIGTERM").await;
+    // ... and the hub hears it before the session closes (issue 23).
+    hub.wait_report("the SIGTERM withdrawal reported", DEADLINE, |r| {
+        route(r).is_some_and(|r| !r.announced && r.reason == "withdrawn: draining (SIGTERM)")
+    })
+    .await;
     assert_eq!(
         echo_through(anycast).await,
         Ok("hello".to_owned()),

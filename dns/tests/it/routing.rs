@@ -925,12 +925,12 @@ fn anycast_counts_a_cluster_only_while_its_agent_reports_the_route_announced() {
             route(
                 "192.0.2.10",
                 false,
-                "backend echo:9000 has no ready endpoint",
+                "withdrawn: backend echo:9000 has no ready endpoint",
             ),
             route(
                 "2001:db8::10",
                 false,
-                "backend echo:9000 has no ready endpoint",
+                "withdrawn: backend echo:9000 has no ready endpoint",
             ),
         ];
     });

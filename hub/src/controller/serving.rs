@@ -120,12 +120,15 @@ pub fn serving(
     let speaker = agent
         .and_then(|a| a.report.as_deref())
         .and_then(|r| r.speaker.as_ref());
-    // From a connected agent's report; otherwise (not reported yet, lost, restoring)
-    // the routes last reported stand.
+    // From a connected agent's report; a lost agent's routes count as withdrawn;
+    // otherwise (not reported yet, restoring) the routes last reported stand.
     let anycast = match (knowledge, report) {
         (AgentKnowledge::Connected(_), Some(report)) => {
             anycast_of(share.map(|s| &**s), report, speaker)
         }
+        (AgentKnowledge::Lost(_), _) => previous
+            .map(|p| withdrawn_with_the_agent(&p.anycast))
+            .unwrap_or_default(),
         _ => previous.map(|p| p.anycast.clone()).unwrap_or_default(),
     };
     // Every rule of the share failed (a share without rules: any error).
@@ -166,6 +169,30 @@ pub fn serving(
     })
 }
 
+/// Why a route its agent last reported announced counts as withdrawn once the agent's
+/// session is gone.
+pub const AGENT_GONE: &str =
+    "withdrawn: the agent is not connected (a managed BGP speaker stops with its agent)";
+
+/// The routes of an agent whose session ended: the announced ones count as withdrawn
+/// (an agent that stops withdraws first and says so in its last report; one that dies
+/// takes its managed speaker, and with it the routes, along); withdrawn ones keep their
+/// reason.
+fn withdrawn_with_the_agent(routes: &[AnycastRouteStatus]) -> Vec<AnycastRouteStatus> {
+    routes
+        .iter()
+        .map(|r| AnycastRouteStatus {
+            address: r.address,
+            announced: false,
+            reason: if r.announced {
+                AGENT_GONE.to_owned()
+            } else {
+                r.reason.clone()
+            },
+        })
+        .collect()
+}
+
 /// The anycast routes of a share as its agent's `report` gives them, with the agent's
 /// BGP `speaker` down counting as every route of the `share`'s anycast addresses
 /// withdrawn (the speaker's words as the reason, unless the agent already gave one for
@@ -185,12 +212,28 @@ fn anycast_of(
         })
         .collect();
     let Some(down) = speaker.filter(|s| !s.up) else {
+        // An agent that runs a speaker reports BGP state: an address it has no route for
+        // (its first decision is still to come) is not announced.
+        if speaker.is_some() {
+            for address in share
+                .map(|s| s.anycast_addresses.as_slice())
+                .unwrap_or_default()
+            {
+                if !routes.iter().any(|r| r.address == *address) {
+                    routes.push(AnycastRouteStatus {
+                        address: *address,
+                        announced: false,
+                        reason: "withdrawn: its agent has not reported the route yet".to_owned(),
+                    });
+                }
+            }
+        }
         return routes;
     };
     let why = if down.message.is_empty() {
-        "the BGP speaker is down".to_owned()
+        "withdrawn: the BGP speaker is down".to_owned()
     } else {
-        format!("the BGP speaker is down: {}", down.message)
+        format!("withdrawn: the BGP speaker is down: {}", down.message)
     };
     for route in routes.iter_mut().filter(|r| r.announced) {
         route.announced = false;
@@ -431,9 +474,27 @@ mod tests {
         .unwrap();
         assert_eq!(state.healthy, Some(false));
         assert_eq!(
-            state.anycast, previous.anycast,
-            "the last reported routes stand while the agent is away"
+            state.anycast,
+            vec![AnycastRouteStatus {
+                address: "192.0.2.10".parse().unwrap(),
+                announced: false,
+                reason: AGENT_GONE.into(),
+            }],
+            "a lost agent's announced routes count as withdrawn"
         );
+        // Withdrawn ones keep the agent's last word (its SIGTERM report, say).
+        let mut drained = previous.clone();
+        drained.anycast[0].announced = false;
+        drained.anycast[0].reason = "withdrawn: draining (SIGTERM)".into();
+        let state = serving(
+            &key(),
+            &traffic(30),
+            AgentKnowledge::Lost(&lost),
+            Some(&drained),
+            10,
+        )
+        .unwrap();
+        assert_eq!(state.anycast, drained.anycast);
     }
 
     fn route(address: &str, announced: bool, reason: &str) -> AnycastRoute {
@@ -515,6 +576,31 @@ mod tests {
         )
         .unwrap();
         assert!(none.anycast.is_empty());
+        // An agent with a speaker that reports one address of two: the other is not
+        // announced (it is not "no BGP state").
+        let partial = anycast_agent(
+            vec![route("192.0.2.10", true, "announced: applied and healthy")],
+            Some(SpeakerReport {
+                up: true,
+                peers: 1,
+                established_peers: 1,
+                message: String::new(),
+            }),
+        );
+        let state = serving(
+            &key(),
+            &traffic(0),
+            AgentKnowledge::Connected(&partial),
+            None,
+            3,
+        )
+        .unwrap();
+        assert_eq!(state.anycast.len(), 2);
+        assert!(!state.anycast[1].announced);
+        assert_eq!(
+            state.anycast[1].reason,
+            "withdrawn: its agent has not reported the route yet"
+        );
     }
 
     #[test]
@@ -529,7 +615,8 @@ mod tests {
             }),
         );
         let state = serving(&key(), &traffic(0), AgentKnowledge::Connected(&a), None, 0).unwrap();
-        let why = "the BGP speaker is down: gobgpd at 127.0.0.1:50051: connection refused";
+        let why =
+            "withdrawn: the BGP speaker is down: gobgpd at 127.0.0.1:50051: connection refused";
         assert_eq!(
             state.anycast,
             vec![

@@ -938,7 +938,7 @@ fn anycast_routes_reach_the_status_the_routing_and_the_cluster_speaker() {
     assert!(!eu.anycast[0].announced);
     assert_eq!(
         eu.anycast[0].reason,
-        "the BGP speaker is down: gobgpd does not answer"
+        "withdrawn: the BGP speaker is down: gobgpd does not answer"
     );
     let ready = pass.cluster_statuses["eu-west"]
         .conditions

@@ -182,7 +182,11 @@ impl Gslb {
         for ingress in routed.iter().filter(|r| changed.contains(&r.ingress)) {
             let now_in = self.answering(ingress);
             let before = self.answers.get(&ingress.ingress);
-            if !first {
+            // Anycast: the route events below say who announces; the answers only switch
+            // between the anycast addresses and (none announcing) the clusters' own, which
+            // is no cluster joining or leaving (issue 23: a Warning when a site recovered).
+            let anycast = ingress.traffic.strategy.type_ == StrategyType::Anycast;
+            if !first && !anycast {
                 let empty = BTreeMap::new();
                 let before = before.unwrap_or(&empty);
                 for (cluster, detail) in &now_in {
@@ -350,9 +354,15 @@ fn route_changes(
         if was.map_or(!state.announced, |w| w.announced == state.announced) {
             continue;
         }
+        // The agent's reason repeats what the sentence says first.
+        let why = state
+            .why
+            .strip_prefix("announced: ")
+            .or_else(|| state.why.strip_prefix("withdrawn: "))
+            .unwrap_or(&state.why);
         let detail = match (state.reported, state.announced) {
-            (true, true) => format!("announced {address}: {}", state.why),
-            (true, false) => format!("withdrew {address}: {}", state.why),
+            (true, true) => format!("announced {address}: {why}"),
+            (true, false) => format!("withdrew {address}: {why}"),
             (false, true) => format!(
                 "counts as announcing {address} (its agent reports no BGP state): {}",
                 state.why
@@ -498,6 +508,40 @@ mod tests {
             ]
         );
         assert!(route_changes(&before, &states(&before), &states(&before)).is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_site_that_starts_announcing_is_one_route_event_and_no_cluster_leaving() {
+        let bound = Gslb::bind(&DnsConfig::default(), SocketAddr::from(([127, 0, 0, 1], 0)))
+            .await
+            .unwrap();
+        let mut gslb = bound.gslb;
+        let starting = "withdrawn: no BGP session established (0 of 1 peers)";
+        // Nobody announces: the answers fail open to the clusters themselves.
+        let none = routed(vec![
+            view("eu-west", true, &[(false, starting)]),
+            view("us-east", true, &[(false, starting)]),
+        ]);
+        let changed = BTreeSet::from(["default/vip".to_owned()]);
+        gslb.step(&[&none], &changed, 2, true);
+        let one = routed(vec![
+            view("eu-west", true, &[(true, "announced: applied and healthy")]),
+            view("us-east", true, &[(false, starting)]),
+        ]);
+        let step = gslb.step(&[&one], &changed, 3, false);
+        assert_eq!(
+            messages(&step.changes),
+            ["true eu-west announced 192.0.2.10: applied and healthy"],
+            "no ClusterLeftAnswers for the sites the fail-open answer named"
+        );
+        let step = gslb.step(&[&none], &changed, 4, false);
+        assert_eq!(
+            messages(&step.changes),
+            [format!(
+                "false eu-west withdrew 192.0.2.10: {}",
+                starting.trim_start_matches("withdrawn: ")
+            )]
+        );
     }
 
     #[test]
