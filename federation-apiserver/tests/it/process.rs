@@ -78,6 +78,14 @@ fn a_bad_dns_provider_exits_64_with_the_field_path_before_binding() {
             "  ownerId: prod\n  providers:\n  - {name: aws, type: route53, zone: Z1, delegate: [other.test]}\n",
             "federation-apiserver: dns.providers[0].delegate[0]: \"other.test\" is not one of dns.zones",
         ),
+        // Route53's settings under Cloud DNS's singular field (issue 23).
+        (
+            "  ownerId: prod\n  providers:\n  - {name: aws, type: route53, zone: Z1, healthCheck: {failureThreshold: 2}}\n",
+            &format!(
+                "federation-apiserver: config file {}: dns.providers[0].healthCheck: Route53's health check settings are `healthChecks` (plural)",
+                config.display()
+            ),
+        ),
     ] {
         std::fs::write(
             &config,
@@ -104,5 +112,30 @@ fn a_bad_dns_provider_exits_64_with_the_field_path_before_binding() {
         assert!(stderr.starts_with(expected), "{stderr}");
         assert!(output.stdout.is_empty(), "no READY line");
         assert!(!dir.path().join("data").exists(), "nothing opened");
+    }
+}
+
+/// `--help` named `deploy/examples/apiserver.yaml`, which does not exist (issue 23): every
+/// repository path the help names is there.
+#[test]
+fn help_names_only_files_that_exist() {
+    let output = Command::new(env!("CARGO_BIN_EXE_federation-apiserver"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let help = String::from_utf8_lossy(&output.stdout);
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let paths: Vec<&str> = help
+        .split(|c: char| c.is_whitespace() || "()`,;'\"".contains(c))
+        .filter(|word| word.starts_with("deploy/") || word.starts_with("docs/"))
+        .map(|word| word.trim_end_matches(['.', ':']))
+        .collect();
+    assert!(paths.contains(&"deploy/config/apiserver.yaml"), "{help}");
+    for path in paths {
+        assert!(
+            root.join(path).exists(),
+            "--help names {path}, which does not exist"
+        );
     }
 }
