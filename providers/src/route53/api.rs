@@ -110,7 +110,7 @@ fn missing_credentials(err: &(dyn std::error::Error + 'static)) -> Option<String
             let mut cause = Some(credentials as &(dyn std::error::Error + 'static));
             while let Some(error) = cause {
                 message.push_str(": ");
-                message.push_str(&error.to_string());
+                push_one_line(&mut message, &error.to_string());
                 cause = error.source();
             }
             return Some(message);
@@ -118,6 +118,20 @@ fn missing_credentials(err: &(dyn std::error::Error + 'static)) -> Option<String
         source = error.source();
     }
     None
+}
+
+/// Appends `text` on one line: the chain lists what it tried on lines of their own
+/// (`Attempted:\n  Environment: …\n  Profile: …`), which become `Attempted: Environment:
+/// …; Profile: …`.
+fn push_one_line(out: &mut String, text: &str) {
+    let mut first = true;
+    for line in text.lines().map(str::trim).filter(|line| !line.is_empty()) {
+        if !first {
+            out.push_str(if out.ends_with(':') { " " } else { "; " });
+        }
+        out.push_str(line);
+        first = false;
+    }
 }
 
 fn rejected(operation: &str, message: impl Into<String>) -> ProviderError {
@@ -348,8 +362,11 @@ mod tests {
     /// SDK's debug dump (issue 23): a configuration error, said in one line, not retried.
     #[tokio::test]
     async fn missing_credentials_are_a_configuration_error() {
+        // The words of aws-config's default chain.
         let error = get_hosted_zone(Chain(|| {
-            CredentialsError::not_loaded("no providers in chain provided credentials")
+            CredentialsError::not_loaded(
+                "no credentials found in chain. Attempted:\n  Environment: the credential provider was not enabled: environment variable not set\n  Profile: the credential provider was not enabled\n",
+            )
         }))
         .await;
         assert!(
@@ -363,7 +380,9 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.ends_with("no providers in chain provided credentials"),
+            text.ends_with(
+                "the credential provider was not enabled: no credentials found in chain. Attempted: Environment: the credential provider was not enabled: environment variable not set; Profile: the credential provider was not enabled"
+            ),
             "{text}"
         );
         assert_eq!(text.lines().count(), 1, "{text}");
