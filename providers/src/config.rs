@@ -9,9 +9,9 @@
 //!   - name: aws
 //!     type: route53
 //!     zone: Z0123456789ABCDEFGHIJ      # hosted zone id
-//!     domains: [shop.example.com, apps.example.com]
+//!     domains: [shop.example.com, apps.example.com, gslb.example.com]
 //!     healthChecks: {requestIntervalSeconds: 10, failureThreshold: 2}
-//!     delegate: [gslb.example.com]     # an embedded zone: NS + glue kept in this zone
+//!     delegate: [gslb.example.com]     # an embedded zone (in domains too): NS + glue kept in this zone
 //!   - name: gcp
 //!     type: clouddns
 //!     project: my-project

@@ -13,7 +13,8 @@
 //! [`bgp`] runs BIRD 2 as a router and reads its RIB; [`anycast`] is an anycast
 //! network in namespaces (router, two sites with agents, a client);
 //! [`vrrp`] is two hosts sharing a virtual IP through keepalived, with agents or alone;
-//! [`oidc`] is an OIDC issuer (discovery and JWKS over HTTPS) that mints tokens. The
+//! [`oidc`] is an OIDC issuer (discovery and JWKS over HTTPS) that mints tokens;
+//! [`docs`] reads the examples of `docs/*.md` for tests that run them as written. The
 //! tests themselves live in `tests/`. What does not belong here: product logic. Tests
 //! talk to the product only through its binaries and network APIs.
 
@@ -23,6 +24,7 @@ pub mod anycast;
 pub mod bgp;
 pub mod clouddns_fake;
 pub mod dnsprobe;
+pub mod docs;
 pub mod fedctl;
 pub mod federation;
 pub mod flood;

@@ -1323,14 +1323,22 @@ pub fn answer_event(
 /// provider that manages `dns_name` reported ([`ProviderNameStatus`], computed by
 /// [`crate::providers`]).
 ///
+/// Who is expected to serve the name: the embedded server when the name lies in one of
+/// its zones (`dns.zones`); otherwise, when at least one provider that is not a dry run
+/// manages it, the providers alone (a *provider-only* name, issue 23 item 4: the
+/// embedded server refuses it, by design, and is not waited for).
+///
 /// # Guarantees
 /// - `providers` lists the embedded server first (`synced` true: it answers from the
-///   snapshot), then the configured providers in config order.
-/// - `DNSReady` is True only when the embedded server serves the name and every
-///   provider (dry-run ones excepted: they publish nothing by design) is synced;
-///   otherwise its reason is `NotServed` (the embedded server), `ProviderNotSynced` (a
-///   provider failed: its name and words) or `Syncing` (a provider has not caught up
-///   with this name's latest change yet), in that order.
+///   snapshot), then the configured providers in config order; for a provider-only name
+///   only the providers.
+/// - `DNSReady` is True only when the embedded server serves the name (unless it is
+///   provider-only) and every provider (dry-run ones excepted: they publish nothing by
+///   design) is synced, a provider-only name's providers holding records for it;
+///   otherwise its reason is `NotServed` (the embedded server, or no provider holds
+///   records), `ProviderNotSynced` (a provider failed: its name and words) or `Syncing`
+///   (a provider has not caught up with this name's latest change yet), in that order
+///   (for a provider-only name: `ProviderNotSynced`, `Syncing`, `NotServed`).
 pub fn dns_status(
     status: &mut FederatedIngressStatus,
     dns_name: &str,
@@ -1341,75 +1349,36 @@ pub fn dns_status(
     now: Time,
 ) {
     let records = snapshot.records_for_status(dns_name);
-    let served = problems.is_none_or(Vec::is_empty) && !records.is_empty();
-    let mut statuses = vec![DnsProviderStatus {
-        name: "embedded".into(),
-        synced: true,
-        ..DnsProviderStatus::default()
-    }];
+    let provider_only = !in_zones(dns_name, &snapshot.zones())
+        && providers
+            .iter()
+            .any(|p| p.readiness != ProviderReadiness::DryRun);
+    let mut statuses = Vec::new();
+    if !provider_only {
+        statuses.push(DnsProviderStatus {
+            name: "embedded".into(),
+            synced: true,
+            ..DnsProviderStatus::default()
+        });
+    }
     statuses.extend(providers.iter().map(|p| p.status.clone()));
+    let served = problems.is_none_or(Vec::is_empty) && !records.is_empty();
+    let why_not_served = || {
+        problems
+            .map(|p| p.join("; "))
+            .filter(|p| !p.is_empty())
+            .unwrap_or_else(|| format!("{dns_name} has no records (no cluster answers)"))
+    };
     status.dns = Some(DnsStatus {
         records,
         providers: statuses,
     });
-    let failed: Vec<String> = providers
-        .iter()
-        .filter_map(|p| match &p.readiness {
-            ProviderReadiness::Failed(why) => Some(format!("provider {}: {why}", p.status.name)),
-            _ => None,
-        })
-        .collect();
-    let syncing: Vec<String> = providers
-        .iter()
-        .filter_map(|p| match &p.readiness {
-            ProviderReadiness::Syncing(why) => Some(format!("provider {}: {why}", p.status.name)),
-            _ => None,
-        })
-        .collect();
-    let ready = if !served {
-        let why = problems
-            .map(|p| p.join("; "))
-            .filter(|p| !p.is_empty())
-            .unwrap_or_else(|| format!("{dns_name} has no records (no cluster answers)"));
-        condition(CONDITION_DNS_READY, false, "NotServed", why)
-    } else if !failed.is_empty() {
-        condition(
-            CONDITION_DNS_READY,
-            false,
-            "ProviderNotSynced",
-            format!(
-                "{dns_name} is served by the embedded DNS server, but {}",
-                failed.join("; ")
-            ),
-        )
-    } else if !syncing.is_empty() {
-        condition(
-            CONDITION_DNS_READY,
-            false,
-            "Syncing",
-            format!(
-                "{dns_name} is served by the embedded DNS server; {}",
-                syncing.join("; ")
-            ),
-        )
-    } else if providers.is_empty() {
-        condition(
-            CONDITION_DNS_READY,
-            true,
-            "Served",
-            format!("{dns_name} is served by the embedded DNS server"),
-        )
+    let ready = if provider_only {
+        provider_only_ready(dns_name, providers)
+    } else if !served {
+        condition(CONDITION_DNS_READY, false, "NotServed", why_not_served())
     } else {
-        let names: Vec<&str> = providers.iter().map(|p| p.status.name.as_str()).collect();
-        condition(
-            CONDITION_DNS_READY,
-            true,
-            "Served",
-            format!(
-                "{dns_name} is served by the embedded DNS server and synced to {}",
-                names.join(", ")
-            ),
-        )
+        embedded_ready(dns_name, providers)
     };
     set_condition(
         &mut status.conditions,
@@ -1449,6 +1418,129 @@ pub fn dns_status(
         ready.with_observed_generation(generation),
         now,
     );
+}
+
+/// Whether `dns_name` is one of `zones` (apexes) or lies below one.
+fn in_zones(dns_name: &str, zones: &[&str]) -> bool {
+    !dns_name.is_empty()
+        && zones
+            .iter()
+            .any(|z| dns_name == *z || dns_name.ends_with(&format!(".{z}")))
+}
+
+/// The providers' failures and those not caught up yet, in words (`provider aws: …`).
+fn provider_troubles(providers: &[ProviderNameStatus]) -> (Vec<String>, Vec<String>) {
+    let mut failed = Vec::new();
+    let mut syncing = Vec::new();
+    for p in providers {
+        match &p.readiness {
+            ProviderReadiness::Failed(why) => {
+                failed.push(format!("provider {}: {why}", p.status.name));
+            }
+            ProviderReadiness::Syncing(why) => {
+                syncing.push(format!("provider {}: {why}", p.status.name));
+            }
+            ProviderReadiness::Synced | ProviderReadiness::DryRun => {}
+        }
+    }
+    (failed, syncing)
+}
+
+/// `DNSReady` of a name the embedded server serves: True when every provider is synced.
+fn embedded_ready(dns_name: &str, providers: &[ProviderNameStatus]) -> Condition {
+    let (failed, syncing) = provider_troubles(providers);
+    if !failed.is_empty() {
+        condition(
+            CONDITION_DNS_READY,
+            false,
+            "ProviderNotSynced",
+            format!(
+                "{dns_name} is served by the embedded DNS server, but {}",
+                failed.join("; ")
+            ),
+        )
+    } else if !syncing.is_empty() {
+        condition(
+            CONDITION_DNS_READY,
+            false,
+            "Syncing",
+            format!(
+                "{dns_name} is served by the embedded DNS server; {}",
+                syncing.join("; ")
+            ),
+        )
+    } else if providers.is_empty() {
+        condition(
+            CONDITION_DNS_READY,
+            true,
+            "Served",
+            format!("{dns_name} is served by the embedded DNS server"),
+        )
+    } else {
+        let names: Vec<&str> = providers.iter().map(|p| p.status.name.as_str()).collect();
+        condition(
+            CONDITION_DNS_READY,
+            true,
+            "Served",
+            format!(
+                "{dns_name} is served by the embedded DNS server and synced to {}",
+                names.join(", ")
+            ),
+        )
+    }
+}
+
+/// `DNSReady` of a provider-only name (outside the embedded server's zones): True when
+/// every provider that publishes it (dry runs excepted) is synced and holds records for
+/// it.
+fn provider_only_ready(dns_name: &str, providers: &[ProviderNameStatus]) -> Condition {
+    let outside = format!("{dns_name} lies outside the embedded DNS server's zones");
+    let (failed, syncing) = provider_troubles(providers);
+    let publishing: Vec<&ProviderNameStatus> = providers
+        .iter()
+        .filter(|p| p.readiness != ProviderReadiness::DryRun)
+        .collect();
+    let empty: Vec<&str> = publishing
+        .iter()
+        .filter(|p| p.status.records.is_empty())
+        .map(|p| p.status.name.as_str())
+        .collect();
+    let names: Vec<&str> = publishing.iter().map(|p| p.status.name.as_str()).collect();
+    if !failed.is_empty() {
+        condition(
+            CONDITION_DNS_READY,
+            false,
+            "ProviderNotSynced",
+            format!("{outside} and {}", failed.join("; ")),
+        )
+    } else if !syncing.is_empty() {
+        condition(
+            CONDITION_DNS_READY,
+            false,
+            "Syncing",
+            format!("{outside}; {}", syncing.join("; ")),
+        )
+    } else if !empty.is_empty() {
+        condition(
+            CONDITION_DNS_READY,
+            false,
+            "NotServed",
+            format!(
+                "{outside}, and {} hold no records for it (no cluster answers)",
+                empty.join(", ")
+            ),
+        )
+    } else {
+        condition(
+            CONDITION_DNS_READY,
+            true,
+            "Served",
+            format!(
+                "{dns_name} is published by {}; it lies outside the embedded DNS server's zones, so that server does not answer for it",
+                names.join(", ")
+            ),
+        )
+    }
 }
 
 #[cfg(test)]

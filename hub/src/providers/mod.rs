@@ -831,7 +831,21 @@ pub fn name_status(
             .filter(|r| !r.synced && !r.message.is_empty())
             .map(|r| r.message.clone())
     });
-    let readiness = if let Some(why) = failure {
+    let readiness = if config.dry_run {
+        // A dry run changes nothing, so nothing it reports holds DNSReady back (nor
+        // makes a DNSProviderRejected Event): its own report of planned changes is no
+        // failure, and a real one is only shown.
+        let planned = result.map(|r| r.changes).unwrap_or_default();
+        if let Some(why) = &state.error {
+            status.message = why.clone();
+        } else if covered && planned > 0 {
+            status.message = format!("dry run: {planned} changes planned");
+        } else if let Some(why) = failure.filter(|_| covered) {
+            status.message = why;
+        }
+        status.synced = covered && status.message.is_empty();
+        ProviderReadiness::DryRun
+    } else if let Some(why) = failure {
         status.message = why.clone();
         ProviderReadiness::Failed(why)
     } else if !covered {
@@ -842,13 +856,6 @@ pub fn name_status(
             _ => "no sync has finished yet".to_string(),
         };
         ProviderReadiness::Syncing(why)
-    } else if config.dry_run {
-        let planned = result.map(|r| r.changes).unwrap_or_default();
-        status.synced = planned == 0;
-        if planned > 0 {
-            status.message = format!("dry run: {planned} changes planned");
-        }
-        ProviderReadiness::DryRun
     } else {
         status.synced = result.is_none_or(|r| r.synced);
         if status.synced {
@@ -1114,10 +1121,13 @@ mod tests {
         assert_eq!(reason, "ProviderNotSynced");
         assert!(message.contains("provider gcp: forbidden"), "{message}");
 
+        // A dry run's report, as the providers write it (mark_dry_run): not synced, with
+        // its planned changes as the message. No failure: it never holds DNSReady back.
         let dry = config("{name: aws, type: route53, zone: Z1, dryRun: true}");
         let mut result = synced_result();
         result.synced = false;
         result.changes = 3;
+        result.message = "dry run: 3 change(s) planned, none made".into();
         let entry = name_status(
             &dry,
             "route53",
@@ -1129,6 +1139,27 @@ mod tests {
         assert!(entry.status.dry_run && !entry.status.synced);
         assert_eq!(entry.status.message, "dry run: 3 changes planned");
         assert_eq!(dns_ready(&[entry]).1, "Served");
+        // Nothing planned: in sync. A whole-sync failure is shown, and still not counted.
+        let mut result = synced_result();
+        result.changes = 0;
+        let entry = name_status(
+            &dry,
+            "route53",
+            Some(&state(9, &[("shop.test", result)], None)),
+            "shop.test",
+            Some(9),
+        );
+        assert!(entry.status.synced && entry.status.message.is_empty());
+        let entry = name_status(
+            &dry,
+            "route53",
+            Some(&state(9, &[], Some("NoSuchHostedZone"))),
+            "shop.test",
+            Some(9),
+        );
+        assert_eq!(entry.readiness, ProviderReadiness::DryRun);
+        assert_eq!(entry.status.message, "NoSuchHostedZone");
+        assert_eq!(dns_ready(&[entry]).1, "Served");
     }
 
     #[test]
@@ -1137,6 +1168,81 @@ mod tests {
         assert_eq!(reason, "Served");
         assert_eq!(message, "shop.test is served by the embedded DNS server");
         assert_eq!(status.dns.unwrap().providers.len(), 1);
+    }
+
+    /// `DNSReady` and the provider list of `shop.example.com`, outside the snapshot's
+    /// zone `test`, with the embedded server's problem for it.
+    fn outside_ready(providers: &[ProviderNameStatus]) -> (Vec<String>, String, String) {
+        let mut status = FederatedIngressStatus::default();
+        let now = Time::new(chrono::Utc::now());
+        let problems = vec!["dnsName shop.example.com is outside every configured zone".into()];
+        let name = "shop.example.com";
+        dns_status(
+            &mut status,
+            name,
+            Some(&problems),
+            &served(),
+            providers,
+            1,
+            now,
+        );
+        let ready = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == CONDITION_DNS_READY)
+            .unwrap();
+        let listed = status.dns.as_ref().unwrap().providers.iter();
+        let listed = listed.map(|p| p.name.clone()).collect();
+        (listed, ready.reason.clone(), ready.message.clone())
+    }
+
+    #[test]
+    fn a_name_outside_the_embedded_zones_is_ready_once_its_providers_hold_it() {
+        let name = "shop.example.com";
+        let mut result = synced_result();
+        result.records[0].name = name.into();
+        let synced = name_status(
+            &aws(),
+            "route53",
+            Some(&state(9, &[(name, result)], None)),
+            name,
+            Some(9),
+        );
+        let (listed, reason, message) = outside_ready(std::slice::from_ref(&synced));
+        assert_eq!(listed, ["aws"], "the embedded server does not serve it");
+        assert_eq!(reason, "Served", "{message}");
+        assert!(
+            message.contains("published by aws") && message.contains("outside"),
+            "{message}"
+        );
+        // A dry run beside it does not count.
+        let dry = config("{name: gcp, type: clouddns, zone: z, project: p, dryRun: true}");
+        let dry = name_status(&dry, "clouddns", None, name, Some(9));
+        assert_eq!(outside_ready(&[synced, dry.clone()]).1, "Served");
+        // Not caught up yet, or failed: not ready.
+        let behind = name_status(&aws(), "route53", None, name, Some(9));
+        assert_eq!(outside_ready(&[behind]).1, "Syncing");
+        let failed = name_status(
+            &aws(),
+            "route53",
+            Some(&state(9, &[], Some("denied"))),
+            name,
+            Some(9),
+        );
+        let (_, reason, message) = outside_ready(&[failed]);
+        assert_eq!(reason, "ProviderNotSynced");
+        assert!(message.contains("provider aws: denied"), "{message}");
+        // Synced, holding nothing (no cluster answers): not served.
+        let nothing = name_status(&aws(), "route53", Some(&state(9, &[], None)), name, Some(9));
+        assert_eq!(outside_ready(&[nothing]).1, "NotServed");
+        // Only a dry run manages it: nobody publishes it, the embedded server's words.
+        let (listed, reason, message) = outside_ready(&[dry]);
+        assert_eq!(listed, ["embedded", "gcp"]);
+        assert_eq!(reason, "NotServed");
+        assert!(
+            message.contains("outside every configured zone"),
+            "{message}"
+        );
     }
 
     /// A provider that manages `*.test` and is never synced here.

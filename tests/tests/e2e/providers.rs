@@ -11,6 +11,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use fedingress_tests::clouddns_fake::CloudDnsFake;
+use fedingress_tests::docs::{code_block, substitute};
 use fedingress_tests::echo::Echo;
 use fedingress_tests::fedctl::Fedctl;
 use fedingress_tests::federation::{
@@ -154,7 +155,13 @@ fn start(dir: &Path, block: u8, providers: &str) -> Federation {
   providers:
 {providers}"
     );
-    let config = hub_config_opts(dir, block, &HubOptions::with_extra(&dns));
+    start_with_dns(dir, block, &dns)
+}
+
+/// The hub on `block` with the `dns:` section `dns` (its listener on `127.0.<block>.1`),
+/// two clusters and their echo backends.
+fn start_with_dns(dir: &Path, block: u8, dns: &str) -> Federation {
+    let config = hub_config_opts(dir, block, &HubOptions::with_extra(dns));
     let mut command = Command::new(binary("federation-apiserver"));
     command.arg("--config").arg(&config);
     aws_test_environment(&mut command, dir);
@@ -194,10 +201,22 @@ fn start(dir: &Path, block: u8, providers: &str) -> Federation {
 }
 
 impl Federation {
-    /// A FederatedIngress `name` on `port`, steered by `strategy` (YAML flow mapping).
+    /// A FederatedIngress `name` (`<name>.fedingress.test`) on `port`, steered by
+    /// `strategy` (YAML flow mapping).
     fn apply(&self, dir: &Path, name: &str, port: u16, strategy: &str) {
+        self.apply_named(
+            dir,
+            name,
+            &format!("{name}.fedingress.test"),
+            port,
+            strategy,
+        );
+    }
+
+    /// A FederatedIngress `name` serving `dns_name` on `port`, steered by `strategy`.
+    fn apply_named(&self, dir: &Path, name: &str, dns_name: &str, port: u16, strategy: &str) {
         let text = format!(
-            "apiVersion: fedingress.io/v1alpha1\nkind: FederatedIngress\nmetadata:\n  name: {name}\nspec:\n  rules:\n  - protocol: TCP\n    port: {port}\n    backend: {{service: echo, port: 9000}}\n  traffic:\n    dnsName: {name}.fedingress.test\n    ttl: 5\n    strategy: {strategy}\n"
+            "apiVersion: fedingress.io/v1alpha1\nkind: FederatedIngress\nmetadata:\n  name: {name}\nspec:\n  rules:\n  - protocol: TCP\n    port: {port}\n    backend: {{service: echo, port: 9000}}\n  traffic:\n    dnsName: {dns_name}\n    ttl: 5\n    strategy: {strategy}\n"
         );
         let path = dir.join(format!("{name}.yaml"));
         std::fs::write(&path, text).unwrap();
@@ -588,6 +607,108 @@ fn clouddns_holds_the_weighted_split_as_a_wrr_policy() {
             .any(|l| l.starts_with("Provider: gcp (clouddns):") && !l.contains("not synced")),
         "{explained}"
     );
+    drop(fake);
+}
+
+/// docs/providers.md's configuration example as written, but for what only a test knows
+/// (the DNS listener's address, moto's hosted zone id and both clouds' endpoints): an
+/// ingress named inside `aws-prod`'s `domains` and outside the embedded zone is published
+/// to Route53 and becomes Ready; `gcp-prod`, a dry run, changes nothing; the embedded
+/// zone is delegated with NS and glue (issue 23, item 4).
+#[test]
+fn the_documented_configuration_example_publishes_and_becomes_ready() {
+    const DOCS_BLOCK: u8 = 104;
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let moto = Moto::start().unwrap();
+    let route53 = Route53 {
+        endpoint: moto.endpoint(),
+    };
+    let zone = route53.create_zone("example.com.");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let fake = runtime.block_on(CloudDnsFake::start(
+        "my-project",
+        "example-com",
+        "example.com",
+    ));
+    let example = code_block("providers.md", "## Configuration", "yaml");
+    let listen = format!("listen: 127.0.{DOCS_BLOCK}.1:0");
+    let aws = format!(
+        "  - name: aws-prod\n    endpointUrl: '{}'\n",
+        moto.endpoint()
+    );
+    let gcp = format!(
+        "  - name: gcp-prod\n    endpointUrl: '{}'\n",
+        fake.endpoint()
+    );
+    let dns = substitute(
+        &example,
+        &[
+            ("listen: 192.0.2.53:53", listen.as_str()),
+            ("Z0123456789ABCDEFGHIJ", zone.as_str()),
+            ("  - name: aws-prod\n", aws.as_str()),
+            ("  - name: gcp-prod\n", gcp.as_str()),
+        ],
+    );
+    let f = start_with_dns(dir, DOCS_BLOCK, &dns);
+    f.apply_named(dir, "x", "x.shop.example.com", 7400, "{type: RoundRobin}");
+    let mut both = vec![f.ip(0), f.ip(1)];
+    both.sort();
+
+    eventually(WAIT, "x's A records in Route53", || {
+        let values = route53.values(&zone, "x.shop.example.com.", "A");
+        if values == both {
+            Ok(())
+        } else {
+            Err(format!("{values:?}; {}", moto.log_tail()))
+        }
+    });
+    let x = eventually(WAIT, "x Ready, DNSReady from aws-prod", || {
+        let x = f.ingress("x");
+        let (dns_ready, reason, message) = condition(&x, "DNSReady");
+        let (ready, ..) = condition(&x, "Ready");
+        if ready == "True" && dns_ready == "True" {
+            Ok(x)
+        } else {
+            Err(format!(
+                "Ready {ready}, DNSReady {dns_ready} {reason}: {message}"
+            ))
+        }
+    });
+    let (_, reason, message) = condition(&x, "DNSReady");
+    assert_eq!(reason, "Served", "{message}");
+    assert!(message.contains("published by aws-prod"), "{message}");
+    // The providers that manage the name; the embedded server does not serve it.
+    let listed: Vec<&str> = x["status"]["dns"]["providers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed, ["aws-prod", "gcp-prod"], "{x}");
+    let aws = provider(&x, "aws-prod");
+    assert_eq!(aws["synced"], true, "{aws}");
+    assert_eq!(status_values(&aws, "x.shop.example.com"), both, "{aws}");
+    assert_eq!(provider(&x, "gcp-prod")["dryRun"], true, "{x}");
+    assert!(
+        fake.rrset("x.shop.example.com.", "A").is_none(),
+        "the dry run changed nothing: {:?}",
+        fake.rrsets()
+    );
+    // `delegate`: the embedded zone's NS and glue in the hosted zone.
+    eventually(WAIT, "NS and glue of gslb.example.com in Route53", || {
+        let ns = route53.values(&zone, "gslb.example.com.", "NS");
+        let glue = route53.values(&zone, "ns1.gslb.example.com.", "A");
+        if ns
+            .iter()
+            .any(|v| v.trim_end_matches('.') == "ns1.gslb.example.com")
+            && glue == ["192.0.2.53"]
+        {
+            Ok(())
+        } else {
+            Err(format!("NS {ns:?}, glue {glue:?}"))
+        }
+    });
     drop(fake);
 }
 
