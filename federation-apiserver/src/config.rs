@@ -852,6 +852,8 @@ fn load_tls(files: &TlsFiles) -> Result<Arc<rustls::ServerConfig>, ConfigError> 
         .with_single_cert(certs, key)
         .map_err(|e| ConfigError::Invalid(format!("TLS certificate and key do not fit: {e}")))?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    // The server's order of cipher suites (strongest first), not the client's.
+    config.ignore_client_order = true;
     Ok(Arc::new(config))
 }
 

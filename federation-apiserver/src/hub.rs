@@ -286,7 +286,9 @@ fn gateway(
     // bounds it too, at limits.gateway.helloTimeoutSeconds).
     let mut tls = tonic::transport::ServerTlsConfig::new()
         .identity(identity)
-        .timeout(HANDSHAKE_TIMEOUT);
+        .timeout(HANDSHAKE_TIMEOUT)
+        // The server's order of cipher suites (strongest first), not the client's.
+        .ignore_client_order(true);
     if let Some(ca) = agent_ca {
         tls = tls
             .client_ca_root(tonic::transport::Certificate::from_pem(ca.cert_pem()))

@@ -58,6 +58,8 @@ fn configs(certified: Arc<CertifiedKey>) -> Result<Configs, rustls::Error> {
             .with_no_client_auth()
             .with_cert_resolver(Arc::new(SingleCertAndKey::from(Arc::clone(&certified))));
         config.alpn_protocols = alpn;
+        // The server's order of cipher suites (strongest first), not the client's.
+        config.ignore_client_order = true;
         Ok(Arc::new(config))
     };
     Ok(Configs {

@@ -3,7 +3,7 @@
 //! suites, extension lengths, the SNI name) and byte-wise (flips, truncation), sent to
 //! the apiserver's TLS listener, the agent gateway's TLS listener and a standalone
 //! agent's TLS (terminating) listener. Afterwards real TLS clients still complete
-//! handshakes with all three.
+//! handshakes with all three, and each picks the cipher suite in its own order.
 
 #![allow(clippy::unwrap_used)]
 
@@ -93,6 +93,48 @@ fn handshake(
     let _ = connection.complete_io(&mut tcp);
     let _ = tcp.flush();
     Ok(alpn)
+}
+
+/// The cipher suite `addr` picks for a client that prefers AES-128 to AES-256, speaking
+/// only `version` (blocking).
+fn suite_chosen(
+    addr: SocketAddr,
+    ca_pem: &str,
+    alpn: &[&[u8]],
+    name: &str,
+    version: &'static rustls::SupportedProtocolVersion,
+) -> rustls::CipherSuite {
+    use rustls::crypto::aws_lc_rs::cipher_suite::*;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let mut provider = rustls::crypto::aws_lc_rs::default_provider();
+    provider.cipher_suites = vec![
+        TLS13_AES_128_GCM_SHA256,
+        TLS13_AES_256_GCM_SHA384,
+        TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+        TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+        TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+        TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+    ];
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(provider))
+        .with_protocol_versions(&[version])
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    let mut tcp = TcpStream::connect(addr).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut connection = rustls::ClientConnection::new(
+        Arc::new(config),
+        ServerName::try_from(name.to_string()).unwrap(),
+    )
+    .unwrap();
+    while connection.is_handshaking() {
+        connection.complete_io(&mut tcp).unwrap();
+    }
+    connection.negotiated_cipher_suite().unwrap().suite()
 }
 
 /// Offsets of a ClientHello's variable-length fields, for structural mutations.
@@ -337,6 +379,27 @@ async fn tls_listeners_survive_mutated_client_hellos() {
         let hello = captured_hello(config.clone(), name);
         soak(&mut rng, target, *addr, &hello, count).await;
     }
+    // Every listener picks the suite in its own order (strongest first), not in the
+    // client's: a client preferring AES-128 gets AES-256 (issue 23, item 8).
+    let mut clients_choice = Vec::new();
+    for (target, addr, _, name) in &targets {
+        let alpn: &[&[u8]] = if *target == "agent TLS listener" {
+            &[]
+        } else {
+            h2
+        };
+        for version in [&rustls::version::TLS13, &rustls::version::TLS12] {
+            let chosen = suite_chosen(*addr, &ca, alpn, name, version);
+            eprintln!("soak_tls: {target}: {version:?} suite {chosen:?}");
+            if !format!("{chosen:?}").contains("AES_256_GCM") {
+                clients_choice.push(format!("{target} ({version:?}): {chosen:?}"));
+            }
+        }
+    }
+    assert!(
+        clients_choice.is_empty(),
+        "listeners that took the client's first choice, not their own: {clients_choice:#?}"
+    );
     // Real clients still complete handshakes with every listener.
     for (target, addr, config, name) in targets {
         let alpn = tokio::task::spawn_blocking(move || handshake(addr, config, name))
