@@ -33,6 +33,8 @@ pub struct Serving {
     pub limits: Arc<Limits>,
     pub in_flight: Arc<InFlight>,
     pub metrics: Arc<Metrics>,
+    /// Served over TLS: responses carry `Strict-Transport-Security`.
+    pub tls: bool,
 }
 
 /// Serves one connection with the serving limits: HTTP/1 header-read timeout, HTTP/2
@@ -49,7 +51,13 @@ where
         hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
             request.extensions_mut().insert(Peer(peer));
             let busy = activity.start();
-            handle(request, peer, serving.clone(), busy)
+            let tls = serving.tls;
+            let answer = handle(request, peer, serving.clone(), busy);
+            async move {
+                let mut response = answer.await?;
+                security_headers(response.headers_mut(), tls);
+                Ok::<_, std::convert::Infallible>(response)
+            }
         })
     };
     let builder = http_builder(&limits, protocol);
@@ -109,6 +117,7 @@ async fn handle(
         limits,
         in_flight,
         metrics,
+        tls: _,
     } = serving;
     let kind = RequestKind::of(
         request.method(),
@@ -138,6 +147,25 @@ async fn handle(
     };
     // The connection is busy until the body is sent (a watch streams for long).
     Ok(response.map(|body| axum::body::Body::new(HeldBody::new(body, (busy, permit)))))
+}
+
+/// `Strict-Transport-Security` over TLS: a year, this host only (no subdomains, no
+/// preload list).
+const HSTS: &str = "max-age=31536000";
+
+/// The headers every REST response carries, as kube-apiserver's (docs/security.md,
+/// "Response headers"): `X-Content-Type-Options: nosniff`, `Cache-Control: no-cache,
+/// private` unless the handler chose one, and over TLS `Strict-Transport-Security`.
+fn security_headers(headers: &mut http::HeaderMap, tls: bool) {
+    use http::HeaderValue;
+    use http::header::{CACHE_CONTROL, STRICT_TRANSPORT_SECURITY, X_CONTENT_TYPE_OPTIONS};
+    headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    headers
+        .entry(CACHE_CONTROL)
+        .or_insert(HeaderValue::from_static("no-cache, private"));
+    if tls {
+        headers.insert(STRICT_TRANSPORT_SECURITY, HeaderValue::from_static(HSTS));
+    }
 }
 
 /// The 429 of a request over its in-flight cap, counted.
@@ -435,6 +463,26 @@ mod tests {
         assert!(
             deciding(&[b"PRI * HTTP/1.1"]),
             "a byte off the preface: HTTP/1"
+        );
+    }
+
+    #[test]
+    fn responses_carry_the_security_headers_and_hsts_only_over_tls() {
+        let mut plain = http::HeaderMap::new();
+        security_headers(&mut plain, false);
+        assert_eq!(plain["x-content-type-options"], "nosniff");
+        assert_eq!(plain["cache-control"], "no-cache, private");
+        assert!(plain.get("strict-transport-security").is_none());
+        let mut tls = http::HeaderMap::new();
+        tls.insert(
+            "cache-control",
+            http::HeaderValue::from_static("max-age=60"),
+        );
+        security_headers(&mut tls, true);
+        assert_eq!(tls["strict-transport-security"], HSTS);
+        assert_eq!(
+            tls["cache-control"], "max-age=60",
+            "a handler's own is kept"
         );
     }
 

@@ -113,6 +113,7 @@ impl ApiListener {
             in_flight: Arc::new(InFlight::new(&limits)),
             limits: limits.clone(),
             metrics: metrics.clone(),
+            tls: self.tls.is_some(),
         };
         let connections = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
         loop {

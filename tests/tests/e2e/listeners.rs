@@ -362,3 +362,68 @@ async fn idle_tls_connections_at_the_gateway_cap_do_not_keep_an_agent_out() {
     );
     drop(held);
 }
+
+/// The response headers of `url` (curl with `args`), names lowercased.
+fn headers(url: &str, args: &[&str]) -> Vec<(String, String)> {
+    let out = std::process::Command::new("curl")
+        .args(["-sS", "-D", "-", "-o", "/dev/null"])
+        .args(args)
+        .arg(url)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|line| line.split_once(':'))
+        .map(|(name, value)| (name.trim().to_lowercase(), value.trim().to_string()))
+        .collect()
+}
+
+fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v.as_str())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rest_responses_carry_security_headers_and_hsts_over_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    write_pki(dir.path());
+    let server = start_tls_apiserver(dir.path(), "");
+    let api = server.addr("api");
+    let ca_file = dir.path().join("ca.crt").display().to_string();
+    let auth = format!("Authorization: Bearer {ADMIN_TOKEN}");
+    for path in [
+        "/readyz",
+        "/apis/fedingress.io/v1alpha1/namespaces/default/federatedingresses",
+        "/no/such/path",
+    ] {
+        let got = headers(
+            &format!("https://{api}{path}"),
+            &["--cacert", &ca_file, "-H", &auth],
+        );
+        eprintln!("listeners: TLS {path}: {got:?}");
+        assert_eq!(
+            header(&got, "x-content-type-options"),
+            Some("nosniff"),
+            "{path}"
+        );
+        assert_eq!(
+            header(&got, "cache-control"),
+            Some("no-cache, private"),
+            "{path}"
+        );
+        assert_eq!(
+            header(&got, "strict-transport-security"),
+            Some("max-age=31536000"),
+            "{path}"
+        );
+    }
+    drop(server);
+    // Plain text (loopback, dev): the same, without HSTS.
+    let plain_dir = tempfile::tempdir().unwrap();
+    let plain = start_apiserver(plain_dir.path(), "", &[]);
+    let got = headers(&format!("http://{}/readyz", plain.addr("api")), &[]);
+    assert_eq!(header(&got, "x-content-type-options"), Some("nosniff"));
+    assert_eq!(header(&got, "strict-transport-security"), None);
+}
