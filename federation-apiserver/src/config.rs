@@ -620,21 +620,40 @@ fn check_storage(storage: &StorageConfig) -> Result<(), ConfigError> {
     Ok(())
 }
 
+impl Settings {
+    /// The listeners that serve plain text off loopback (which only
+    /// `--insecure-allow-plaintext` allows), by flag: the start warns about each.
+    pub fn plaintext_off_loopback(&self) -> Vec<(&'static str, SocketAddr)> {
+        plaintext_off_loopback(&[
+            ("--listen", self.listen, self.tls.is_some()),
+            ("--agent-listen", self.agent_listen, self.tls_pem.is_some()),
+        ])
+    }
+}
+
+/// Of `listeners` (flag, address, with TLS), those serving plain text off loopback.
+fn plaintext_off_loopback(
+    listeners: &[(&'static str, SocketAddr, bool)],
+) -> Vec<(&'static str, SocketAddr)> {
+    listeners
+        .iter()
+        .filter(|(_, addr, tls)| !tls && !addr.ip().is_loopback())
+        .map(|(flag, addr, _)| (*flag, *addr))
+        .collect()
+}
+
 /// TLS by default: the REST API and the agent gateway carry bearer and agent tokens, so
 /// without a certificate they listen on loopback only, unless the operator opts out.
 fn check_plaintext(
-    listeners: &[(&str, SocketAddr, bool)],
+    listeners: &[(&'static str, SocketAddr, bool)],
     allow_plaintext: bool,
 ) -> Result<(), ConfigError> {
     if allow_plaintext {
         return Ok(());
     }
-    match listeners
-        .iter()
-        .find(|(_, addr, tls)| !tls && !addr.ip().is_loopback())
-    {
+    match plaintext_off_loopback(listeners).first() {
         None => Ok(()),
-        Some((flag, addr, _)) => Err(ConfigError::Invalid(format!(
+        Some((flag, addr)) => Err(ConfigError::Invalid(format!(
             "{flag} {addr} is not a loopback address and no TLS certificate is configured: \
              give --tls-cert-file and --tls-private-key-file (config tls:; agentTls: for the \
              agent gateway alone), or \
@@ -955,6 +974,40 @@ mod tests {
         assert!(message.contains("authenticate"), "{message}");
         let file = parse_file("insecureAllowPlaintext: true\n", "c.yaml").unwrap();
         assert!(file.insecure_allow_plaintext);
+    }
+
+    #[test]
+    fn plaintext_off_loopback_allowed_is_named_for_the_start_to_warn() {
+        let dir = tempfile::tempdir().unwrap();
+        let tokens = dir.path().join("tokens.csv");
+        std::fs::write(&tokens, "t0123456789,admin,1,\"system:masters\"\n").unwrap();
+        let tokens = tokens.display().to_string();
+        let settings = |args: &[&str]| {
+            let mut all = vec!["federation-apiserver", "--token-auth-file", &tokens];
+            all.extend_from_slice(args);
+            load(&Cli::parse_from(all)).unwrap()
+        };
+        let open = settings(&[
+            "--listen",
+            "0.0.0.0:6443",
+            "--agent-listen",
+            "[::]:6444",
+            "--insecure-allow-plaintext",
+        ]);
+        assert_eq!(
+            open.plaintext_off_loopback(),
+            vec![
+                ("--listen", "0.0.0.0:6443".parse().unwrap()),
+                ("--agent-listen", "[::]:6444".parse().unwrap()),
+            ]
+        );
+        // Loopback, or allowed but on loopback: nothing to warn about.
+        assert!(settings(&[]).plaintext_off_loopback().is_empty());
+        assert!(
+            settings(&["--insecure-allow-plaintext"])
+                .plaintext_off_loopback()
+                .is_empty()
+        );
     }
 
     fn dev_with(args: &[&str]) -> Result<Settings, ConfigError> {

@@ -47,6 +47,13 @@ pub fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
+    for (flag, address) in settings.plaintext_off_loopback() {
+        tracing::warn!(
+            flag,
+            %address,
+            "serving plain text off loopback (--insecure-allow-plaintext): bearer and agent tokens cross the network in the clear"
+        );
+    }
     raise_open_files_limit(&settings.limits);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
