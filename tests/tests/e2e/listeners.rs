@@ -5,7 +5,8 @@
 //! and the DNS TCP listener. Each is closed near its documented timeout
 //! (docs/security.md, "Serving limits"), here shortened through `limits:` where the
 //! timeout is a key. And connections that finish TLS and say nothing cannot keep an
-//! agent out of a gateway at `limits.gateway.maxConnections`.
+//! agent out of a gateway at `limits.gateway.maxConnections`. Last, REST responses carry
+//! the security headers, HSTS over TLS only (item 8).
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
