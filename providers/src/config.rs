@@ -333,6 +333,15 @@ pub fn validate(
                     at(&format!("delegate[{j}]"))
                 ));
             }
+            // The provider writes only names in its domains: a delegation outside them
+            // would never be written (issue 23 item 4: the docs' example did this).
+            if !p.in_domains(&zone) {
+                return Err(format!(
+                    "{}: {zone:?} lies outside domains ({}), so its NS and glue would never be written: add it to domains",
+                    at(&format!("delegate[{j}]")),
+                    p.domains.join(", ")
+                ));
+            }
         }
     }
     Ok(())
@@ -404,6 +413,24 @@ mod tests {
         for (yaml, owner, want) in cases {
             let err = validate(owner, &parse(yaml), &[]).unwrap_err();
             assert!(err.starts_with(want), "{yaml}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_delegated_zone_must_lie_in_the_domains() {
+        let embedded = ["gslb.example.com".to_string()];
+        let narrow = "- {name: a, type: route53, zone: z, domains: [shop.example.com], delegate: [gslb.example.com]}";
+        let err = validate(Some("p"), &parse(narrow), &embedded).unwrap_err();
+        assert!(
+            err.starts_with("dns.providers[0].delegate[0]: \"gslb.example.com\" lies outside domains (shop.example.com)"),
+            "{err}"
+        );
+        for ok in [
+            "- {name: a, type: route53, zone: z, domains: [shop.example.com, gslb.example.com], delegate: [gslb.example.com]}",
+            "- {name: a, type: route53, zone: z, domains: [example.com], delegate: [gslb.example.com]}",
+            "- {name: a, type: route53, zone: z, delegate: [gslb.example.com]}",
+        ] {
+            validate(Some("p"), &parse(ok), &embedded).unwrap();
         }
     }
 
