@@ -18,7 +18,8 @@
 //!   to the other ([`LabOptions::reflect`], on by default).
 //! - Each site runs `fedctl dev echo` (every answer names the site) on 127.0.0.1:9000
 //!   and a standalone cluster-agent whose `anycast:` section runs a managed gobgpd
-//!   that connects out to the router (`listenPort: -1`, the router passive), puts the
+//!   that listens on [`AGENT_BGP_PORT`] for the router, which connects within a second
+//!   (docs/anycast.md, "Router configuration"; the gobgpd also connects out), puts the
 //!   anycast address on `lo` and announces it with the site's community while the
 //!   share is healthy; health checks every 200 ms.
 //! - The hub serves one FederatedIngress `anycast` (TCP [`PORT`], strategy Anycast)
@@ -58,6 +59,9 @@ pub const HUB_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 9, 1);
 /// The hub's DNS server.
 pub const DNS: SocketAddr = SocketAddr::new(IpAddr::V4(HUB_IP), 5353);
 const ASN: u32 = 65000;
+/// The port the agents' gobgpd listen on for the router (`anycast.listenPort`: a high
+/// port needs no privilege).
+pub const AGENT_BGP_PORT: u16 = 1790;
 const API: &str = "127.0.0.1:16443";
 /// The bearer token of the hub's admin (kubectl, curl).
 const ADMIN_TOKEN: &str = "anycast-lab-admin";
@@ -368,7 +372,9 @@ impl AnycastLab {
         }
     }
 
-    fn start_agent(&mut self, i: usize) -> anyhow::Result<()> {
+    /// Starts site `i`'s agent (again), once it printed its READY line (not yet ready:
+    /// see [`AnycastLab::agent_ready`]).
+    pub fn start_agent(&mut self, i: usize) -> anyhow::Result<()> {
         let site = &mut self.sites[i];
         let mut command = site.ns.command(&self.bins.agent);
         command.arg("--config").arg(&site.config);
@@ -397,6 +403,56 @@ impl AnycastLab {
             bail!("kill -TERM {}", agent.pid());
         }
         Ok(agent)
+    }
+
+    /// Site `i`'s agent's `GET /readyz`: `Ok(body)` on 200, `Err(why)` otherwise (also
+    /// when it does not answer or there is no agent).
+    pub fn agent_ready(&self, i: usize) -> Result<String, String> {
+        let site = &self.sites[i];
+        let admin: SocketAddr = site
+            .agent
+            .as_ref()
+            .ok_or_else(|| format!("{} has no agent", site.name))?
+            .addr("admin")
+            .parse()
+            .map_err(|e| format!("{}'s admin address: {e}", site.name))?;
+        let text = site
+            .ns
+            .run_inside(move || http_get(admin, "/readyz"))
+            .map_err(|e| format!("{e:#}"))?
+            .map_err(|e| format!("{e:#}"))?;
+        let body = text
+            .split("\r\n\r\n")
+            .nth(1)
+            .unwrap_or_default()
+            .trim()
+            .to_owned();
+        if text.starts_with("HTTP/1.1 200") {
+            Ok(body)
+        } else {
+            Err(body)
+        }
+    }
+
+    /// SIGKILLs site `i`'s managed gobgpd (the agent's child); returns its pid.
+    pub fn kill_speaker(&self, i: usize) -> anyhow::Result<u32> {
+        let site = &self.sites[i];
+        let pid = site
+            .ns
+            .pids()?
+            .into_iter()
+            .find(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                    .is_ok_and(|comm| comm.trim() == "gobgpd")
+            })
+            .with_context(|| format!("no gobgpd runs in {}", site.name))?;
+        let status = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status()?;
+        if !status.success() {
+            bail!("kill -KILL {pid}");
+        }
+        Ok(pid)
     }
 
     /// The paths of [`ANYCAST_PREFIX`] in the router's RIB.
@@ -509,6 +565,19 @@ pub fn line_roundtrip(addr: SocketAddr, text: &str) -> anyhow::Result<String> {
     Ok(line.trim_end().to_owned())
 }
 
+/// `GET path` over HTTP/1.1 to `addr` (2 s timeouts): the whole response.
+fn http_get(addr: SocketAddr, path: &str) -> anyhow::Result<String> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
+        .with_context(|| format!("connecting to {addr}"))?;
+    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+    stream.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: agent\r\nConnection: close\r\n\r\n").as_bytes(),
+    )?;
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut stream, &mut text)?;
+    Ok(text)
+}
+
 fn tail(path: &Path, lines: usize) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let all: Vec<&str> = text.lines().collect();
@@ -531,8 +600,13 @@ fn bird_config(dir: &Path, sites: &[Site], reflect: bool) -> BirdConfig {
                 // "Nearest" is the router's preference (an IGP metric would give it in a
                 // real network): site-a.
                 local_pref: (i == 0).then_some(200),
-                // The agents' gobgpd connect out and do not listen (listenPort -1).
-                passive: true,
+                // The agents' gobgpd listen on AGENT_BGP_PORT and the router connects
+                // at once (within a second, retried every second): GoBGP 3 itself first
+                // connects out 5-9 s after a peer is added, so a router that waits for it
+                // has a restarted site's route back only that late.
+                passive: false,
+                port: Some(AGENT_BGP_PORT),
+                connect_seconds: Some(1),
                 hold_time_seconds: 9,
                 keepalive_seconds: 3,
                 export: reflect,
@@ -604,7 +678,7 @@ fn write_agent_config(
     std::fs::write(dir.join("token"), token)?;
     let router_side = Ipv4Addr::from(u32::from(site.address) - 1);
     let text = format!(
-        "hub:\n  address: https://{HUB_IP}:16444\n  caFile: {ca}\ncluster: {name}\ntokenFile: token\ndriver: standalone\nlisten:\n- bind: \"{address}\"\nservices:\n  echo: [\"127.0.0.1:9000\"]\nhealthCheck:\n  intervalMs: {interval}\n  timeoutMs: {interval}\n  healthyThreshold: 1\n  unhealthyThreshold: 2\nstateDir: state\nadmin: 127.0.0.1:0\nreportIntervalMs: 1000\nanycast:\n  speaker: {{command: gobgpd, api: \"127.0.0.1:50051\"}}\n  asn: {ASN}\n  routerId: {address}\n  listenPort: -1\n  peers:\n  - {{address: {router_side}, asn: {ASN}, holdTimeSeconds: 9, keepaliveSeconds: 3, connectRetrySeconds: 5}}\n  communities: [\"{community}\"]\n  interface: lo\n  withdrawDelayMs: {delay}\n",
+        "hub:\n  address: https://{HUB_IP}:16444\n  caFile: {ca}\ncluster: {name}\ntokenFile: token\ndriver: standalone\nlisten:\n- bind: \"{address}\"\nservices:\n  echo: [\"127.0.0.1:9000\"]\nhealthCheck:\n  intervalMs: {interval}\n  timeoutMs: {interval}\n  healthyThreshold: 1\n  unhealthyThreshold: 2\nstateDir: state\nadmin: 127.0.0.1:0\nreportIntervalMs: 1000\nanycast:\n  speaker: {{command: gobgpd, api: \"127.0.0.1:50051\"}}\n  asn: {ASN}\n  routerId: {address}\n  listenPort: {AGENT_BGP_PORT}\n  peers:\n  - {{address: {router_side}, asn: {ASN}, holdTimeSeconds: 9, keepaliveSeconds: 3, connectRetrySeconds: 5}}\n  communities: [\"{community}\"]\n  interface: lo\n  withdrawDelayMs: {delay}\n",
         name = site.name,
         address = site.address,
         interval = options.health_interval_ms,

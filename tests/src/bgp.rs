@@ -48,6 +48,13 @@ pub struct BirdNeighbor {
     pub local_pref: Option<u32>,
     /// Wait for the neighbor to connect (a speaker that connects out and does not listen).
     pub passive: bool,
+    /// The neighbor's BGP port when it is not 179 (an agent's gobgpd listening on a high
+    /// port).
+    pub port: Option<u16>,
+    /// BIRD's `connect delay time` and `connect retry time` (5 s and 120 s by default):
+    /// how soon it connects after starting or losing the session, and how often it
+    /// tries again while the neighbor refuses.
+    pub connect_seconds: Option<u32>,
     pub hold_time_seconds: u32,
     pub keepalive_seconds: u32,
     /// Send the neighbor every route (reflected ones too); `false` sends it none.
@@ -90,14 +97,19 @@ impl BirdConfig {
             // Infallible: writing to a String.
             let _ = write!(
                 text,
-                "protocol bgp {name} {{\n  local {local} as {asn};\n  neighbor {address} as {peer_asn};\n  direct;\n{rr}{passive}  hold time {hold};\n  keepalive time {keepalive};\n  ipv4 {{ import {import}; export {export}; }};\n}}\n",
+                "protocol bgp {name} {{\n  local {local} as {asn};\n  neighbor {address}{port} as {peer_asn};\n  direct;\n{rr}{passive}{connect}  hold time {hold};\n  keepalive time {keepalive};\n  ipv4 {{ import {import}; export {export}; }};\n}}\n",
                 name = n.name,
                 local = n.local_address,
                 asn = self.asn,
                 address = n.address,
+                port = n.port.map(|p| format!(" port {p}")).unwrap_or_default(),
                 peer_asn = n.asn,
                 rr = if n.rr_client { "  rr client;\n" } else { "" },
                 passive = if n.passive { "  passive on;\n" } else { "" },
+                connect = n
+                    .connect_seconds
+                    .map(|t| format!("  connect delay time {t};\n  connect retry time {t};\n"))
+                    .unwrap_or_default(),
                 hold = n.hold_time_seconds,
                 keepalive = n.keepalive_seconds,
                 export = if n.export { "all" } else { "none" },
@@ -494,6 +506,8 @@ mod tests {
                 rr_client: true,
                 local_pref: Some(200),
                 passive: true,
+                port: None,
+                connect_seconds: None,
                 hold_time_seconds: 9,
                 keepalive_seconds: 3,
                 export: true,

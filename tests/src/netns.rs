@@ -101,6 +101,21 @@ impl NetNs {
         })
     }
 
+    /// [`NetNs::run_inside`] without waiting: `f` runs on a thread of its own inside
+    /// the namespace while the caller goes on; join the handle for its result.
+    pub fn spawn_inside<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> anyhow::Result<std::thread::JoinHandle<anyhow::Result<T>>> {
+        let path = format!("/run/netns/{}", self.name);
+        let file = std::fs::File::open(&path).with_context(|| format!("opening {path}"))?;
+        Ok(std::thread::spawn(move || {
+            nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET)
+                .with_context(|| format!("setns into {path}"))?;
+            Ok(f())
+        }))
+    }
+
     /// Runs `ip -n NAME ARGS` (e.g. `["route", "add", "10.1.0.0/16", "via", "10.0.0.1"]`);
     /// an error carries its stderr.
     pub fn ip(&self, args: &[&str]) -> anyhow::Result<()> {

@@ -62,7 +62,7 @@ pub const POLL: Duration = Duration::from_secs(1);
 /// (or no session is established): the report and `/readyz` follow within this.
 const FAST_POLL: Duration = Duration::from_millis(100);
 /// First and longest wait between attempts to bring a dead speaker back.
-const RETRY_FIRST: Duration = Duration::from_millis(500);
+const RETRY_FIRST: Duration = Duration::from_millis(100);
 const RETRY_MAX: Duration = Duration::from_secs(30);
 /// How long shutdown waits for the loop to withdraw every route.
 const WITHDRAW_WAIT: Duration = Duration::from_secs(10);

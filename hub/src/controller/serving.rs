@@ -126,7 +126,12 @@ pub fn serving(
         (AgentKnowledge::Connected(_), Some(report)) => {
             anycast_of(share.map(|s| &**s), report, speaker)
         }
-        (AgentKnowledge::Lost(_), _) => previous
+        // Its last report first: the one sent on SIGTERM arrives just before the
+        // session ends, possibly with no pass in between.
+        (AgentKnowledge::Lost(_), Some(report)) => {
+            withdrawn_with_the_agent(&anycast_of(share.map(|s| &**s), report, speaker))
+        }
+        (AgentKnowledge::Lost(_), None) => previous
             .map(|p| withdrawn_with_the_agent(&p.anycast))
             .unwrap_or_default(),
         _ => previous.map(|p| p.anycast.clone()).unwrap_or_default(),
@@ -463,7 +468,9 @@ mod tests {
         .unwrap();
         assert_eq!(offline.healthy, Some(false));
         assert_eq!(offline.addresses, previous.addresses);
-        let lost = agent(Some(4), Some(1), false);
+        // Lost before reporting anything: the routes last known count as withdrawn.
+        let mut lost = agent(Some(4), Some(1), false);
+        lost.report = None;
         let state = serving(
             &key(),
             &traffic(30),
@@ -482,19 +489,77 @@ mod tests {
             }],
             "a lost agent's announced routes count as withdrawn"
         );
-        // Withdrawn ones keep the agent's last word (its SIGTERM report, say).
-        let mut drained = previous.clone();
-        drained.anycast[0].announced = false;
-        drained.anycast[0].reason = "withdrawn: draining (SIGTERM)".into();
-        let state = serving(
+    }
+
+    #[test]
+    fn a_lost_agent_keeps_its_last_words_and_its_announced_routes_count_withdrawn() {
+        let speaker = Some(SpeakerReport {
+            up: true,
+            peers: 1,
+            established_peers: 1,
+            message: String::new(),
+        });
+        // Its last report (SIGTERM's) arrived just before the session ended, with no
+        // pass in between: it wins over what the previous pass saw.
+        let mut drained = anycast_agent(
+            vec![
+                route("192.0.2.10", false, "withdrawn: draining (SIGTERM)"),
+                route("192.0.2.11", false, "withdrawn: draining (SIGTERM)"),
+            ],
+            speaker.clone(),
+        );
+        drained.connected = false;
+        let connected = anycast_agent(
+            vec![
+                route("192.0.2.10", true, "announced: applied and healthy"),
+                route("192.0.2.11", true, "announced: applied and healthy"),
+            ],
+            speaker.clone(),
+        );
+        let before = serving(
             &key(),
-            &traffic(30),
-            AgentKnowledge::Lost(&lost),
-            Some(&drained),
-            10,
+            &traffic(0),
+            AgentKnowledge::Connected(&connected),
+            None,
+            0,
         )
         .unwrap();
-        assert_eq!(state.anycast, drained.anycast);
+        let state = serving(
+            &key(),
+            &traffic(0),
+            AgentKnowledge::Lost(&drained),
+            Some(&before),
+            1,
+        )
+        .unwrap();
+        assert!(state.anycast.iter().all(|r| !r.announced));
+        assert!(
+            state
+                .anycast
+                .iter()
+                .all(|r| r.reason == "withdrawn: draining (SIGTERM)"),
+            "{:?}",
+            state.anycast
+        );
+        // Killed: its last report said announced, which no longer holds.
+        let mut killed = connected.clone();
+        killed.connected = false;
+        let state = serving(
+            &key(),
+            &traffic(0),
+            AgentKnowledge::Lost(&killed),
+            Some(&before),
+            2,
+        )
+        .unwrap();
+        assert!(
+            state
+                .anycast
+                .iter()
+                .all(|r| !r.announced && r.reason == AGENT_GONE),
+            "{:?}",
+            state.anycast
+        );
     }
 
     fn route(address: &str, announced: bool, reason: &str) -> AnycastRoute {

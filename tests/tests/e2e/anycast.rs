@@ -14,6 +14,8 @@
 #![allow(clippy::unwrap_used)]
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use fedingress_tests::anycast::{
@@ -180,8 +182,138 @@ fn routes_follow_backend_health_and_sigterm_withdraws_before_listeners_stop() {
         status.success(),
         "the agent exits cleanly on SIGTERM: {status}"
     );
+    // The hub heard it before the session closed, and keeps showing it (issue 23).
+    let reason = wait_announced(&lab, "site-b", false);
+    assert_eq!(reason, "withdrawn: draining (SIGTERM)");
     // site-a still serves.
     wait_client_gets(&lab, "site-a");
+}
+
+/// Waits until the router's RIB has exactly the sites' paths of `present` and the hub's
+/// status says the same of every site.
+fn wait_status_is_rib(lab: &AnycastLab, present: [bool; 2]) {
+    lab.wait_for_paths(&present, WAIT).unwrap();
+    for (site, announced) in lab.sites.iter().zip(present) {
+        wait_announced(lab, &site.name, announced);
+    }
+}
+
+/// How long until site `i`'s path is in the router's RIB exactly when `present`,
+/// polled every 10 ms on one control connection.
+fn time_until_path(lab: &AnycastLab, i: usize, present: bool, since: Instant) -> Duration {
+    let protocol = lab.sites[i].protocol.clone();
+    let mut bird = lab.bird().control().unwrap();
+    loop {
+        let routes = bird.routes(ANYCAST_PREFIX).unwrap();
+        if routes.iter().any(|r| r.protocol == protocol) == present {
+            return since.elapsed();
+        }
+        assert!(
+            since.elapsed() < WAIT,
+            "{protocol}'s path present={present} not seen: {routes:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Issue 23: status is what the router holds, `/readyz` waits for the router to have
+/// the route, a killed speaker's route is back within about a second (the router
+/// connects to the listening gobgpd), and a rolling restart of both agents that waits
+/// for `/readyz` loses no client connection.
+#[test]
+fn status_follows_the_rib_and_a_rolling_restart_waiting_for_readyz_loses_no_connection() {
+    if let Some(why) = unavailable() {
+        eprintln!("skipping: {why}");
+        return;
+    }
+    let mut lab = AnycastLab::start(Binaries::of_tests(), LabOptions::default()).unwrap();
+    wait_status_is_rib(&lab, [true, true]);
+    for i in 0..2 {
+        eventually(WAIT, "the agent ready", || lab.agent_ready(i));
+    }
+
+    // The speaker dies: its route leaves at once, the agent restarts it, the router
+    // connects to it and has the route again.
+    let killed = Instant::now();
+    lab.kill_speaker(1).unwrap();
+    let gone = time_until_path(&lab, 1, false, killed);
+    let back = time_until_path(&lab, 1, true, killed);
+    eprintln!(
+        "gobgpd SIGKILL → route gone {:.0} ms, back {:.0} ms",
+        gone.as_secs_f64() * 1000.0,
+        back.as_secs_f64() * 1000.0
+    );
+    // GoBGP 3 connecting out itself takes 5-9 s after a restart.
+    assert!(
+        back < Duration::from_secs(4),
+        "the route came back only after {back:?}"
+    );
+    wait_status_is_rib(&lab, [true, true]);
+
+    // A client connecting every 20 ms throughout a rolling restart.
+    let stop = Arc::new(AtomicBool::new(false));
+    let client = {
+        let stop = Arc::clone(&stop);
+        let anycast = SocketAddr::new(ANYCAST.into(), PORT);
+        lab.client
+            .spawn_inside(move || {
+                let (mut ok, mut failed) = (0u32, Vec::new());
+                let started = Instant::now();
+                while !stop.load(Ordering::SeqCst) {
+                    match line_roundtrip(anycast, "ping") {
+                        Ok(answer) if answer.ends_with(": ping") => ok += 1,
+                        Ok(answer) => failed.push((started.elapsed(), answer)),
+                        Err(e) => failed.push((started.elapsed(), format!("{e:#}"))),
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                (ok, failed)
+            })
+            .unwrap()
+    };
+    for i in 0..2 {
+        let name = lab.sites[i].name.clone();
+        let agent = lab.sigterm_agent(i).unwrap();
+        assert!(agent.terminate(WAIT).is_some_and(|s| s.success()));
+        let mut present = [true, true];
+        present[i] = false;
+        wait_status_is_rib(&lab, present);
+        assert_eq!(
+            anycast_status(&lab, &name).unwrap().1,
+            "withdrawn: draining (SIGTERM)"
+        );
+        let started = Instant::now();
+        lab.start_agent(i).unwrap();
+        // Not ready before the router has the route.
+        let mut routes_when_ready = Vec::new();
+        eventually(WAIT, &format!("{name} ready"), || {
+            let ready = lab.agent_ready(i);
+            if ready.is_ok() {
+                routes_when_ready = lab.routes().unwrap();
+            }
+            ready
+        });
+        let ready_after = started.elapsed();
+        assert!(
+            routes_when_ready
+                .iter()
+                .any(|r| r.protocol == lab.sites[i].protocol),
+            "{name} was ready before the router had its route: {routes_when_ready:?}"
+        );
+        eprintln!(
+            "{name} restarted: /readyz 200 {:.0} ms after the start (the route was at the router by then)",
+            ready_after.as_secs_f64() * 1000.0
+        );
+        wait_status_is_rib(&lab, [true, true]);
+    }
+    stop.store(true, Ordering::SeqCst);
+    let (ok, failed) = client.join().unwrap().unwrap();
+    eprintln!(
+        "rolling restart: {ok} client connections answered, {} failed",
+        failed.len()
+    );
+    assert!(ok > 0);
+    assert!(failed.is_empty(), "failed connections: {failed:?}");
 }
 
 #[test]
@@ -203,6 +335,8 @@ fn bird_accepts_the_rendered_router_config() {
                 rr_client: true,
                 local_pref: Some(200),
                 passive: true,
+                port: None,
+                connect_seconds: None,
                 hold_time_seconds: 9,
                 keepalive_seconds: 3,
                 export: false,
@@ -215,6 +349,8 @@ fn bird_accepts_the_rendered_router_config() {
                 rr_client: false,
                 local_pref: None,
                 passive: false,
+                port: Some(1790),
+                connect_seconds: Some(1),
                 hold_time_seconds: 90,
                 keepalive_seconds: 30,
                 export: true,
