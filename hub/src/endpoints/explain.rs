@@ -96,9 +96,22 @@ impl Explain {
             .to_ascii_lowercase();
         let snapshot = dns.snapshot();
         let Some((located, decision)) = snapshot.explain(&dns_name, client) else {
-            return Err(ApiError::unavailable(format!(
-                "{dns_name} is not served yet (see the DNSReady condition of {namespace}/{name})"
-            )));
+            let zones = snapshot.zones();
+            let outside = !dns_name.is_empty()
+                && !zones
+                    .iter()
+                    .any(|z| dns_name == *z || dns_name.ends_with(&format!(".{z}")));
+            // A name only DNS providers publish (issue 23 item 4): there is no embedded
+            // answer to explain, and it may well be Ready.
+            return Err(ApiError::unavailable(if outside {
+                format!(
+                    "{dns_name} lies outside the embedded DNS server's zones, so it has no answer to explain; DNS providers may publish it (see status.dns.providers and the DNSReady condition of {namespace}/{name})"
+                )
+            } else {
+                format!(
+                    "{dns_name} is not served yet (see the DNSReady condition of {namespace}/{name})"
+                )
+            }));
         };
         let lookup_addresses = |qtype| {
             snapshot

@@ -690,6 +690,14 @@ fn the_documented_configuration_example_publishes_and_becomes_ready() {
     assert_eq!(aws["synced"], true, "{aws}");
     assert_eq!(status_values(&aws, "x.shop.example.com"), both, "{aws}");
     assert_eq!(provider(&x, "gcp-prod")["dryRun"], true, "{x}");
+    // explain has no embedded answer for it, and says why rather than "not served yet".
+    let explained = f.fedctl.run(&["explain", "x", "--client", "10.1.0.1"]);
+    assert!(
+        explained
+            .stderr
+            .contains("outside the embedded DNS server's zones"),
+        "{explained:?}"
+    );
     assert!(
         fake.rrset("x.shop.example.com.", "A").is_none(),
         "the dry run changed nothing: {:?}",
