@@ -374,3 +374,94 @@ fn bird_accepts_the_rendered_router_config() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// FRR's `bgpd` (Debian's `frr`, 8.4) as it lives in Debian: not on `PATH`.
+const FRR_BGPD: &str = "/usr/lib/frr/bgpd";
+
+/// The `text` blocks of docs/anycast.md's FRR part ("Router configuration"), as written.
+fn frr_blocks_of_the_docs() -> Vec<String> {
+    let docs = std::fs::read_to_string(fedingress_tests::repo_path("docs/anycast.md")).unwrap();
+    let start = docs
+        .find("**FRR 8.4**")
+        .expect("docs/anycast.md has the FRR part");
+    let end = start + docs[start..].find("**BIRD 2**").unwrap();
+    docs[start..end]
+        .split("```text\n")
+        .skip(1)
+        .map(|block| block.split("```").next().unwrap().to_owned())
+        .collect()
+}
+
+/// Issue 23: FRR 8.4 refused the docs' eBGP instructions. Runs FRR's bgpd on each FRR
+/// config block of docs/anycast.md, on its own pid file, zebra socket and vty socket in
+/// a temporary directory (not listening: `-p 0`; no zebra needed to load a config), and
+/// fails on any line it refuses. Needs root and FRR (skips otherwise).
+#[test]
+fn frr_accepts_the_docs_router_configs() {
+    if !std::path::Path::new(FRR_BGPD).exists() {
+        eprintln!("skipping: FRR is not installed (apt-get install frr)");
+        return;
+    }
+    let id = |args: &[&str]| -> Option<u32> {
+        let out = std::process::Command::new("id").args(args).output().ok()?;
+        String::from_utf8_lossy(&out.stdout).trim().parse().ok()
+    };
+    if id(&["-u"]) != Some(0) {
+        eprintln!("skipping: bgpd drops to the frr user: needs root");
+        return;
+    }
+    let (Some(uid), Some(gid)) = (id(&["-u", "frr"]), id(&["-g", "frr"])) else {
+        panic!("FRR is installed but there is no frr user");
+    };
+    let blocks = frr_blocks_of_the_docs();
+    assert_eq!(blocks.len(), 2, "an iBGP and an eBGP block: {blocks:?}");
+    for block in blocks {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bgpd.conf");
+        std::fs::write(&path, &block).unwrap();
+        // bgpd runs as the frr user: it writes its pid file and sockets there.
+        for p in [dir.path(), path.as_path()] {
+            std::os::unix::fs::chown(p, Some(uid), Some(gid)).unwrap();
+        }
+        let mut child = std::process::Command::new(FRR_BGPD)
+            .arg("-f")
+            .arg(&path)
+            .arg("-i")
+            .arg(dir.path().join("bgpd.pid"))
+            .arg("-z")
+            .arg(dir.path().join("zserv.api"))
+            .arg("--vty_socket")
+            .arg(dir.path())
+            .args(["-p", "0", "-u", "frr", "-g", "frr", "--log", "stdout"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The config is read at start; give it time, then stop it (by its pid).
+        std::thread::sleep(Duration::from_secs(2));
+        let exited_early = child.try_wait().unwrap();
+        let _ = child.kill();
+        let out = child.wait_with_output().unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            exited_early.is_none(),
+            "bgpd exited at once ({exited_early:?}):\n{text}"
+        );
+        let refused: Vec<&str> = text
+            .lines()
+            .filter(|l| {
+                l.starts_with('%') || l.contains("Config Failed") || l.contains("Unknown command")
+            })
+            .collect();
+        assert!(
+            refused.is_empty(),
+            "FRR refused lines of docs/anycast.md:\n{}\n--- the block ---\n{block}",
+            refused.join("\n")
+        );
+        assert!(text.contains("bgpd 8."), "bgpd did not start:\n{text}");
+    }
+}
