@@ -423,6 +423,8 @@ impl Loop {
                 changed = self.draining.changed() => changed.is_ok(),
                 why = exited(&mut self.connection) => {
                     self.lose(why);
+                    // The restart is due after the first backoff, not at the next poll.
+                    next_poll = self.retry_at;
                     true
                 }
                 () = tokio::time::sleep_until(next_poll) => {
