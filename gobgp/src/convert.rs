@@ -500,6 +500,7 @@ mod tests {
             passive: true,
             route_reflector_client: true,
             hold_time_seconds: Some(9),
+            idle_hold_after_reset_seconds: Some(1),
             ..Peer::new("127.0.0.3".parse().unwrap(), 65000)
         };
         let pb = peer_to_pb(&peer);
@@ -522,6 +523,7 @@ mod tests {
             ),
             (9, 0, 0)
         );
+        assert_eq!(timers.idle_hold_time_after_reset, 1);
         let families: Vec<_> = pb
             .afi_safis
             .iter()

@@ -175,8 +175,21 @@ async fn two_speakers_exchange_announcements_and_withdrawals() {
     })
     .await;
 
+    // What the site sent the reflector (its Adj-RIB-Out for it): both routes.
+    let mut sent = site.advertised(ip("127.0.0.3")).await.unwrap();
+    sent.sort();
+    let mut want = vec![v4.prefix, v6.prefix];
+    want.sort();
+    assert_eq!(sent, want);
+
     site.withdraw(&v4).await.unwrap();
+    assert_eq!(
+        site.advertised(ip("127.0.0.3")).await.unwrap(),
+        [v6.prefix],
+        "a withdrawn route leaves the Adj-RIB-Out at once"
+    );
     site.withdraw(&v6).await.unwrap();
+    assert!(site.advertised(ip("127.0.0.3")).await.unwrap().is_empty());
     // Withdrawing again is not an error.
     site.withdraw(&v4).await.unwrap();
     assert!(site.rib().await.unwrap().is_empty());
