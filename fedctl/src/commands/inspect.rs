@@ -463,7 +463,13 @@ fn anycast_table(status: &fedingress_api::FederatedIngressStatus) -> Table {
                     "withdrawn"
                 }
                 .into(),
-                route.reason.clone(),
+                // The ROUTE column already says it (agents prefix their reasons).
+                route
+                    .reason
+                    .strip_prefix("announced: ")
+                    .or_else(|| route.reason.strip_prefix("withdrawn: "))
+                    .unwrap_or(&route.reason)
+                    .to_owned(),
             ]);
         }
     }
@@ -1181,7 +1187,7 @@ status:
   - name: us-east
     phase: Applied
     healthy: false
-    anycast: [{address: 192.0.2.10, announced: false, reason: "backend echo:9000 has no ready endpoint"}]
+    anycast: [{address: 192.0.2.10, announced: false, reason: "withdrawn: backend echo:9000 has no ready endpoint"}]
   - name: ap-south
     phase: Applied
     healthy: true

@@ -272,7 +272,7 @@ async fn reported_routes_reach_status_dns_explain_events_and_fedctl() {
     );
     let down = "the BGP speaker is down: gobgpd does not answer";
     wait_route(&hub, "us-east", "withdrawn by the speaker", |r| {
-        r["announced"] == false && r["reason"] == down
+        r["announced"] == false && r["reason"] == format!("withdrawn: {down}")
     })
     .await;
     wait_event(
