@@ -4,18 +4,21 @@
 //!
 //! ```text
 //!   site-a 10.0.1.2 ──veth── 10.0.1.1 ┐
-//!   (echo, agent+gobgpd)              │ router: BIRD (route reflector + FIB),
+//!   (echo, agent+gobgpd)              │ router: BIRD or FRR (route reflector + FIB),
 //!   site-b 10.0.2.2 ──veth── 10.0.2.1 ┤ federation-apiserver (API 127.0.0.1:16443,
 //!   (echo, agent+gobgpd)              │ agent gateway and DNS on 10.0.9.1; TLS)
 //!   client 10.0.3.2 ──veth── 10.0.3.1 ┘
 //! ```
 //!
-//! - The router runs BIRD 2 in iBGP AS 65000 with both sites as `rr client`s and puts
-//!   the best path into its FIB (`protocol kernel`), so the client's packets to the
-//!   anycast address [`ANYCAST`] go where BGP says. It prefers site-a (local_pref 200
-//!   on import from site-a): in a real network "nearest" is the router's preference, as
-//!   an IGP metric would give it; here it is configured. It reflects each site's path
-//!   to the other ([`LabOptions::reflect`], on by default).
+//! - The router runs BIRD 2 ([`AnycastLab::start`]) or FRR 8
+//!   ([`AnycastLab::start_with`], [`RouterKind::Frr`]: docs/anycast.md's iBGP config
+//!   block, [`frr_config`]) in iBGP AS 65000 with both sites as route reflector clients
+//!   and puts the best path into its FIB (BIRD's `protocol kernel`, FRR's zebra), so
+//!   the client's packets to the anycast address [`ANYCAST`] go where BGP says. It
+//!   prefers site-a (local_pref 200 on import from site-a): in a real network "nearest"
+//!   is the router's preference, as an IGP metric would give it; here it is configured. BIRD reflects each site's path
+//!   to the other ([`LabOptions::reflect`], on by default); FRR runs the docs' config,
+//!   which sends the sites nothing.
 //! - Each site runs `fedctl dev echo` (every answer names the site) on 127.0.0.1:9000
 //!   and a standalone cluster-agent whose `anycast:` section runs a managed gobgpd
 //!   that listens on [`AGENT_BGP_PORT`] for the router, which connects within a second
@@ -28,8 +31,8 @@
 //!   backends, for comparing DNS with BGP.
 //!
 //! Everything is removed on drop, also when a test fails: every process inside every
-//! namespace is killed, then the namespaces go (configs and logs stay when it failed). What does not belong here: BIRD itself
-//! (`crate::bgp`), assertions.
+//! namespace is killed, then the namespaces go (configs and logs stay when it failed). What
+//! does not belong here: the routers themselves (`crate::bgp`), assertions.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
@@ -40,13 +43,13 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use serde_json::Value;
 
-use crate::bgp::{Bird, BirdConfig, BirdNeighbor, RibPath};
+use crate::bgp::{Bird, BirdConfig, BirdNeighbor, Frr, RibPath, RibReader, Router, RouterKind};
 use crate::netns::NetNs;
 use crate::{Process, binary, kubectl_path};
 
 /// The anycast address of the `anycast` ingress.
 pub const ANYCAST: Ipv4Addr = Ipv4Addr::new(10, 255, 0, 10);
-/// Its host route, as BIRD names it.
+/// Its host route, as the routers name it.
 pub const ANYCAST_PREFIX: &str = "10.255.0.10/32";
 /// TCP port of the `anycast` ingress.
 pub const PORT: u16 = 7777;
@@ -118,13 +121,18 @@ impl Default for LabOptions {
     }
 }
 
-/// Why the lab cannot run here (not root, no `ip netns`, no bird, gobgpd or kubectl), or
-/// `None`.
+/// Why the lab cannot run here with BIRD (not root, no `ip netns`, no bird, gobgpd or
+/// kubectl), or `None`.
 pub fn unavailable() -> Option<String> {
+    unavailable_with(RouterKind::Bird)
+}
+
+/// [`unavailable`] with `router` as the router.
+pub fn unavailable_with(router: RouterKind) -> Option<String> {
     if let Some(why) = NetNs::unavailable() {
         return Some(why);
     }
-    if let Some(why) = crate::bgp::unavailable() {
+    if let Some(why) = router.unavailable() {
         return Some(why);
     }
     if Command::new("gobgpd").arg("--version").output().is_err() {
@@ -137,7 +145,8 @@ pub fn unavailable() -> Option<String> {
 pub struct Site {
     /// The cluster's name, `site-a`.
     pub name: String,
-    /// BIRD's protocol for its session, `site_a`.
+    /// The router's name for its session, as in [`RibPath::protocol`]: BIRD's protocol
+    /// (`site_a`), FRR's neighbor address (`10.0.1.2`).
     pub protocol: String,
     /// Its address on the link to the router: the agent's listen address and its
     /// routes' next hop.
@@ -163,7 +172,7 @@ impl Site {
 pub struct AnycastLab {
     pub sites: Vec<Site>,
     hub: Process,
-    bird: Bird,
+    router_daemon: Router,
     bins: Binaries,
     kubeconfig: PathBuf,
     pub router: NetNs,
@@ -175,6 +184,17 @@ impl AnycastLab {
     /// Builds the network, starts BIRD, the hub, the backends and the agents, applies
     /// the ingresses, and returns once both sites' paths are in the router's RIB.
     pub fn start(bins: Binaries, options: LabOptions) -> anyhow::Result<AnycastLab> {
+        AnycastLab::start_with(bins, options, RouterKind::Bird)
+    }
+
+    /// [`AnycastLab::start`] with `router_kind` as the router: BIRD on the rendered
+    /// [`BirdConfig`], or FRR on docs/anycast.md's iBGP block ([`frr_config`]; it
+    /// ignores [`LabOptions::reflect`]).
+    pub fn start_with(
+        bins: Binaries,
+        options: LabOptions,
+        router_kind: RouterKind,
+    ) -> anyhow::Result<AnycastLab> {
         let dir = tempfile::Builder::new()
             .prefix("fedingress-anycast-")
             .tempdir()?;
@@ -208,7 +228,10 @@ impl AnycastLab {
                 config: dir.path().join(&name).join("agent.yaml"),
                 log: dir.path().join(format!("{name}.log")),
                 name,
-                protocol: format!("site_{letter}"),
+                protocol: match router_kind {
+                    RouterKind::Bird => format!("site_{letter}"),
+                    RouterKind::Frr => format!("10.0.{n}.2"),
+                },
                 address: Ipv4Addr::new(10, 0, n as u8, 2),
                 community: format!("{ASN}:{}", 100 + n),
                 agent: None,
@@ -217,11 +240,23 @@ impl AnycastLab {
             });
         }
 
-        let bird = Bird::start(
-            &router,
-            dir.path(),
-            &bird_config(dir.path(), &sites, options.reflect),
-        )?;
+        let router_daemon = match router_kind {
+            RouterKind::Bird => Router::Bird(Bird::start(
+                &router,
+                dir.path(),
+                &bird_config(dir.path(), &sites, options.reflect),
+            )?),
+            RouterKind::Frr => Router::Frr(Frr::start(
+                &router,
+                dir.path(),
+                &frr_config(
+                    docs_frr_configs()?
+                        .first()
+                        .context("docs/anycast.md has no FRR config block")?,
+                    &sites,
+                )?,
+            )?),
+        };
         let hub = start_hub(&router, dir.path(), &bins)?;
         let kubeconfig = dir.path().join("kubeconfig");
         crate::write_kubeconfig(
@@ -233,7 +268,7 @@ impl AnycastLab {
         let mut lab = AnycastLab {
             sites,
             hub,
-            bird,
+            router_daemon,
             bins,
             kubeconfig,
             router,
@@ -457,11 +492,28 @@ impl AnycastLab {
 
     /// The paths of [`ANYCAST_PREFIX`] in the router's RIB.
     pub fn routes(&self) -> anyhow::Result<Vec<RibPath>> {
-        self.bird.control()?.routes(ANYCAST_PREFIX)
+        self.rib()?.routes(ANYCAST_PREFIX)
     }
 
+    /// A new reader of the router's RIB and sessions (for any thread and namespace).
+    pub fn rib(&self) -> anyhow::Result<RibReader> {
+        self.router_daemon.reader()
+    }
+
+    /// The BIRD of a lab started with it.
+    ///
+    /// # Panics
+    /// When the lab's router is FRR.
     pub fn bird(&self) -> &Bird {
-        &self.bird
+        match &self.router_daemon {
+            Router::Bird(bird) => bird,
+            Router::Frr(_) => panic!("the lab's router is FRR, not BIRD"),
+        }
+    }
+
+    /// The router (its log: [`Router::log`]).
+    pub fn router_daemon(&self) -> &Router {
+        &self.router_daemon
     }
 
     /// The federation-apiserver (its log is `dir()/hub.log`).
@@ -526,8 +578,8 @@ impl Drop for AnycastLab {
                 );
             }
             eprintln!(
-                "--- bird log (tail) ---\n{}",
-                self.bird
+                "--- router log (tail) ---\n{}",
+                self.router_daemon
                     .log()
                     .lines()
                     .rev()
@@ -614,6 +666,68 @@ fn bird_config(dir: &Path, sites: &[Site], reflect: bool) -> BirdConfig {
             .collect(),
         log: dir.join("bird.log"),
     }
+}
+
+/// The FRR config blocks of docs/anycast.md ("Router configuration", the `text` blocks
+/// between `**FRR 8.4**` and `**BIRD 2**`) as written: the iBGP route reflector, then
+/// the eBGP router.
+pub fn docs_frr_configs() -> anyhow::Result<Vec<String>> {
+    let path = crate::repo_path("docs/anycast.md");
+    let docs =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let start = docs
+        .find("**FRR 8.4**")
+        .context("docs/anycast.md has no FRR part (**FRR 8.4**)")?;
+    let end = start
+        + docs[start..]
+            .find("**BIRD 2**")
+            .context("docs/anycast.md: no **BIRD 2** after the FRR part")?;
+    Ok(docs[start..end]
+        .split("```text\n")
+        .skip(1)
+        .filter_map(|block| block.split("```").next().map(str::to_owned))
+        .collect())
+}
+
+/// The docs' FRR iBGP config `block` with its example values replaced by the lab's:
+/// router id 192.0.2.1 → [`HUB_IP`], sites 192.0.2.10 and 192.0.2.20 → the sites'
+/// addresses, prefix list 198.51.100.0/24 → the /24 of [`ANYCAST`], and the community
+/// 65000:100 → the sites' communities (one `permit` line each). Nothing else changes.
+///
+/// # Errors
+/// When the block lacks one of those values (the docs changed under the lab).
+pub fn frr_config(block: &str, sites: &[Site]) -> anyhow::Result<String> {
+    let [a, b] = sites else {
+        bail!("the FRR config has two sites, the lab {}", sites.len());
+    };
+    let [x, y, z, _] = ANYCAST.octets();
+    let community_line = "bgp community-list standard FEDINGRESS permit 65000:100";
+    let communities = sites
+        .iter()
+        .map(|s| {
+            format!(
+                "bgp community-list standard FEDINGRESS permit {}",
+                s.community
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    // The site addresses before the router id, which is their prefix.
+    let replacements = [
+        ("192.0.2.10", a.address.to_string()),
+        ("192.0.2.20", b.address.to_string()),
+        ("192.0.2.1", HUB_IP.to_string()),
+        ("198.51.100.0/24", format!("{x}.{y}.{z}.0/24")),
+        (community_line, communities),
+    ];
+    let mut text = block.to_owned();
+    for (from, to) in replacements {
+        if !text.contains(from) {
+            bail!("docs/anycast.md's FRR block has no {from:?}:\n{block}");
+        }
+        text = text.replace(from, &to);
+    }
+    Ok(text)
 }
 
 fn start_hub(router: &NetNs, dir: &Path, bins: &Binaries) -> anyhow::Result<Process> {

@@ -1,13 +1,16 @@
-//! BIRD 2 as a test router: its configuration rendered from a few typed settings, the
-//! daemon run inside a network namespace with a control socket of its own, and a client
-//! of that socket that reads the RIB (`show route all`) and session states (`show
-//! protocols`) as typed values.
+//! The test routers: BIRD 2 and FRR 8, each run inside a network namespace with control
+//! sockets of its own and read back as typed values: the paths of a prefix in its RIB
+//! ([`RibPath`]) and the state of a BGP session.
 //!
-//! Entry points: [`BirdConfig`] (a route reflector that is also the router: iBGP
-//! neighbors as `rr client`s, an import `bgp_local_pref` per neighbor, `protocol
-//! kernel` putting the best BGP route of each prefix into the namespace's FIB),
-//! [`Bird`] (the running daemon, killed on drop), [`BirdControl`] (the control-socket
-//! protocol that `birdc` speaks), [`parse_routes`] and [`RibPath`].
+//! Entry points: [`Router`] (either daemon, started from a [`RouterKind`]'s config) and
+//! [`RibReader`] (its RIB and sessions, for any thread). BIRD: [`BirdConfig`] (a route
+//! reflector that is also the router: iBGP neighbors as `rr client`s, an import
+//! `bgp_local_pref` per neighbor, `protocol kernel` putting the best BGP route of each
+//! prefix into the namespace's FIB), [`Bird`] (the running daemon, killed on drop),
+//! [`BirdControl`] (the control-socket protocol that `birdc` speaks), [`parse_routes`].
+//! FRR: [`Frr`] (`zebra` and `bgpd` on a `bgpd.conf` given as text; zebra puts bgpd's
+//! best paths into the FIB), [`FrrVty`] (`vtysh` on the daemons' own vty sockets, JSON
+//! answers), [`parse_frr_routes`].
 //!
 //! What does not belong here: the agent's speaker (GoBGP, `fedingress-gobgp`) and the
 //! topology of a test (`crate::anycast`).
@@ -17,10 +20,11 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, Ipv4Addr};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use serde_json::Value;
 
 use crate::Process;
 use crate::netns::NetNs;
@@ -31,6 +35,351 @@ pub fn unavailable() -> Option<String> {
         Ok(_) => None,
         Err(_) => Some("bird (BIRD 2) is not installed (Debian: apt-get install bird2)".into()),
     }
+}
+
+/// Why FRR cannot run here (`zebra`, `bgpd` or `vtysh` missing, or no `frr` user), or
+/// `None`.
+pub fn frr_unavailable() -> Option<String> {
+    for daemon in [FRR_ZEBRA, FRR_BGPD] {
+        if !Path::new(daemon).exists() {
+            return Some(format!(
+                "{daemon} is missing: FRR is not installed (Debian: apt-get install frr)"
+            ));
+        }
+    }
+    if Command::new("vtysh").arg("--version").output().is_err() {
+        return Some("vtysh is missing (Debian: apt-get install frr)".into());
+    }
+    if frr_ids().is_none() {
+        return Some("FRR is installed but there is no frr user".into());
+    }
+    None
+}
+
+/// FRR's daemons where Debian's `frr` (8.4) installs them: not on `PATH`.
+pub const FRR_ZEBRA: &str = "/usr/lib/frr/zebra";
+pub const FRR_BGPD: &str = "/usr/lib/frr/bgpd";
+
+/// The `frr` user's uid and gid (the daemons drop to it).
+fn frr_ids() -> Option<(u32, u32)> {
+    let id = |args: &[&str]| -> Option<u32> {
+        let out = Command::new("id").args(args).output().ok()?;
+        String::from_utf8_lossy(&out.stdout).trim().parse().ok()
+    };
+    Some((id(&["-u", "frr"])?, id(&["-g", "frr"])?))
+}
+
+/// Which daemon is the router.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RouterKind {
+    /// BIRD 2 on a [`BirdConfig`].
+    #[default]
+    Bird,
+    /// FRR 8's zebra and bgpd on a `bgpd.conf` text.
+    Frr,
+}
+
+impl RouterKind {
+    /// Why this router cannot run here, or `None`.
+    pub fn unavailable(self) -> Option<String> {
+        match self {
+            RouterKind::Bird => unavailable(),
+            RouterKind::Frr => frr_unavailable(),
+        }
+    }
+}
+
+/// A running router, either daemon; killed on drop.
+pub enum Router {
+    Bird(Bird),
+    Frr(Frr),
+}
+
+impl Router {
+    /// A new reader of its RIB and sessions (usable from any thread and namespace: the
+    /// control sockets are files).
+    pub fn reader(&self) -> anyhow::Result<RibReader> {
+        Ok(match self {
+            Router::Bird(bird) => RibReader::Bird(bird.control()?),
+            Router::Frr(frr) => RibReader::Frr(frr.vty()),
+        })
+    }
+
+    /// Its log so far (for failure messages).
+    pub fn log(&self) -> String {
+        match self {
+            Router::Bird(bird) => bird.log(),
+            Router::Frr(frr) => frr.log(),
+        }
+    }
+}
+
+/// A router's RIB and BGP sessions, read the same way from either daemon.
+pub enum RibReader {
+    Bird(BirdControl),
+    Frr(FrrVty),
+}
+
+impl RibReader {
+    /// Every path in the RIB for exactly `prefix` (`10.255.0.10/32`); empty when there
+    /// is none. A path's [`RibPath::protocol`] names the session it came from: BIRD's
+    /// protocol name (`site_a`), FRR's neighbor address (`10.0.1.2`).
+    pub fn routes(&mut self, prefix: &str) -> anyhow::Result<Vec<RibPath>> {
+        match self {
+            RibReader::Bird(bird) => bird.routes(prefix),
+            RibReader::Frr(frr) => frr.routes(prefix),
+        }
+    }
+
+    /// The state of the BGP session `session` (as [`RibPath::protocol`] names it):
+    /// `Established` when up, in both daemons' words otherwise.
+    pub fn session_state(&mut self, session: &str) -> anyhow::Result<String> {
+        match self {
+            RibReader::Bird(bird) => bird.protocol_info(session),
+            RibReader::Frr(frr) => frr.session_state(session),
+        }
+    }
+}
+
+/// FRR as the router: `zebra` (the FIB) and `bgpd` inside a namespace, each with its pid
+/// file, log and vty socket in one directory and talking to each other on a zserv socket
+/// there, so nothing touches the host's FRR (`/etc/frr`, `/run/frr`). No vty TCP ports
+/// (`-P 0`); bgpd listens on port 179 inside the namespace. Both killed on drop (bgpd
+/// first).
+pub struct Frr {
+    /// Held to be killed on drop, bgpd before zebra (fields drop in this order).
+    _bgpd: Process,
+    _zebra: Process,
+    dir: PathBuf,
+}
+
+impl Frr {
+    /// Writes `bgpd_conf` to `dir/frr/bgpd.conf` (an empty `zebra.conf` beside it), runs
+    /// zebra, then bgpd, inside `ns` as the `frr` user; returns once bgpd's vty answers.
+    ///
+    /// # Errors
+    /// When FRR is missing, a daemon exits at start, bgpd refuses a line of the config
+    /// (`% ...` or `Config Failed` in its output), or its vty does not answer in 10 s.
+    pub fn start(ns: &NetNs, dir: &Path, bgpd_conf: &str) -> anyhow::Result<Frr> {
+        if let Some(why) = frr_unavailable() {
+            bail!("{why}");
+        }
+        let (uid, gid) = frr_ids().context("no frr user")?;
+        let dir = dir.join("frr");
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(dir.join("zebra.conf"), "")?;
+        std::fs::write(dir.join("bgpd.conf"), bgpd_conf)?;
+        // The daemons run as frr: their pid files and sockets go here.
+        for file in ["", "zebra.conf", "bgpd.conf"] {
+            std::os::unix::fs::chown(dir.join(file), Some(uid), Some(gid))
+                .with_context(|| format!("chown frr {}", dir.display()))?;
+        }
+        let daemon = |program: &str, name: &str| -> anyhow::Result<Process> {
+            let out = std::fs::File::create(dir.join(format!("{name}.out")))?;
+            let mut command = ns.command(program);
+            command
+                .arg("-f")
+                .arg(dir.join(format!("{name}.conf")))
+                .arg("-i")
+                .arg(dir.join(format!("{name}.pid")))
+                .arg("-z")
+                .arg(dir.join("zserv.api"))
+                .arg("--vty_socket")
+                .arg(&dir)
+                .args(["-P", "0", "-u", "frr", "-g", "frr", "--log"])
+                .arg(format!(
+                    "file:{}",
+                    dir.join(format!("{name}.log")).display()
+                ))
+                .stdout(Stdio::from(out.try_clone()?))
+                .stderr(Stdio::from(out));
+            let child = command
+                .spawn()
+                .with_context(|| format!("starting {program}"))?;
+            Ok(Process {
+                child,
+                ready: Value::Null,
+                name: name.to_owned(),
+            })
+        };
+        let mut zebra = daemon(FRR_ZEBRA, "zebra")?;
+        wait_for(&dir.join("zserv.api"), &mut zebra, &dir)?;
+        let mut bgpd = daemon(FRR_BGPD, "bgpd")?;
+        wait_for(&dir.join("bgpd.vty"), &mut bgpd, &dir)?;
+        let frr = Frr {
+            _bgpd: bgpd,
+            _zebra: zebra,
+            dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while let Err(error) = frr.vty().command("show bgp summary json") {
+            if Instant::now() >= deadline {
+                return Err(
+                    error.context(format!("bgpd's vty did not answer in 10 s\n{}", frr.log()))
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let out = std::fs::read_to_string(frr.dir.join("bgpd.out")).unwrap_or_default();
+        let refused: Vec<&str> = out
+            .lines()
+            .filter(|l| {
+                l.starts_with('%') || l.contains("Config Failed") || l.contains("Unknown command")
+            })
+            .collect();
+        if !refused.is_empty() {
+            bail!(
+                "bgpd refused lines of its config:\n{}\n--- bgpd.conf ---\n{bgpd_conf}",
+                refused.join("\n")
+            );
+        }
+        Ok(frr)
+    }
+
+    /// `vtysh` on this FRR's vty sockets.
+    pub fn vty(&self) -> FrrVty {
+        FrrVty {
+            dir: self.dir.clone(),
+        }
+    }
+
+    /// bgpd's and zebra's logs and outputs so far (for failure messages).
+    pub fn log(&self) -> String {
+        ["bgpd.out", "bgpd.log", "zebra.out", "zebra.log"]
+            .iter()
+            .map(|f| {
+                format!(
+                    "--- {f} ---\n{}",
+                    std::fs::read_to_string(self.dir.join(f)).unwrap_or_default()
+                )
+            })
+            .collect()
+    }
+}
+
+/// Waits up to 10 s for `daemon` to create `socket`.
+fn wait_for(socket: &Path, daemon: &mut Process, dir: &Path) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !socket.exists() {
+        if !daemon.is_running() {
+            bail!(
+                "{} exited at start:\n{}",
+                daemon.name,
+                std::fs::read_to_string(dir.join(format!("{}.out", daemon.name)))
+                    .unwrap_or_default()
+            );
+        }
+        if Instant::now() >= deadline {
+            bail!("{} made no {} in 10 s", daemon.name, socket.display());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+/// `vtysh --vty_socket DIR -d bgpd -c COMMAND`: one FRR's bgpd, found by its vty socket
+/// directory (a path: usable from any namespace).
+#[derive(Clone, Debug)]
+pub struct FrrVty {
+    dir: PathBuf,
+}
+
+impl FrrVty {
+    /// Runs one bgpd command and returns what vtysh printed.
+    ///
+    /// # Errors
+    /// When vtysh fails (bgpd not answering) or prints a `%` error line.
+    pub fn command(&self, command: &str) -> anyhow::Result<String> {
+        let out = Command::new("vtysh")
+            .arg("--vty_socket")
+            .arg(&self.dir)
+            .args(["-d", "bgpd", "-c", command])
+            .stdin(Stdio::null())
+            .output()
+            .context("running vtysh")?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        if !out.status.success() || text.starts_with('%') {
+            bail!(
+                "vtysh -c {command:?}: {}{text}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(text)
+    }
+
+    fn json(&self, command: &str) -> anyhow::Result<Value> {
+        let text = self.command(&format!("{command} json"))?;
+        serde_json::from_str(&text).with_context(|| format!("{command} json printed {text:?}"))
+    }
+
+    /// Every path in bgpd's RIB for exactly `prefix` (`show bgp ipv4 unicast PREFIX
+    /// json`); empty when it has none.
+    pub fn routes(&self, prefix: &str) -> anyhow::Result<Vec<RibPath>> {
+        Ok(parse_frr_routes(
+            &self.json(&format!("show bgp ipv4 unicast {prefix}"))?,
+        ))
+    }
+
+    /// The `bgpState` of neighbor `address` (`Established`, `Active`, `Connect`...).
+    pub fn session_state(&self, address: &str) -> anyhow::Result<String> {
+        let json = self.json(&format!("show bgp neighbors {address}"))?;
+        json[address]["bgpState"]
+            .as_str()
+            .map(str::to_owned)
+            .with_context(|| format!("no bgpState of {address} in {json}"))
+    }
+}
+
+/// The paths of `show bgp ipv4 unicast PREFIX json` (FRR 8): `{}` when there are none.
+/// [`RibPath::protocol`] is the neighbor it came from (`peer.peerId`); `via` is the next
+/// hop bgpd uses (`nexthops[].used`, else the first), with its interface when FRR names
+/// one.
+pub fn parse_frr_routes(json: &Value) -> Vec<RibPath> {
+    let prefix = json["prefix"].as_str().unwrap_or_default();
+    let Some(paths) = json["paths"].as_array() else {
+        return Vec::new();
+    };
+    paths
+        .iter()
+        .map(|path| {
+            let nexthops = path["nexthops"].as_array().cloned().unwrap_or_default();
+            let used = nexthops
+                .iter()
+                .find(|n| n["used"].as_bool() == Some(true))
+                .or(nexthops.first());
+            let ip = |v: &Value| v["ip"].as_str().and_then(|a| a.parse().ok());
+            RibPath {
+                prefix: prefix.to_owned(),
+                protocol: path["peer"]["peerId"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+                best: path["bestpath"]["overall"].as_bool() == Some(true),
+                via: used.and_then(ip),
+                interface: used
+                    .and_then(|n| n["interface"].as_str())
+                    .map(str::to_owned),
+                next_hop: nexthops.first().and_then(ip),
+                local_pref: path["locPrf"].as_u64().and_then(|p| u32::try_from(p).ok()),
+                communities: path["community"]["list"]
+                    .as_array()
+                    .map(|l| {
+                        l.iter()
+                            .filter_map(|c| c.as_str().map(str::to_owned))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+                as_path: path["aspath"]["segments"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .flat_map(|s| s["list"].as_array().cloned().unwrap_or_default())
+                    .filter_map(|a| a.as_u64().and_then(|a| u32::try_from(a).ok()))
+                    .collect(),
+            }
+        })
+        .collect()
 }
 
 /// One iBGP or eBGP neighbor of the router.
@@ -326,13 +675,15 @@ fn protocol_info(text: &str, name: &str) -> Option<String> {
     })
 }
 
-/// One path of a prefix in BIRD's table, from `show route all`.
+/// One path of a prefix in a router's table: BIRD's `show route all`, FRR's `show bgp
+/// ipv4 unicast PREFIX json`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RibPath {
     pub prefix: String,
-    /// The protocol it was learnt from (the BGP neighbor's name in the config).
+    /// The session it was learnt from: BIRD's protocol name in the config, FRR's
+    /// neighbor address.
     pub protocol: String,
-    /// Marked `*`: the best path, the one exported to the kernel.
+    /// The best path (BIRD marks it `*`), the one put into the kernel's FIB.
     pub best: bool,
     /// The gateway (`via X on DEV`).
     pub via: Option<IpAddr>,
@@ -462,6 +813,117 @@ mod tests {
         assert_eq!(b.communities, ["65000:102"]);
         assert!(a.as_path.is_empty());
         assert_eq!(b.as_path, [65010, 65020]);
+    }
+
+    /// `vtysh -c 'show bgp ipv4 unicast 10.255.0.10/32 json'` of FRR 8.4.4 in the
+    /// anycast lab: site-b's path, then site-a's, best by local preference.
+    const FRR_TWO_PATHS: &str = r#"{
+  "prefix":"10.255.0.10/32",
+  "version":1,
+  "paths":[
+    {
+      "aspath":{
+        "string":"Local",
+        "segments":[
+        ],
+        "length":0
+      },
+      "rxedFromRrClient":true,
+      "origin":"IGP",
+      "locPrf":100,
+      "valid":true,
+      "version":1,
+      "community":{
+        "string":"65000:102",
+        "list":[
+          "65000:102"
+        ]
+      },
+      "lastUpdate":{
+        "epoch":1795846046,
+        "string":"Sat Nov 28 06:07:26 2026\n"
+      },
+      "nexthops":[
+        {
+          "ip":"10.0.2.2",
+          "hostname":"vm",
+          "afi":"ipv4",
+          "metric":0,
+          "accessible":true,
+          "used":true
+        }
+      ],
+      "peer":{
+        "peerId":"10.0.2.2",
+        "routerId":"10.0.2.2",
+        "hostname":"vm",
+        "type":"internal"
+      }
+    },
+    {
+      "aspath":{
+        "string":"Local",
+        "segments":[
+        ],
+        "length":0
+      },
+      "rxedFromRrClient":true,
+      "origin":"IGP",
+      "locPrf":200,
+      "valid":true,
+      "version":1,
+      "bestpath":{
+        "overall":true,
+        "selectionReason":"Local Pref"
+      },
+      "community":{
+        "string":"65000:101",
+        "list":[
+          "65000:101"
+        ]
+      },
+      "lastUpdate":{
+        "epoch":1795846046,
+        "string":"Sat Nov 28 06:07:26 2026\n"
+      },
+      "nexthops":[
+        {
+          "ip":"10.0.1.2",
+          "hostname":"vm",
+          "afi":"ipv4",
+          "metric":0,
+          "accessible":true,
+          "used":true
+        }
+      ],
+      "peer":{
+        "peerId":"10.0.1.2",
+        "routerId":"10.0.1.2",
+        "hostname":"vm",
+        "type":"internal"
+      }
+    }
+  ]
+}"#;
+
+    #[test]
+    fn frr_paths_parse_with_best_next_hops_and_communities() {
+        let paths = parse_frr_routes(&serde_json::from_str(FRR_TWO_PATHS).unwrap());
+        assert_eq!(paths.len(), 2);
+        let (b, a) = (&paths[0], &paths[1]);
+        assert_eq!(a.prefix, "10.255.0.10/32");
+        assert_eq!(b.prefix, "10.255.0.10/32");
+        assert_eq!((a.protocol.as_str(), a.best), ("10.0.1.2", true));
+        assert_eq!((b.protocol.as_str(), b.best), ("10.0.2.2", false));
+        assert_eq!(a.via, Some("10.0.1.2".parse().unwrap()));
+        assert_eq!(a.next_hop, Some("10.0.1.2".parse().unwrap()));
+        assert_eq!(b.next_hop, Some("10.0.2.2".parse().unwrap()));
+        assert_eq!((a.local_pref, b.local_pref), (Some(200), Some(100)));
+        assert_eq!(a.communities, ["65000:101"]);
+        assert_eq!(b.communities, ["65000:102"]);
+        assert!(a.as_path.is_empty() && b.as_path.is_empty());
+        // No path: FRR prints `{}`.
+        assert!(parse_frr_routes(&serde_json::json!({})).is_empty());
     }
 
     #[test]

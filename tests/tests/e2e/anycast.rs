@@ -1,15 +1,19 @@
 //! Anycast through BGP, end to end in network namespaces (`fedingress_tests::anycast`):
-//! BIRD as route reflector and router, two sites each with a standalone cluster-agent
-//! driving its own gobgpd, a client whose packets follow the router's FIB, and the hub.
+//! a route reflector and router (BIRD 2, and FRR 8 on docs/anycast.md's config), two
+//! sites each with a standalone cluster-agent driving its own gobgpd, a client whose
+//! packets follow the router's FIB, and the hub.
 //!
-//! Proves: both sites' paths reach the router with their next hops and communities; the
-//! client gets the preferred site; the hub's status shows both announcing; a dead
-//! backend withdraws its site's route (status says why) and the client's next
-//! connection lands on the other site; a restored backend brings it back; SIGTERM
-//! withdraws before the agent's listeners stop. It prints the measured backend death →
-//! route withdrawn at the router time (no assertion on it).
+//! Proves, with each router: both sites' paths reach the router with their next hops,
+//! communities and preference; the client gets the preferred site; the hub's status
+//! equals the router's RIB after every step; a dead backend withdraws its site's route
+//! (status says why) and the client's next connection lands on the other site; a
+//! restored backend brings it back; SIGTERM withdraws before the agent's listeners stop;
+//! a killed speaker's route is back within seconds. With BIRD: a rolling restart waiting
+//! for `/readyz` loses no connection. It prints the measured times (no assertion on
+//! them but the speaker's return).
 //!
-//! Needs root, `ip netns`, BIRD 2 and gobgpd (skips otherwise, saying why).
+//! Needs root, `ip netns`, gobgpd, and BIRD 2 or FRR (each test skips otherwise, saying
+//! why).
 
 #![allow(clippy::unwrap_used)]
 
@@ -19,9 +23,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use fedingress_tests::anycast::{
-    ANYCAST, ANYCAST_PREFIX, AnycastLab, Binaries, LabOptions, PORT, line_roundtrip, unavailable,
+    ANYCAST, ANYCAST_PREFIX, AnycastLab, Binaries, LabOptions, PORT, docs_frr_configs,
+    line_roundtrip, unavailable, unavailable_with,
 };
-use fedingress_tests::bgp::{BirdConfig, BirdNeighbor};
+use fedingress_tests::bgp::{BirdConfig, BirdNeighbor, FRR_BGPD, RouterKind};
 use fedingress_tests::eventually;
 use fedingress_tests::federation::cluster_entry;
 
@@ -63,13 +68,33 @@ fn wait_client_gets(lab: &AnycastLab, site: &str) {
     });
 }
 
+/// The same steps with BIRD and with FRR as the router.
 #[test]
-fn routes_follow_backend_health_and_sigterm_withdraws_before_listeners_stop() {
-    if let Some(why) = unavailable() {
+fn bird_routes_follow_backend_health_sigterm_and_speaker_restart() {
+    routes_follow_backend_health_sigterm_and_speaker_restart(RouterKind::Bird);
+}
+
+/// FRR on docs/anycast.md's iBGP config block (only its example addresses, prefix and
+/// community replaced by the lab's), peering with the agents' listening gobgpd on port
+/// 1790: issue 23 item 5.
+#[test]
+fn frr_routes_follow_backend_health_sigterm_and_speaker_restart() {
+    routes_follow_backend_health_sigterm_and_speaker_restart(RouterKind::Frr);
+}
+
+/// At start, after a backend's death and return, after an agent's SIGTERM and restart,
+/// and after its speaker's SIGKILL and restart, the hub's anycast status equals the
+/// router's RIB; on the way the routes carry the sites' next hops and communities, the
+/// client follows the RIB, and SIGTERM withdraws (by an UPDATE) before the agent's
+/// listeners stop.
+fn routes_follow_backend_health_sigterm_and_speaker_restart(router: RouterKind) {
+    if let Some(why) = unavailable_with(router) {
         eprintln!("skipping: {why}");
         return;
     }
-    let mut lab = AnycastLab::start(Binaries::of_tests(), LabOptions::default()).unwrap();
+    let mut lab =
+        AnycastLab::start_with(Binaries::of_tests(), LabOptions::default(), router).unwrap();
+    let (site_a, site_b) = (lab.sites[0].protocol.clone(), lab.sites[1].protocol.clone());
 
     // Both paths at the router: next hop = the site's address, its community, and
     // site-a preferred (local_pref 200).
@@ -87,68 +112,62 @@ fn routes_follow_backend_health_and_sigterm_withdraws_before_listeners_stop() {
             "{path:?}"
         );
         assert_eq!(path.best, site.name == "site-a", "{routes:?}");
+        assert_eq!(
+            path.local_pref,
+            Some(if site.name == "site-a" { 200 } else { 100 }),
+            "{path:?}"
+        );
     }
     assert_eq!(routes.len(), 2, "{routes:?}");
-
+    wait_status_is_rib(&lab, [true, true]);
     wait_client_gets(&lab, "site-a");
-    for cluster in ["site-a", "site-b"] {
-        wait_announced(&lab, cluster, true);
-    }
 
     // site-a's backend dies: its route leaves the RIB, the client moves to site-b.
     let died = Instant::now();
     lab.kill_backend(0);
-    // Polled every 10 ms on one control connection (`eventually` polls every 50 ms).
-    let mut bird = lab.bird().control().unwrap();
-    let withdrawn = loop {
-        let routes = bird.routes(ANYCAST_PREFIX).unwrap();
-        if !routes.iter().any(|r| r.protocol == "site_a") {
-            break died.elapsed();
-        }
-        assert!(
-            died.elapsed() < WAIT,
-            "site-a's path is still there: {routes:?}"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let withdrawn = time_until_path(&lab, 0, false, died);
     eprintln!(
-        "backend death → route withdrawn at the router: {:.1} ms (checks every 200 ms, unhealthy after 2)",
+        "{router:?}: backend death → route withdrawn at the router: {:.1} ms (checks every 200 ms, unhealthy after 2)",
         withdrawn.as_secs_f64() * 1000.0
     );
     let routes = lab.routes().unwrap();
     assert!(
-        routes.len() == 1 && routes[0].protocol == "site_b" && routes[0].best,
+        routes.len() == 1 && routes[0].protocol == site_b && routes[0].best,
         "{routes:?}"
     );
     wait_client_gets(&lab, "site-b");
     let reason = wait_announced(&lab, "site-a", false);
     assert!(!reason.is_empty(), "a withdrawn route says why");
     eprintln!("site-a's status while withdrawn: {reason}");
-    assert!(anycast_status(&lab, "site-b").unwrap().0);
+    wait_status_is_rib(&lab, [false, true]);
 
     // Restored: site-a is back and preferred again.
     lab.start_backend(0).unwrap();
-    lab.wait_for_paths(&[true, true], WAIT).unwrap();
+    wait_status_is_rib(&lab, [true, true]);
     wait_client_gets(&lab, "site-a");
-    wait_announced(&lab, "site-a", true);
+    assert!(
+        lab.routes()
+            .unwrap()
+            .iter()
+            .any(|r| r.protocol == site_a && r.best)
+    );
 
     // SIGTERM of site-b's agent: its route goes (by an UPDATE: the session stays up)
     // while its listener on the anycast address still serves.
-    let control = lab.bird().socket().to_owned();
+    let mut rib = lab.rib().unwrap();
     let anycast = SocketAddr::new(ANYCAST.into(), PORT);
     let agent = lab.sigterm_agent(1).unwrap();
     let order = lab.sites[1]
         .ns
         .run_inside(move || {
             let started = Instant::now();
-            let mut bird = fedingress_tests::bgp::BirdControl::connect(&control).unwrap();
             let (mut route_gone, mut listener_gone, mut session) = (None, None, String::new());
             while started.elapsed() < WAIT && (route_gone.is_none() || listener_gone.is_none()) {
                 if route_gone.is_none() {
-                    let routes = bird.routes(ANYCAST_PREFIX).unwrap();
-                    if !routes.iter().any(|r| r.protocol == "site_b") {
+                    let routes = rib.routes(ANYCAST_PREFIX).unwrap();
+                    if !routes.iter().any(|r| r.protocol == site_b) {
                         route_gone = Some(started.elapsed());
-                        session = bird.protocol_info("site_b").unwrap();
+                        session = rib.session_state(&site_b).unwrap();
                     }
                 }
                 if listener_gone.is_none()
@@ -165,7 +184,7 @@ fn routes_follow_backend_health_and_sigterm_withdraws_before_listeners_stop() {
         panic!("after SIGTERM: {order:?}");
     };
     eprintln!(
-        "SIGTERM → route withdrawn {:.1} ms, listener stopped {:.1} ms",
+        "{router:?}: SIGTERM → route withdrawn {:.1} ms, listener stopped {:.1} ms",
         route_gone.as_secs_f64() * 1000.0,
         listener_gone.as_secs_f64() * 1000.0
     );
@@ -185,7 +204,37 @@ fn routes_follow_backend_health_and_sigterm_withdraws_before_listeners_stop() {
     // The hub heard it before the session closed, and keeps showing it (issue 23).
     let reason = wait_announced(&lab, "site-b", false);
     assert_eq!(reason, "withdrawn: draining (SIGTERM)");
+    wait_status_is_rib(&lab, [true, false]);
     // site-a still serves.
+    wait_client_gets(&lab, "site-a");
+
+    // site-b's agent starts again: the router connects to its gobgpd and has the route.
+    let started = Instant::now();
+    lab.start_agent(1).unwrap();
+    let back = time_until_path(&lab, 1, true, started);
+    eprintln!(
+        "{router:?}: agent start → route at the router {:.0} ms",
+        back.as_secs_f64() * 1000.0
+    );
+    wait_status_is_rib(&lab, [true, true]);
+
+    // Its speaker dies: the route leaves at once, the agent restarts gobgpd, the router
+    // connects to it and has the route again.
+    let killed = Instant::now();
+    lab.kill_speaker(1).unwrap();
+    let gone = time_until_path(&lab, 1, false, killed);
+    let back = time_until_path(&lab, 1, true, killed);
+    eprintln!(
+        "{router:?}: gobgpd SIGKILL → route gone {:.0} ms, back {:.0} ms",
+        gone.as_secs_f64() * 1000.0,
+        back.as_secs_f64() * 1000.0
+    );
+    // GoBGP 3 connecting out itself takes 5-9 s after a restart.
+    assert!(
+        back < Duration::from_secs(4),
+        "the route came back only after {back:?}"
+    );
+    wait_status_is_rib(&lab, [true, true]);
     wait_client_gets(&lab, "site-a");
 }
 
@@ -199,12 +248,12 @@ fn wait_status_is_rib(lab: &AnycastLab, present: [bool; 2]) {
 }
 
 /// How long until site `i`'s path is in the router's RIB exactly when `present`,
-/// polled every 10 ms on one control connection.
+/// polled every 10 ms on one reader (BIRD: one control connection; FRR: a vtysh each).
 fn time_until_path(lab: &AnycastLab, i: usize, present: bool, since: Instant) -> Duration {
     let protocol = lab.sites[i].protocol.clone();
-    let mut bird = lab.bird().control().unwrap();
+    let mut rib = lab.rib().unwrap();
     loop {
-        let routes = bird.routes(ANYCAST_PREFIX).unwrap();
+        let routes = rib.routes(ANYCAST_PREFIX).unwrap();
         if routes.iter().any(|r| r.protocol == protocol) == present {
             return since.elapsed();
         }
@@ -375,23 +424,6 @@ fn bird_accepts_the_rendered_router_config() {
     );
 }
 
-/// FRR's `bgpd` (Debian's `frr`, 8.4) as it lives in Debian: not on `PATH`.
-const FRR_BGPD: &str = "/usr/lib/frr/bgpd";
-
-/// The `text` blocks of docs/anycast.md's FRR part ("Router configuration"), as written.
-fn frr_blocks_of_the_docs() -> Vec<String> {
-    let docs = std::fs::read_to_string(fedingress_tests::repo_path("docs/anycast.md")).unwrap();
-    let start = docs
-        .find("**FRR 8.4**")
-        .expect("docs/anycast.md has the FRR part");
-    let end = start + docs[start..].find("**BIRD 2**").unwrap();
-    docs[start..end]
-        .split("```text\n")
-        .skip(1)
-        .map(|block| block.split("```").next().unwrap().to_owned())
-        .collect()
-}
-
 /// Issue 23: FRR 8.4 refused the docs' eBGP instructions. Runs FRR's bgpd on each FRR
 /// config block of docs/anycast.md, on its own pid file, zebra socket and vty socket in
 /// a temporary directory (not listening: `-p 0`; no zebra needed to load a config), and
@@ -413,7 +445,7 @@ fn frr_accepts_the_docs_router_configs() {
     let (Some(uid), Some(gid)) = (id(&["-u", "frr"]), id(&["-g", "frr"])) else {
         panic!("FRR is installed but there is no frr user");
     };
-    let blocks = frr_blocks_of_the_docs();
+    let blocks = docs_frr_configs().unwrap();
     assert_eq!(blocks.len(), 2, "an iBGP and an eBGP block: {blocks:?}");
     for block in blocks {
         let dir = tempfile::tempdir().unwrap();
