@@ -569,6 +569,10 @@ fn unjoin_drains_before_deleting() {
     let mut moved_at = None;
     let gone_at;
     loop {
+        // DNS first, then the cluster: read the other way round, a cordon made between
+        // the two reads looked like DNS moving before it.
+        let at = started.elapsed();
+        let moved = f.dig(&europe) == vec![c2.clone()];
         let cluster = curl_json(&[&cluster_url]).unwrap();
         let exists = cluster["kind"] == "Cluster";
         if !exists {
@@ -577,10 +581,10 @@ fn unjoin_drains_before_deleting() {
             break;
         }
         if cordoned_at.is_none() && cluster["spec"]["unschedulable"] == true {
-            cordoned_at = Some(started.elapsed());
+            cordoned_at = Some(at);
         }
-        if moved_at.is_none() && f.dig(&europe) == vec![c2.clone()] {
-            moved_at = Some(started.elapsed());
+        if moved_at.is_none() && moved {
+            moved_at = Some(at);
         }
         assert!(started.elapsed() < WAIT, "unjoin did not delete c1");
         std::thread::sleep(Duration::from_millis(50));
