@@ -175,15 +175,15 @@ fn sample_serials(
                 .iter()
                 .enumerate()
                 .map(|(i, dns)| {
-                    live.get(i).then(|| {
-                        fedingress_testsupport::dns::dig_short(*dns, &["SOA", "ha.test"])
-                            .first()
-                            .and_then(|soa| soa.split_whitespace().nth(2).map(str::to_string))
-                    })
+                    live.get(i)
+                        .then(|| {
+                            fedingress_testsupport::dns::dig_short(*dns, &["SOA", "ha.test"])
+                                .first()
+                                .and_then(|soa| soa.split_whitespace().nth(2).map(str::to_string))
+                        })
+                        // A replica paused or killed while it was asked does not count.
+                        .filter(|_| live.get(i))
                 })
-                // A replica paused or killed while it was asked does not count.
-                .enumerate()
-                .map(|(i, serial)| serial.filter(|_| live.get(i)))
                 .collect();
             samples.push((at, serials));
             std::thread::sleep(Duration::from_millis(100));
