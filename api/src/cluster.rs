@@ -16,6 +16,9 @@ use crate::{API_VERSION, Resource};
 
 /// Condition type: the cluster's agent holds a live connection and lease.
 pub const CONDITION_CONNECTED: &str = "Connected";
+/// How long a disconnected member stays listed in `status.members` (then the hub
+/// forgets it; it is a new member when it comes back).
+pub const MEMBER_FORGOTTEN_AFTER: std::time::Duration = std::time::Duration::from_secs(600);
 /// Condition type: the cluster can take traffic (connected, not cordoned, healthy).
 pub const CONDITION_READY: &str = "Ready";
 
@@ -82,6 +85,12 @@ pub struct ClusterSpec {
     /// Default false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub unschedulable: bool,
+
+    /// The CIDR the VIPs of this cluster's IngressPools come from when a pool names none,
+    /// e.g. `10.0.0.96/27` (one L2 domain: VRRP moves the VIPs between the members).
+    /// Optional: without it, pools need their own `vipCIDR` or have no VIP.
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "vipCIDR")]
+    pub vip_cidr: Option<String>,
 }
 
 /// A geographic position in decimal degrees (WGS 84).
@@ -171,10 +180,70 @@ pub struct ClusterStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub speaker: Option<SpeakerStatus>,
 
+    /// The cluster's members (agents), by name; the first
+    /// [`MEMBERS_LISTED`](crate::pool::MEMBERS_LISTED) only: `memberCount` and
+    /// `readyMembers` are always exact. A cluster with one agent has one member.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub members: Vec<MemberStatus>,
+
+    /// Members known: connected, or disconnected less than
+    /// [`MEMBER_FORGOTTEN_AFTER`] ago.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub member_count: i32,
+
+    /// Members connected now.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub ready_members: i32,
+
     /// Observed state: `Connected`, `Ready`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
+}
+
+fn is_zero(n: &i32) -> bool {
+    *n == 0
+}
+
+/// One member (agent) of a cluster, as the hub last heard from it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberStatus {
+    /// The member's name (`member.name` of its agent; default its host name).
+    pub name: String,
+    /// Its session is open and within its lease.
+    #[serde(default)]
+    pub connected: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver: Option<AgentDriver>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_heartbeat_time: Option<Time>,
+    /// The real address VRRP peers reach it on (`member.address`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<IpAddr>,
+    /// The addresses it serves on (the first 4).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub addresses: Vec<Address>,
+    /// The IngressPools it is in.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pools: Vec<String>,
+    /// Per pool, its keepalived's VRRP state (`MASTER`, `BACKUP`, `FAULT`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub vrrp: Vec<MemberVrrp>,
+    /// Its load.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<ClusterLoad>,
+}
+
+/// A member's VRRP state for one pool.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberVrrp {
+    pub pool: String,
+    pub state: String,
 }
 
 /// An address where a cluster (or one ingress on it) can be reached: exactly one of
@@ -244,11 +313,18 @@ pub struct ClusterLoad {
     /// Connections currently open across all listeners.
     #[serde(default)]
     pub active_connections: i64,
-    /// Reserved: CPU use of the data plane as a share of what it may use. No agent
-    /// reports it yet (the agent protocol has no field for it), so it reads 0, and
-    /// nothing (Overflow included) reads it.
+    /// CPU of the data plane (the agent process), as a share of the host's cores, 0-1;
+    /// for a cluster, the busiest member's. The kubernetes driver reports its own
+    /// process (it does not proxy).
     #[serde(default)]
     pub cpu: f64,
+    /// CPU use of the whole host, 0-1 (for a cluster: the busiest member's).
+    #[serde(default)]
+    pub host_cpu: f64,
+    /// Bytes per second through the listeners, both directions (the standalone driver;
+    /// the kubernetes driver reports 0: the traffic does not cross it).
+    #[serde(default)]
+    pub bytes_per_second: f64,
 }
 
 /// A cluster agent's BGP speaker, as the agent reports it.
@@ -390,7 +466,12 @@ impl ClusterStatus {
         }
         if let Some(load) = &self.load {
             let at = path.child("load");
-            for (field, value) in [("rps", load.rps), ("cpu", load.cpu)] {
+            for (field, value) in [
+                ("rps", load.rps),
+                ("cpu", load.cpu),
+                ("hostCpu", load.host_cpu),
+                ("bytesPerSecond", load.bytes_per_second),
+            ] {
                 if !(value.is_finite() && value >= 0.0) {
                     errs.push(FieldError::invalid(
                         at.child(field),
@@ -619,6 +700,7 @@ mod tests {
             rps: -1.0,
             active_connections: -2,
             cpu: 0.5,
+            ..ClusterLoad::default()
         });
         status.speaker = Some(SpeakerStatus {
             up: false,

@@ -398,10 +398,18 @@ pub struct Placement {
     /// across regions, then kept. Optional: no limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_clusters: Option<i32>,
+
+    /// Within each placed cluster, the IngressPools (by their own labels) that may serve
+    /// the ingress; the scheduler binds the share to one of them by load. Absent: any
+    /// pool of the cluster. A cluster without pools serves it on every member.
+    /// `overrides[].poolSelector` replaces it for one cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool_selector: Option<LabelSelector>,
 }
 
 impl Placement {
-    /// Whether nothing is set (the ingress goes to every schedulable cluster).
+    /// Whether no cluster choice is set (the ingress goes to every schedulable cluster);
+    /// `poolSelector` chooses within clusters and does not count.
     pub fn is_empty(&self) -> bool {
         self.clusters.is_empty() && self.cluster_selector.is_none() && self.max_clusters.is_none()
     }
@@ -424,6 +432,10 @@ pub struct ClusterOverride {
     /// e.g. `{example.com/tier: gold}`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub annotations: BTreeMap<String, String>,
+
+    /// Replaces `placement.poolSelector` on this cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool_selector: Option<LabelSelector>,
 }
 
 // ---------------------------------------------------------------------------------------
@@ -662,6 +674,16 @@ pub struct ClusterIngressStatus {
     #[serde(default)]
     pub healthy: bool,
 
+    /// The IngressPool of this cluster the share is bound to (absent: the cluster has no
+    /// pool, or none matches; then its members outside every pool serve it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<String>,
+
+    /// While a share moves between pools: the pool it leaves, which serves until the new
+    /// one does (make-before-break).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_pool: Option<String>,
+
     /// Why the cluster is not healthy or not applied, for people.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
@@ -814,6 +836,16 @@ pub struct DnsProviderRecord {
 // Queries used by the API server's table and by controllers
 
 impl FederatedIngress {
+    /// The pool selector on `cluster`: its override's, else `placement.poolSelector`.
+    pub fn pool_selector(&self, cluster: &str) -> Option<&LabelSelector> {
+        self.spec
+            .overrides
+            .iter()
+            .find(|o| o.cluster == cluster)
+            .and_then(|o| o.pool_selector.as_ref())
+            .or(self.spec.placement.pool_selector.as_ref())
+    }
+
     /// An ingress `namespace/name` with `apiVersion` and `kind` set.
     pub fn new(
         namespace: impl Into<String>,
@@ -1225,6 +1257,9 @@ impl FederatedIngressSpec {
         if let Some(selector) = &placement.cluster_selector {
             errs.extend(selector.validate(&path.child("clusterSelector")));
         }
+        if let Some(selector) = &placement.pool_selector {
+            errs.extend(selector.validate(&path.child("poolSelector")));
+        }
         if let Some(max) = placement.max_clusters
             && max < 1
         {
@@ -1268,6 +1303,9 @@ impl FederatedIngressSpec {
                 &entry.annotations,
                 &at.child("annotations"),
             ));
+            if let Some(selector) = &entry.pool_selector {
+                errs.extend(selector.validate(&at.child("poolSelector")));
+            }
         }
     }
 

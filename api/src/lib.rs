@@ -24,6 +24,7 @@
 //! tonic, hyper or kube-client; CI checks that.
 
 pub mod capability;
+pub mod claim;
 pub mod cluster;
 pub mod conflict;
 pub mod event;
@@ -34,14 +35,17 @@ pub mod names;
 pub mod namespace;
 pub mod placement;
 pub mod plan;
+pub mod pool;
 pub mod rbac;
 pub mod selector;
 pub mod validation;
 
+pub use claim::IngressClaim;
 pub use cluster::{Cluster, ClusterSpec, ClusterStatus};
 pub use ingress::{FederatedIngress, FederatedIngressSpec, FederatedIngressStatus};
 pub use meta::{Condition, ManagedFieldsEntry, ObjectMeta, Time};
 pub use namespace::Namespace;
+pub use pool::IngressPool;
 pub use validation::{FieldError, FieldErrorKind, FieldPath};
 
 /// The API group every fedingress resource belongs to.

@@ -287,6 +287,7 @@ mod tests {
             clusters: names(&["listed", "ghost"]),
             cluster_selector: Some(LabelSelector::from_labels([("env", "prod")])),
             max_clusters: None,
+            pool_selector: None,
         };
         let placed = place(&ingress(placement), &clusters, &[]);
         assert_eq!(placed.clusters, names(&["listed", "prod"]));

@@ -40,7 +40,8 @@ pub struct IngressShare {
 
 impl IngressShare {
     /// The share of `ingress` that `cluster` serves: every rule and certificate, and the
-    /// override whose `cluster` is `cluster` (the first, should there be several).
+    /// override whose `cluster` is `cluster` (the first, should there be several) without
+    /// its `poolSelector` (the hub's business: agents are not sent it).
     pub fn of(ingress: &FederatedIngress, cluster: &str) -> Self {
         IngressShare {
             key: IngressKey::of(ingress),
@@ -53,7 +54,10 @@ impl IngressShare {
                 .overrides
                 .iter()
                 .find(|o| o.cluster == cluster)
-                .cloned(),
+                .map(|o| ClusterOverride {
+                    pool_selector: None,
+                    ..o.clone()
+                }),
             anycast_addresses: anycast_addresses(ingress),
         }
     }
@@ -189,30 +193,179 @@ fn same_share(a: &Arc<IngressShare>, b: &Arc<IngressShare>) -> bool {
     Arc::ptr_eq(a, b) || a == b
 }
 
-/// Everything one cluster's agent serves. Serialises as a list of shares in key order
-/// (`plan.json` of the agent, the digest).
+/// Everything one cluster's agent (or one member's) serves. Without pools it
+/// serialises as a list of shares in key order (`plan.json` of the agent, the digest),
+/// as before pools existed; with pools, as `{ingresses, pools}`.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ClusterPlan {
     pub ingresses: Shares,
+    /// The cluster's pools, which pools serve which shares, and the pools to provision;
+    /// empty for a cluster without pools.
+    pub pools: Arc<PoolPlan>,
+}
+
+/// A cluster's pools as its members run them. See `docs/pools.md`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolPlan {
+    /// Every pool that has members, by name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pools: Vec<PoolAssignment>,
+    /// The pools that serve a share (two while it moves from one to the other). A share
+    /// not listed is served by the members that are in no pool.
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        with = "bindings_as_list"
+    )]
+    pub bindings: BTreeMap<IngressKey, Vec<String>>,
+    /// Pools the cluster's agent runs as workloads (kubernetes driver), from claims.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub provisions: Vec<PoolProvision>,
+}
+
+/// Bindings as a JSON list of `{key, pools}` (an object key is only a string).
+mod bindings_as_list {
+    use std::collections::BTreeMap;
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use super::IngressKey;
+
+    #[derive(Serialize, Deserialize)]
+    struct Binding {
+        key: IngressKey,
+        pools: Vec<String>,
+    }
+
+    pub fn serialize<S: Serializer>(
+        bindings: &BTreeMap<IngressKey, Vec<String>>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(bindings.iter().map(|(key, pools)| Binding {
+            key: key.clone(),
+            pools: pools.clone(),
+        }))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<BTreeMap<IngressKey, Vec<String>>, D::Error> {
+        Ok(Vec::<Binding>::deserialize(deserializer)?
+            .into_iter()
+            .map(|b| (b.key, b.pools))
+            .collect())
+    }
+}
+
+impl PoolPlan {
+    pub fn is_empty(&self) -> bool {
+        self.pools.is_empty() && self.bindings.is_empty() && self.provisions.is_empty()
+    }
+}
+
+/// One pool as its members run VRRP for it: keepalived holds `vips` on the member with
+/// the highest priority among the ready ones, its peers reached on their real addresses.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolAssignment {
+    pub name: String,
+    /// The VIPs (none: the pool's members serve on their own addresses).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub vips: Vec<IpAddr>,
+    /// The prefix length of the CIDR the VIPs come from (keepalived adds `vip/len`).
+    #[serde(default)]
+    pub prefix_len: u8,
+    /// The VRRP group id, unique among the cluster's pools.
+    #[serde(default)]
+    pub virtual_router_id: u8,
+    /// Every member of the pool, by name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<PoolPeer>,
+}
+
+/// A member of a pool, as its peers see it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolPeer {
+    pub name: String,
+    /// Its real address (`member.address`); VRRP peers send to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<IpAddr>,
+    /// Its VRRP priority, 1-254 (distinct within the pool).
+    #[serde(default)]
+    pub priority: u8,
+}
+
+/// A pool the cluster's (kubernetes) agent runs as a workload: the data plane in member
+/// mode on `replicas` hosts, with keepalived. From an IngressClaim.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolProvision {
+    /// The IngressPool's name (the workload is named after it).
+    pub name: String,
+    pub replicas: u32,
+    /// Labels each member carries (the pool's memberSelector matches them).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub member_labels: BTreeMap<String, String>,
+    /// Container resources as Kubernetes quantities.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub requests: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub limits: BTreeMap<String, String>,
 }
 
 impl From<Vec<IngressShare>> for ClusterPlan {
     fn from(shares: Vec<IngressShare>) -> Self {
         Self {
             ingresses: shares.into_iter().map(|s| (s.key.clone(), s)).collect(),
+            pools: Arc::default(),
         }
     }
 }
 
+/// `ClusterPlan` with pools, as serialised.
+#[derive(Serialize)]
+struct WithPools<'a> {
+    ingresses: Vec<&'a IngressShare>,
+    pools: &'a PoolPlan,
+}
+
+/// `ClusterPlan` as read back: a list of shares (no pools) or `{ingresses, pools}`.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum StoredPlan {
+    Shares(Vec<IngressShare>),
+    WithPools {
+        ingresses: Vec<IngressShare>,
+        #[serde(default)]
+        pools: PoolPlan,
+    },
+}
+
 impl Serialize for ClusterPlan {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_seq(self.ingresses.values().map(|share| &**share))
+        if self.pools.is_empty() {
+            serializer.collect_seq(self.ingresses.values().map(|share| &**share))
+        } else {
+            WithPools {
+                ingresses: self.ingresses.values().map(|share| &**share).collect(),
+                pools: &self.pools,
+            }
+            .serialize(serializer)
+        }
     }
 }
 
 impl<'de> Deserialize<'de> for ClusterPlan {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        Vec::<IngressShare>::deserialize(deserializer).map(Self::from)
+        Ok(match StoredPlan::deserialize(deserializer)? {
+            StoredPlan::Shares(shares) => Self::from(shares),
+            StoredPlan::WithPools { ingresses, pools } => Self {
+                pools: Arc::new(pools),
+                ..Self::from(ingresses)
+            },
+        })
     }
 }
 
@@ -222,11 +375,13 @@ pub struct PlanDelta {
     /// Shared with the plan the delta leads to.
     pub upserts: Vec<Arc<IngressShare>>,
     pub deletes: Vec<IngressKey>,
+    /// The whole new pool plan, when it changed.
+    pub pools: Option<Arc<PoolPlan>>,
 }
 
 impl PlanDelta {
     pub fn is_empty(&self) -> bool {
-        self.upserts.is_empty() && self.deletes.is_empty()
+        self.upserts.is_empty() && self.deletes.is_empty() && self.pools.is_none()
     }
 }
 
@@ -249,8 +404,64 @@ impl std::io::Write for Fnv1a {
 
 impl ClusterPlan {
     /// A content digest (FNV-1a 64 over the canonical JSON, hex): equal plans have equal
-    /// digests, on any machine and across restarts. Computed once per shared map.
+    /// digests, on any machine and across restarts. Computed once per shared map; a plan
+    /// with pools hashes the shares' digest with its pool plan.
     pub fn digest(&self) -> String {
+        let shares = self.shares_digest();
+        if self.pools.is_empty() {
+            return shares;
+        }
+        let mut hash = Fnv1a(0xcbf2_9ce4_8422_2325);
+        let _ = std::io::Write::write_all(&mut hash, shares.as_bytes());
+        let _ = serde_json::to_writer(&mut hash, &*self.pools);
+        format!("{:016x}", hash.0)
+    }
+
+    /// The members of `member`'s pools, its shares and pools: a member in pools gets the
+    /// shares bound to them; a member in no pool gets the shares bound to no pool, and
+    /// the pools to provision. A plan without pools is every member's whole plan.
+    pub fn for_member(&self, member: &str) -> ClusterPlan {
+        if self.pools.pools.is_empty() && self.pools.bindings.is_empty() {
+            return self.clone();
+        }
+        let mine: Vec<&PoolAssignment> = self
+            .pools
+            .pools
+            .iter()
+            .filter(|p| p.members.iter().any(|m| m.name == member))
+            .collect();
+        let serves = |key: &IngressKey| match self.pools.bindings.get(key) {
+            Some(pools) => pools.iter().any(|p| mine.iter().any(|m| &m.name == p)),
+            None => mine.is_empty(),
+        };
+        let ingresses: Shares = self
+            .ingresses
+            .iter()
+            .filter(|(key, _)| serves(key))
+            .map(|(key, share)| (key.clone(), share.clone()))
+            .collect();
+        let pools = PoolPlan {
+            pools: mine.iter().map(|p| (*p).clone()).collect(),
+            bindings: self
+                .pools
+                .bindings
+                .iter()
+                .filter(|(key, _)| ingresses.contains_key(*key))
+                .map(|(key, pools)| (key.clone(), pools.clone()))
+                .collect(),
+            provisions: if mine.is_empty() {
+                self.pools.provisions.clone()
+            } else {
+                Vec::new()
+            },
+        };
+        ClusterPlan {
+            ingresses,
+            pools: Arc::new(pools),
+        }
+    }
+
+    fn shares_digest(&self) -> String {
         self.ingresses
             .0
             .digest
@@ -269,8 +480,12 @@ impl ClusterPlan {
 
     /// What turns `self` into `next`.
     pub fn delta_to(&self, next: &ClusterPlan) -> PlanDelta {
+        let pools = (self.pools != next.pools).then(|| next.pools.clone());
         if Arc::ptr_eq(&self.ingresses.0, &next.ingresses.0) {
-            return PlanDelta::default();
+            return PlanDelta {
+                pools,
+                ..PlanDelta::default()
+            };
         }
         let upserts = next
             .ingresses
@@ -288,12 +503,19 @@ impl ClusterPlan {
             .filter(|key| !next.ingresses.contains_key(*key))
             .cloned()
             .collect();
-        PlanDelta { upserts, deletes }
+        PlanDelta {
+            upserts,
+            deletes,
+            pools,
+        }
     }
 
     /// Applies a delta in place.
     pub fn apply(&mut self, delta: &PlanDelta) {
-        if delta.is_empty() {
+        if let Some(pools) = &delta.pools {
+            self.pools = pools.clone();
+        }
+        if delta.upserts.is_empty() && delta.deletes.is_empty() {
             return;
         }
         let map = self.ingresses.make_mut();
@@ -367,7 +589,13 @@ pub fn cluster_plans(
                 .entry(pointers)
                 .or_insert_with(|| list.into_iter().map(|s| (s.key.clone(), s)).collect())
                 .clone();
-            (cluster.to_owned(), ClusterPlan { ingresses })
+            (
+                cluster.to_owned(),
+                ClusterPlan {
+                    ingresses,
+                    pools: Arc::default(),
+                },
+            )
         })
         .collect()
 }
@@ -448,7 +676,7 @@ pub struct RuleAddresses {
     pub addresses: Vec<Address>,
 }
 
-/// An agent's report: per share, plus the cluster's addresses and load.
+/// An agent's report: per share, plus the member's addresses and load.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct AgentReport {
     pub ingresses: Vec<IngressReport>,
@@ -458,6 +686,33 @@ pub struct AgentReport {
     /// The BGP speaker; `None` when the agent has no anycast configuration.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub speaker: Option<SpeakerReport>,
+    /// CPU of the agent process as a share of the host's cores, 0-1.
+    #[serde(default)]
+    pub process_cpu: f64,
+    /// CPU use of the whole host, 0-1.
+    #[serde(default)]
+    pub host_cpu: f64,
+    /// Bytes per second through the data plane, both directions.
+    #[serde(default)]
+    pub bytes_per_second: f64,
+    /// Per pool of the member's plan, its keepalived's VRRP state.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub vrrp: Vec<VrrpReport>,
+}
+
+/// A member's VRRP instance for one pool.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VrrpReport {
+    pub pool: String,
+    /// `MASTER`, `BACKUP`, `FAULT` or `INIT` (keepalived's words).
+    pub state: String,
+}
+
+impl VrrpReport {
+    /// Whether this member holds the pool's VIPs.
+    pub fn is_master(&self) -> bool {
+        self.state.eq_ignore_ascii_case("MASTER")
+    }
 }
 
 impl AgentReport {
@@ -517,7 +772,98 @@ mod tests {
     fn plan(shares: &[IngressShare]) -> ClusterPlan {
         ClusterPlan {
             ingresses: shares.iter().map(|s| (s.key.clone(), s.clone())).collect(),
+            pools: Arc::default(),
         }
+    }
+
+    fn peer(name: &str, priority: u8) -> PoolPeer {
+        PoolPeer {
+            name: name.into(),
+            address: Some(format!("10.0.0.{priority}").parse().unwrap()),
+            priority,
+        }
+    }
+
+    fn pooled() -> ClusterPlan {
+        let mut plan = plan(&[share("a", 80), share("b", 81), share("c", 82)]);
+        plan.pools = Arc::new(PoolPlan {
+            pools: vec![
+                PoolAssignment {
+                    name: "gold".into(),
+                    vips: vec!["10.0.0.100".parse().unwrap()],
+                    prefix_len: 24,
+                    virtual_router_id: 1,
+                    members: vec![peer("h1", 150), peer("h2", 140)],
+                },
+                PoolAssignment {
+                    name: "silver".into(),
+                    members: vec![peer("h3", 150)],
+                    virtual_router_id: 2,
+                    ..PoolAssignment::default()
+                },
+            ],
+            bindings: [
+                (IngressKey::new("default", "a"), vec!["gold".to_owned()]),
+                (
+                    IngressKey::new("default", "b"),
+                    vec!["silver".to_owned(), "gold".to_owned()],
+                ),
+            ]
+            .into(),
+            provisions: vec![PoolProvision {
+                name: "claimed".into(),
+                replicas: 2,
+                ..PoolProvision::default()
+            }],
+        });
+        plan
+    }
+
+    #[test]
+    fn a_member_gets_its_pools_shares_and_a_member_in_no_pool_the_unbound_ones() {
+        let plan = pooled();
+        let names = |p: &ClusterPlan| {
+            p.ingresses
+                .keys()
+                .map(|k| k.name.clone())
+                .collect::<Vec<_>>()
+        };
+        let h1 = plan.for_member("h1");
+        assert_eq!(
+            names(&h1),
+            ["a", "b"],
+            "b moves from silver to gold: both serve it"
+        );
+        assert_eq!(h1.pools.pools.len(), 1);
+        assert_eq!(h1.pools.pools[0].members.len(), 2, "with its peers");
+        assert!(h1.pools.provisions.is_empty());
+        assert_eq!(names(&plan.for_member("h3")), ["b"]);
+        let outside = plan.for_member("kube-agent");
+        assert_eq!(names(&outside), ["c"]);
+        assert_eq!(outside.pools.provisions.len(), 1);
+        // Without pools every member gets the whole plan, digest unchanged.
+        let flat = self::plan(&[share("a", 80)]);
+        assert_eq!(flat.for_member("anyone").digest(), flat.digest());
+    }
+
+    #[test]
+    fn a_plan_with_pools_round_trips_and_its_digest_covers_them() {
+        let plan = pooled();
+        let json = serde_json::to_string(&plan).unwrap();
+        let back: ClusterPlan = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, plan);
+        assert_eq!(back.digest(), plan.digest());
+        let mut other = plan.clone();
+        Arc::make_mut(&mut other.pools).pools[0].members[1].priority = 130;
+        assert_ne!(other.digest(), plan.digest());
+        let delta = plan.delta_to(&other);
+        assert!(delta.upserts.is_empty() && delta.pools.is_some());
+        let mut applied = plan.clone();
+        applied.apply(&delta);
+        assert_eq!(applied, other);
+        // A plan without pools is still written as a list (agents' plan.json).
+        let flat = self::plan(&[share("a", 80)]);
+        assert!(serde_json::to_value(&flat).unwrap().is_array());
     }
 
     #[test]

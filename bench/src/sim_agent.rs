@@ -143,7 +143,7 @@ pub fn report(plan: &Applied, ip: Ipv4Addr, load: &Load) -> pb::AgentMessage {
             addresses: vec![ip_address(ip)],
             requests_per_second: load.requests_per_second,
             active_connections: load.active_connections,
-            speaker: None,
+            ..pb::Report::default()
         })),
     }
 }
@@ -177,6 +177,7 @@ impl Session {
             capabilities: vec!["TCP".into(), "UDP".into()],
             applied_version: 0,
             applied_digest: String::new(),
+            ..Hello::default()
         })))
         .await?;
         let mut client = AgentGatewayClient::new(channel.clone());

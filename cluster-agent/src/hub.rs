@@ -792,6 +792,7 @@ impl Agent {
                 .as_ref()
                 .map(|c| c.digest.clone())
                 .unwrap_or_default(),
+            ..Hello::default()
         });
         if tx.send(agent_to_pb(&hello)).await.is_err() {
             return End::Failed("outbound stream closed".to_owned());
@@ -1021,6 +1022,7 @@ impl Agent {
             cluster: self.settings.cluster.clone(),
             join_token: join_token.to_owned(),
             csr_pem,
+            member: String::new(),
         };
         let mut client = AgentGatewayClient::new(channel);
         let answer = tokio::time::timeout(
@@ -1058,6 +1060,7 @@ impl Agent {
         let request = fedingress_proto::RenewRequest {
             cluster: self.settings.cluster.clone(),
             csr_pem,
+            member: String::new(),
         };
         let answer = tokio::time::timeout(
             ANSWER_TIMEOUT,

@@ -494,6 +494,7 @@ mod tests {
                 requests_per_second: 1.5,
                 active_connections: 3,
                 speaker: None,
+                ..AgentReport::default()
             })),
         }
     }

@@ -2,6 +2,7 @@
 //! arrives is checked here: a message that does not make sense is a [`ConvertError`]
 //! naming the field, never a panic.
 
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -11,7 +12,8 @@ use fedingress_api::ingress::{
 };
 use fedingress_api::plan::{
     AgentReport, AnycastRoute, BackendHealth, ClusterPlan, IngressKey, IngressReport, IngressShare,
-    ListenerLoad, PlanDelta, RuleAddresses, RuleError, SpeakerReport,
+    ListenerLoad, PlanDelta, PoolAssignment, PoolPeer, PoolPlan, PoolProvision, RuleAddresses,
+    RuleError, SpeakerReport, VrrpReport,
 };
 
 use crate::{AgentToHub, Hello, HubToAgent, IssuedCertificate, JoinRequest, RenewRequest, pb};
@@ -217,6 +219,7 @@ fn share_from_pb(share: pb::IngressShare, field: &str) -> Result<IngressShare, C
             cluster: o.cluster,
             ingress_class_name: o.ingress_class_name,
             annotations: o.annotations.into_iter().collect(),
+            pool_selector: None,
         }),
         anycast_addresses: ips_from_pb(
             share.anycast_addresses,
@@ -366,6 +369,17 @@ fn report_to_pb(report: &AgentReport) -> pb::Report {
             established_peers: s.established_peers,
             message: s.message.clone(),
         }),
+        process_cpu: report.process_cpu,
+        host_cpu: report.host_cpu,
+        bytes_per_second: report.bytes_per_second,
+        vrrp: report
+            .vrrp
+            .iter()
+            .map(|v| pb::VrrpReport {
+                pool: v.pool.clone(),
+                state: v.state.clone(),
+            })
+            .collect(),
     }
 }
 
@@ -438,11 +452,15 @@ fn report_from_pb(report: pb::Report) -> Result<AgentReport, ConvertError> {
             anycast: anycast_from_pb(r.anycast, &format!("{field}.anycast"))?,
         });
     }
-    if !report.requests_per_second.is_finite() || report.requests_per_second < 0.0 {
-        return Err(ConvertError::new(
-            "report.requestsPerSecond",
-            "must be a finite number ≥ 0",
-        ));
+    for (field, value) in [
+        ("report.requestsPerSecond", report.requests_per_second),
+        ("report.processCpu", report.process_cpu),
+        ("report.hostCpu", report.host_cpu),
+        ("report.bytesPerSecond", report.bytes_per_second),
+    ] {
+        if !value.is_finite() || value < 0.0 {
+            return Err(ConvertError::new(field, "must be a finite number ≥ 0"));
+        }
     }
     Ok(AgentReport {
         ingresses,
@@ -455,6 +473,115 @@ fn report_from_pb(report: pb::Report) -> Result<AgentReport, ConvertError> {
             established_peers: s.established_peers,
             message: s.message,
         }),
+        process_cpu: report.process_cpu,
+        host_cpu: report.host_cpu,
+        bytes_per_second: report.bytes_per_second,
+        vrrp: report
+            .vrrp
+            .into_iter()
+            .map(|v| VrrpReport {
+                pool: v.pool,
+                state: v.state,
+            })
+            .collect(),
+    })
+}
+
+fn pool_plan_to_pb(plan: &PoolPlan) -> pb::PoolPlan {
+    pb::PoolPlan {
+        pools: plan
+            .pools
+            .iter()
+            .map(|p| pb::PoolAssignment {
+                name: p.name.clone(),
+                vips: p.vips.iter().map(ToString::to_string).collect(),
+                prefix_len: u32::from(p.prefix_len),
+                virtual_router_id: u32::from(p.virtual_router_id),
+                members: p
+                    .members
+                    .iter()
+                    .map(|m| pb::PoolPeer {
+                        name: m.name.clone(),
+                        address: m.address.map(|a| a.to_string()).unwrap_or_default(),
+                        priority: u32::from(m.priority),
+                    })
+                    .collect(),
+            })
+            .collect(),
+        bindings: plan
+            .bindings
+            .iter()
+            .map(|(key, pools)| pb::PoolBinding {
+                key: Some(key_to_pb(key)),
+                pools: pools.clone(),
+            })
+            .collect(),
+        provisions: plan
+            .provisions
+            .iter()
+            .map(|p| pb::PoolProvision {
+                name: p.name.clone(),
+                replicas: p.replicas,
+                member_labels: p.member_labels.clone().into_iter().collect(),
+                requests: p.requests.clone().into_iter().collect(),
+                limits: p.limits.clone().into_iter().collect(),
+            })
+            .collect(),
+    }
+}
+
+fn small(value: u32, max: u32, field: &str) -> Result<u8, ConvertError> {
+    u8::try_from(value)
+        .ok()
+        .filter(|v| u32::from(*v) <= max)
+        .ok_or_else(|| ConvertError::new(field, format!("{value} is more than {max}")))
+}
+
+fn pool_plan_from_pb(plan: pb::PoolPlan, field: &str) -> Result<PoolPlan, ConvertError> {
+    let mut pools = Vec::with_capacity(plan.pools.len());
+    for (i, p) in plan.pools.into_iter().enumerate() {
+        let at = format!("{field}.pools[{i}]");
+        let mut members = Vec::with_capacity(p.members.len());
+        for (j, m) in p.members.into_iter().enumerate() {
+            let at = format!("{at}.members[{j}]");
+            members.push(PoolPeer {
+                address: match m.address.as_str() {
+                    "" => None,
+                    a => Some(a.parse().map_err(|_| {
+                        ConvertError::new(&format!("{at}.address"), format!("{a:?} is not an IP"))
+                    })?),
+                },
+                priority: small(m.priority, 254, &format!("{at}.priority"))?,
+                name: m.name,
+            });
+        }
+        pools.push(PoolAssignment {
+            vips: ips_from_pb(p.vips, &format!("{at}.vips"))?,
+            prefix_len: small(p.prefix_len, 128, &format!("{at}.prefixLen"))?,
+            virtual_router_id: small(p.virtual_router_id, 255, &format!("{at}.virtualRouterId"))?,
+            name: p.name,
+            members,
+        });
+    }
+    let mut bindings = BTreeMap::new();
+    for (i, b) in plan.bindings.into_iter().enumerate() {
+        let key = key_from_pb(b.key, &format!("{field}.bindings[{i}].key"))?;
+        bindings.insert(key, b.pools);
+    }
+    Ok(PoolPlan {
+        pools,
+        bindings,
+        provisions: plan
+            .provisions
+            .into_iter()
+            .map(|p| PoolProvision {
+                name: p.name,
+                replicas: p.replicas,
+                member_labels: p.member_labels.into_iter().collect(),
+                requests: p.requests.into_iter().collect(),
+                limits: p.limits.into_iter().collect(),
+            })
+            .collect(),
     })
 }
 
@@ -489,6 +616,7 @@ pub fn join_to_pb(request: &JoinRequest) -> pb::JoinRequest {
         cluster: request.cluster.clone(),
         join_token: request.join_token.clone(),
         csr_pem: request.csr_pem.clone(),
+        member: request.member.clone(),
     }
 }
 
@@ -506,6 +634,7 @@ pub fn join_from_pb(request: pb::JoinRequest) -> Result<JoinRequest, ConvertErro
         cluster: request.cluster,
         join_token: request.join_token,
         csr_pem: request.csr_pem,
+        member: request.member,
     })
 }
 
@@ -513,6 +642,7 @@ pub fn renew_to_pb(request: &RenewRequest) -> pb::RenewRequest {
     pb::RenewRequest {
         cluster: request.cluster.clone(),
         csr_pem: request.csr_pem.clone(),
+        member: request.member.clone(),
     }
 }
 
@@ -525,6 +655,7 @@ pub fn renew_from_pb(request: pb::RenewRequest) -> Result<RenewRequest, ConvertE
     Ok(RenewRequest {
         cluster: request.cluster,
         csr_pem: request.csr_pem,
+        member: request.member,
     })
 }
 
@@ -557,6 +688,12 @@ pub fn agent_to_pb(message: &AgentToHub) -> pb::AgentMessage {
             capabilities: hello.capabilities.clone(),
             applied_version: hello.applied_version,
             applied_digest: hello.applied_digest.clone(),
+            member: hello.member.clone(),
+            member_labels: hello.member_labels.clone().into_iter().collect(),
+            member_address: hello
+                .member_address
+                .map(|a| a.to_string())
+                .unwrap_or_default(),
         }),
         AgentToHub::Ack { version } => Kind::Ack(pb::Ack { version: *version }),
         AgentToHub::Nack {
@@ -590,6 +727,17 @@ pub fn agent_from_pb(message: pb::AgentMessage) -> Result<AgentToHub, ConvertErr
                 capabilities: hello.capabilities,
                 applied_version: hello.applied_version,
                 applied_digest: hello.applied_digest,
+                member: hello.member,
+                member_labels: hello.member_labels.into_iter().collect(),
+                member_address: match hello.member_address.as_str() {
+                    "" => None,
+                    address => Some(address.parse().map_err(|_| {
+                        ConvertError::new(
+                            "hello.memberAddress",
+                            format!("{address:?} is not an IP address"),
+                        )
+                    })?),
+                },
             })
         }
         Kind::Ack(ack) => AgentToHub::Ack {
@@ -631,6 +779,7 @@ pub fn hub_to_pb(message: &HubToAgent) -> pb::HubMessage {
             version: *version,
             digest: digest.clone(),
             ingresses: plan.ingresses.values().map(|s| share_to_pb(s)).collect(),
+            pools: (!plan.pools.is_empty()).then(|| pool_plan_to_pb(&plan.pools)),
         }),
         HubToAgent::Delta {
             version,
@@ -643,6 +792,7 @@ pub fn hub_to_pb(message: &HubToAgent) -> pb::HubMessage {
             base_version: *base_version,
             upserts: delta.upserts.iter().map(|s| share_to_pb(s)).collect(),
             deletes: delta.deletes.iter().map(key_to_pb).collect(),
+            pools: delta.pools.as_deref().map(pool_plan_to_pb),
         }),
         HubToAgent::Ping => Kind::Ping(pb::Ping {}),
     };
@@ -672,7 +822,13 @@ pub fn hub_from_pb(message: pb::HubMessage) -> Result<HubToAgent, ConvertError> 
         Kind::Snapshot(snapshot) => HubToAgent::Snapshot {
             version: snapshot.version,
             digest: snapshot.digest,
-            plan: ClusterPlan::from(shares_from_pb(snapshot.ingresses, "snapshot.ingresses")?),
+            plan: ClusterPlan {
+                pools: Arc::new(match snapshot.pools {
+                    Some(pools) => pool_plan_from_pb(pools, "snapshot.pools")?,
+                    None => PoolPlan::default(),
+                }),
+                ..ClusterPlan::from(shares_from_pb(snapshot.ingresses, "snapshot.ingresses")?)
+            },
         },
         Kind::Delta(delta) => HubToAgent::Delta {
             version: delta.version,
@@ -689,6 +845,10 @@ pub fn hub_from_pb(message: pb::HubMessage) -> Result<HubToAgent, ConvertError> 
                     .enumerate()
                     .map(|(i, k)| key_from_pb(Some(k), &format!("delta.deletes[{i}]")))
                     .collect::<Result<Vec<_>, _>>()?,
+                pools: match delta.pools {
+                    Some(pools) => Some(Arc::new(pool_plan_from_pb(pools, "delta.pools")?)),
+                    None => None,
+                },
             },
         },
         Kind::Ping(_) => HubToAgent::Ping,
@@ -709,11 +869,13 @@ mod tests {
             capabilities: Vec::new(),
             applied_version: 0,
             applied_digest: String::new(),
+            ..Hello::default()
         };
         let join = JoinRequest {
             cluster: "eu".into(),
             join_token: "j.s3cretvalue".into(),
             csr_pem: "csr".into(),
+            member: "host-a".into(),
         };
         for text in [
             format!("{hello:?}"),
@@ -757,6 +919,7 @@ mod tests {
                 cluster: "eu".into(),
                 ingress_class_name: Some("nginx".into()),
                 annotations: [("a".to_string(), "b".to_string())].into(),
+                pool_selector: None,
             }),
             anycast_addresses: vec![
                 "192.0.2.100".parse().unwrap(),
@@ -793,11 +956,60 @@ mod tests {
                 delta: PlanDelta {
                     upserts: vec![Arc::new(share())],
                     deletes: vec![IngressKey::new("default", "old")],
+                    pools: None,
+                },
+            },
+            HubToAgent::Delta {
+                version: 9,
+                digest: "e".into(),
+                base_version: 8,
+                delta: PlanDelta {
+                    pools: Some(Arc::new(pools())),
+                    ..PlanDelta::default()
+                },
+            },
+            HubToAgent::Snapshot {
+                version: 10,
+                digest: "f".into(),
+                plan: ClusterPlan {
+                    pools: Arc::new(pools()),
+                    ..plan.clone()
                 },
             },
             HubToAgent::Ping,
         ] {
             assert_eq!(hub_from_pb(hub_to_pb(&message)).unwrap(), message);
+        }
+    }
+
+    fn pools() -> PoolPlan {
+        PoolPlan {
+            pools: vec![PoolAssignment {
+                name: "gold".into(),
+                vips: vec!["10.0.0.100".parse().unwrap(), "fd00::64".parse().unwrap()],
+                prefix_len: 24,
+                virtual_router_id: 51,
+                members: vec![
+                    PoolPeer {
+                        name: "h1".into(),
+                        address: Some("10.0.0.1".parse().unwrap()),
+                        priority: 150,
+                    },
+                    PoolPeer {
+                        name: "h2".into(),
+                        address: None,
+                        priority: 140,
+                    },
+                ],
+            }],
+            bindings: [(IngressKey::new("default", "shop"), vec!["gold".to_owned()])].into(),
+            provisions: vec![PoolProvision {
+                name: "claimed".into(),
+                replicas: 3,
+                member_labels: [("pool".to_owned(), "claimed".to_owned())].into(),
+                requests: [("cpu".to_owned(), "500m".to_owned())].into(),
+                limits: BTreeMap::new(),
+            }],
         }
     }
 
@@ -857,6 +1069,13 @@ mod tests {
                 established_peers: 1,
                 message: String::new(),
             }),
+            process_cpu: 0.25,
+            host_cpu: 0.5,
+            bytes_per_second: 1e6,
+            vrrp: vec![VrrpReport {
+                pool: "gold".into(),
+                state: "MASTER".into(),
+            }],
         };
         for message in [
             AgentToHub::Hello(Hello {
@@ -867,6 +1086,9 @@ mod tests {
                 capabilities: vec!["TCP".into()],
                 applied_version: 5,
                 applied_digest: "abc".into(),
+                member: "host-a".into(),
+                member_labels: [("rack".to_owned(), "r1".to_owned())].into(),
+                member_address: Some("10.0.0.1".parse().unwrap()),
             }),
             AgentToHub::Ack { version: 5 },
             AgentToHub::Nack {

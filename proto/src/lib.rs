@@ -22,7 +22,7 @@ use fedingress_api::cluster::Provider;
 use fedingress_api::plan::{AgentReport, ClusterPlan, PlanDelta, RuleError};
 
 /// What an agent says when it connects. `Debug` leaves the token out.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct Hello {
     pub cluster: String,
     pub token: String,
@@ -33,6 +33,13 @@ pub struct Hello {
     /// Version and digest of the plan applied last (0 and "" when none).
     pub applied_version: u64,
     pub applied_digest: String,
+    /// The member name ("" from agents before members; the hub names it after the
+    /// cluster).
+    pub member: String,
+    /// The member's labels, which IngressPools select.
+    pub member_labels: std::collections::BTreeMap<String, String>,
+    /// The member's real address, which its VRRP peers reach.
+    pub member_address: Option<std::net::IpAddr>,
 }
 
 impl std::fmt::Debug for Hello {
@@ -45,6 +52,9 @@ impl std::fmt::Debug for Hello {
             .field("capabilities", &self.capabilities)
             .field("applied_version", &self.applied_version)
             .field("applied_digest", &self.applied_digest)
+            .field("member", &self.member)
+            .field("member_labels", &self.member_labels)
+            .field("member_address", &self.member_address)
             .finish()
     }
 }
@@ -69,6 +79,8 @@ pub struct JoinRequest {
     pub cluster: String,
     pub join_token: String,
     pub csr_pem: String,
+    /// The member joining ("" for a cluster's only agent of old).
+    pub member: String,
 }
 
 impl std::fmt::Debug for JoinRequest {
@@ -77,6 +89,7 @@ impl std::fmt::Debug for JoinRequest {
             .field("cluster", &self.cluster)
             .field("join_token", &Redacted(&self.join_token))
             .field("csr_pem", &self.csr_pem)
+            .field("member", &self.member)
             .finish()
     }
 }
@@ -86,6 +99,8 @@ impl std::fmt::Debug for JoinRequest {
 pub struct RenewRequest {
     pub cluster: String,
     pub csr_pem: String,
+    /// The member renewing ("" for a cluster's only agent of old).
+    pub member: String,
 }
 
 /// The answer to `Join` and `Renew`: a client certificate (no key: the agent keeps it).

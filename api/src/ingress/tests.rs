@@ -693,6 +693,7 @@ fn overrides() {
             cluster: "us-east".into(),
             ingress_class_name: Some("Nginx".into()),
             annotations: [("a/b/c".to_owned(), String::new())].into(),
+            ..ClusterOverride::default()
         });
     });
     let fields: Vec<&str> = errs.iter().map(|e| e.split(": ").next().unwrap()).collect();

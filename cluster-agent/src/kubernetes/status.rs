@@ -91,6 +91,7 @@ pub fn report(plan: &ClusterPlan, input: &ReportInput<'_>) -> AgentReport {
         requests_per_second: 0.0,
         active_connections: 0,
         speaker: None,
+        ..AgentReport::default()
     }
 }
 

@@ -639,6 +639,7 @@ impl Standalone {
             requests_per_second,
             active_connections,
             speaker: None,
+            ..AgentReport::default()
         }
     }
 

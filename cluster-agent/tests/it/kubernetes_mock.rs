@@ -186,6 +186,7 @@ fn share() -> IngressShare {
 fn plan() -> ClusterPlan {
     ClusterPlan {
         ingresses: [(share().key.clone(), share())].into_iter().collect(),
+        pools: Default::default(),
     }
 }
 

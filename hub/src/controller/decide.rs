@@ -474,7 +474,9 @@ fn cluster_status(
                 // The same number Overflow reads (see `routed_ingress`), rounded.
                 rps: (report.load_per_second() * 100.0).round() / 100.0,
                 active_connections: i64::try_from(report.active_connections).unwrap_or(i64::MAX),
-                cpu: status.load.as_ref().map(|l| l.cpu).unwrap_or_default(),
+                cpu: report.process_cpu,
+                host_cpu: report.host_cpu,
+                bytes_per_second: report.bytes_per_second,
             });
             status.speaker = report.speaker.as_ref().map(|s| SpeakerStatus {
                 up: s.up,

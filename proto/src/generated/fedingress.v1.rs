@@ -9,6 +9,10 @@ pub struct JoinRequest {
     /// PEM PKCS#10 request; its subject CN must be the cluster's name.
     #[prost(string, tag = "3")]
     pub csr_pem: ::prost::alloc::string::String,
+    /// The member joining (a cluster may have several agents); "" for a cluster's only
+    /// agent of old. The certificate's URI SAN carries it.
+    #[prost(string, tag = "4")]
+    pub member: ::prost::alloc::string::String,
 }
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct RenewRequest {
@@ -17,10 +21,14 @@ pub struct RenewRequest {
     /// PEM PKCS#10 request for a new key; its subject CN must be the cluster's name.
     #[prost(string, tag = "2")]
     pub csr_pem: ::prost::alloc::string::String,
+    /// The member renewing; must be the one the current certificate names.
+    #[prost(string, tag = "3")]
+    pub member: ::prost::alloc::string::String,
 }
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct IssuedCertificate {
-    /// PEM client certificate (CN = cluster, URI SAN fedingress://clusters/<name>/<uid>).
+    /// PEM client certificate (CN = cluster, URI SAN fedingress://clusters/<name>/<uid>,
+    /// or .../<uid>/members/<member> for a named member).
     #[prost(string, tag = "1")]
     pub certificate_pem: ::prost::alloc::string::String,
     /// PEM of the hub's agent CA that signed it.
@@ -73,7 +81,7 @@ pub mod hub_message {
         Ping(super::Ping),
     }
 }
-#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+#[derive(Clone, PartialEq, ::prost::Message)]
 pub struct Hello {
     #[prost(string, tag = "1")]
     pub cluster: ::prost::alloc::string::String,
@@ -96,6 +104,19 @@ pub struct Hello {
     pub applied_version: u64,
     #[prost(string, tag = "7")]
     pub applied_digest: ::prost::alloc::string::String,
+    /// This agent's member name within the cluster ("" from agents before members: the
+    /// hub names it after the cluster). One session per member.
+    #[prost(string, tag = "8")]
+    pub member: ::prost::alloc::string::String,
+    /// The member's labels: IngressPools select members by them.
+    #[prost(map = "string, string", tag = "9")]
+    pub member_labels: ::std::collections::HashMap<
+        ::prost::alloc::string::String,
+        ::prost::alloc::string::String,
+    >,
+    /// The member's real address in its L2 domain, which VRRP peers reach ("" if none).
+    #[prost(string, tag = "10")]
+    pub member_address: ::prost::alloc::string::String,
 }
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct Welcome {
@@ -114,7 +135,7 @@ pub struct Welcome {
     #[prost(bool, tag = "4")]
     pub cordoned: bool,
 }
-/// The cluster's whole plan.
+/// The member's whole plan.
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct Snapshot {
     #[prost(uint64, tag = "1")]
@@ -123,6 +144,9 @@ pub struct Snapshot {
     pub digest: ::prost::alloc::string::String,
     #[prost(message, repeated, tag = "3")]
     pub ingresses: ::prost::alloc::vec::Vec<IngressShare>,
+    /// The member's pools (absent: none).
+    #[prost(message, optional, tag = "4")]
+    pub pools: ::core::option::Option<PoolPlan>,
 }
 /// A change to the plan of version base_version, giving version.
 #[derive(Clone, PartialEq, ::prost::Message)]
@@ -137,6 +161,74 @@ pub struct Delta {
     pub upserts: ::prost::alloc::vec::Vec<IngressShare>,
     #[prost(message, repeated, tag = "5")]
     pub deletes: ::prost::alloc::vec::Vec<IngressKey>,
+    /// The whole new pool plan, when it changed (absent: unchanged).
+    #[prost(message, optional, tag = "6")]
+    pub pools: ::core::option::Option<PoolPlan>,
+}
+/// The pools of the member's plan. See docs/pools.md.
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct PoolPlan {
+    #[prost(message, repeated, tag = "1")]
+    pub pools: ::prost::alloc::vec::Vec<PoolAssignment>,
+    #[prost(message, repeated, tag = "2")]
+    pub bindings: ::prost::alloc::vec::Vec<PoolBinding>,
+    #[prost(message, repeated, tag = "3")]
+    pub provisions: ::prost::alloc::vec::Vec<PoolProvision>,
+}
+/// A pool the member runs VRRP for.
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct PoolAssignment {
+    #[prost(string, tag = "1")]
+    pub name: ::prost::alloc::string::String,
+    #[prost(string, repeated, tag = "2")]
+    pub vips: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
+    #[prost(uint32, tag = "3")]
+    pub prefix_len: u32,
+    #[prost(uint32, tag = "4")]
+    pub virtual_router_id: u32,
+    #[prost(message, repeated, tag = "5")]
+    pub members: ::prost::alloc::vec::Vec<PoolPeer>,
+}
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct PoolPeer {
+    #[prost(string, tag = "1")]
+    pub name: ::prost::alloc::string::String,
+    /// "" when the member gave none.
+    #[prost(string, tag = "2")]
+    pub address: ::prost::alloc::string::String,
+    #[prost(uint32, tag = "3")]
+    pub priority: u32,
+}
+/// The pools that serve a share.
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct PoolBinding {
+    #[prost(message, optional, tag = "1")]
+    pub key: ::core::option::Option<IngressKey>,
+    #[prost(string, repeated, tag = "2")]
+    pub pools: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
+}
+/// A pool to run as a workload (kubernetes driver).
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct PoolProvision {
+    #[prost(string, tag = "1")]
+    pub name: ::prost::alloc::string::String,
+    #[prost(uint32, tag = "2")]
+    pub replicas: u32,
+    #[prost(map = "string, string", tag = "3")]
+    pub member_labels: ::std::collections::HashMap<
+        ::prost::alloc::string::String,
+        ::prost::alloc::string::String,
+    >,
+    #[prost(map = "string, string", tag = "4")]
+    pub requests: ::std::collections::HashMap<
+        ::prost::alloc::string::String,
+        ::prost::alloc::string::String,
+    >,
+    #[prost(map = "string, string", tag = "5")]
+    pub limits: ::std::collections::HashMap<
+        ::prost::alloc::string::String,
+        ::prost::alloc::string::String,
+    >,
 }
 #[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct Ping {}
@@ -351,6 +443,26 @@ pub struct Report {
     /// Absent when the agent has no anycast (BGP) configuration.
     #[prost(message, optional, tag = "5")]
     pub speaker: ::core::option::Option<SpeakerReport>,
+    /// CPU of the agent process as a share of the host's cores, 0-1.
+    #[prost(double, tag = "6")]
+    pub process_cpu: f64,
+    /// CPU use of the whole host, 0-1.
+    #[prost(double, tag = "7")]
+    pub host_cpu: f64,
+    /// Bytes per second through the data plane, both directions.
+    #[prost(double, tag = "8")]
+    pub bytes_per_second: f64,
+    /// Per pool of the member's plan, its VRRP state.
+    #[prost(message, repeated, tag = "9")]
+    pub vrrp: ::prost::alloc::vec::Vec<VrrpReport>,
+}
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct VrrpReport {
+    #[prost(string, tag = "1")]
+    pub pool: ::prost::alloc::string::String,
+    /// MASTER, BACKUP, FAULT or INIT.
+    #[prost(string, tag = "2")]
+    pub state: ::prost::alloc::string::String,
 }
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
 #[repr(i32)]

@@ -295,6 +295,7 @@ fn ingress_class_comes_from_the_override_then_the_settings() {
         cluster: "eu".into(),
         ingress_class_name: Some("haproxy".into()),
         annotations: BTreeMap::from([("example.com/tier".into(), "gold".into())]),
+        pool_selector: None,
     });
     let out = one(overridden, &settings);
     assert_eq!(class(&out).as_deref(), Some("haproxy"));
@@ -584,6 +585,7 @@ fn annotations_rise_from_profile_to_settings_to_override_to_ownership() {
             ("example.com/team".into(), "db".into()),
             (UID_ANNOTATION.into(), "forged".into()),
         ]),
+        pool_selector: None,
     });
     let out = one(share, &settings);
     let annotations = annotations(services(&out)[0]);

@@ -39,6 +39,7 @@ pub fn hello(cluster: &str, token: &str) -> Hello {
         capabilities: vec!["TCP".into(), "UDP".into()],
         applied_version: 0,
         applied_digest: String::new(),
+        ..Hello::default()
     }
 }
 
@@ -278,6 +279,7 @@ impl FakeAgent {
             requests_per_second: 0.0,
             active_connections: 0,
             speaker,
+            ..AgentReport::default()
         }));
     }
 
