@@ -69,7 +69,7 @@ use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
 
-use crate::config::Config;
+use crate::config::{Config, MemberConfig};
 use crate::driver::Driver;
 use crate::identity::{
     ClientIdentity, IdentityFiles, RENEW_FROM, RENEW_TO, new_key_and_csr, token_id,
@@ -129,6 +129,9 @@ pub struct HubSettings {
     pub ca_file: Option<PathBuf>,
     /// This cluster's name at the hub.
     pub cluster: String,
+    /// Which member of the cluster this agent is: its name goes into Hello, Join and
+    /// Renew (the client certificate names it), its labels and address into Hello.
+    pub member: MemberConfig,
     /// File holding the agent token; read (and trimmed) at every connect, so a rotated
     /// token is picked up without a restart. Unused with `join_token_file`.
     pub token_file: PathBuf,
@@ -184,6 +187,7 @@ impl HubSettings {
             first_address: None,
             ca_file: config.hub.ca_file.clone(),
             cluster: config.cluster.clone(),
+            member: config.member.clone(),
             token_file: config.token_file.clone(),
             join_token_file: config.join_token_file.clone(),
             state_dir: config.state_dir.clone(),
@@ -792,7 +796,9 @@ impl Agent {
                 .as_ref()
                 .map(|c| c.digest.clone())
                 .unwrap_or_default(),
-            ..Hello::default()
+            member: self.settings.member.name().to_owned(),
+            member_labels: self.settings.member.labels.clone(),
+            member_address: self.settings.member.address,
         });
         if tx.send(agent_to_pb(&hello)).await.is_err() {
             return End::Failed("outbound stream closed".to_owned());
@@ -1022,7 +1028,7 @@ impl Agent {
             cluster: self.settings.cluster.clone(),
             join_token: join_token.to_owned(),
             csr_pem,
-            member: String::new(),
+            member: self.settings.member.name().to_owned(),
         };
         let mut client = AgentGatewayClient::new(channel);
         let answer = tokio::time::timeout(
@@ -1060,7 +1066,7 @@ impl Agent {
         let request = fedingress_proto::RenewRequest {
             cluster: self.settings.cluster.clone(),
             csr_pem,
-            member: String::new(),
+            member: self.settings.member.name().to_owned(),
         };
         let answer = tokio::time::timeout(
             ANSWER_TIMEOUT,
@@ -1334,6 +1340,7 @@ mod tests {
             first_address: None,
             ca_file: ca,
             cluster: "eu-west".to_owned(),
+            member: MemberConfig::default(),
             token_file: PathBuf::from("token"),
             join_token_file: None,
             state_dir: PathBuf::from("state"),

@@ -13,6 +13,7 @@
 //! services: {echo: ["127.0.0.1:9001", "[::1]:9001", "10.0.0.5"]}
 //! tlsSecrets: {shop-tls: {certFile: shop.crt, keyFile: shop.key}}
 //! stateDir: state
+//! member: {name: web-1, labels: {zone: a}, address: 192.0.2.11}
 //! ```
 //!
 //! Decisions:
@@ -37,6 +38,9 @@
 //!   files (a certificate chain, leaf first, and its private key), like a cluster's
 //!   `kubernetes.io/tls` Secrets. [`Config::load`] reads and checks every pair (the key
 //!   must match the certificate); the running agent reloads a pair when its files change.
+//! - `member` says which of the cluster's agents this is (see [`member`]): its name
+//!   defaults to the host name, filled in by [`Config::load`] (a host name that is not a
+//!   DNS-1123 label is refused: set `member.name`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -52,11 +56,13 @@ use serde::Deserialize;
 pub mod anycast;
 pub mod kubernetes;
 pub mod limits;
+pub mod member;
 pub mod vrrp;
 
 pub use anycast::AnycastConfig;
 pub use kubernetes::{KubernetesConfig, ProfileSetting};
 pub use limits::LimitsConfig;
+pub use member::MemberConfig;
 pub use vrrp::VrrpConfig;
 
 /// The whole config file. Build it with [`Config::load`] (file, fully checked) or
@@ -126,6 +132,10 @@ pub struct Config {
     /// none when absent.
     #[serde(default)]
     pub vrrp: Option<VrrpConfig>,
+    /// Who this agent is among its cluster's members: name (default the host name),
+    /// labels and address (see [`member`]).
+    #[serde(default)]
+    pub member: MemberConfig,
 }
 
 /// The hub's agent gateway: `address` or `addresses`, exactly one of them.
@@ -661,6 +671,12 @@ impl Config {
             source,
         })?;
         let mut config = Config::from_yaml(&text)?;
+        config
+            .member
+            .default_name()
+            .map_err(|problem| ConfigError::Invalid {
+                problems: vec![problem],
+            })?;
         let base = path.parent().unwrap_or(Path::new(""));
         if !config.token_file.as_os_str().is_empty() {
             config.token_file = base.join(&config.token_file);
@@ -970,6 +986,7 @@ impl Config {
             }
         }
         problems.extend(self.limits.problems());
+        problems.extend(self.member.problems());
         if let Some(anycast) = &self.anycast {
             if self.driver != Driver::Standalone {
                 problems.push("anycast: only used with driver standalone".to_owned());
@@ -1587,6 +1604,46 @@ stateDir: state
             problems.iter().any(|p| p.contains("tokenFile: required")),
             "{problems:?}"
         );
+    }
+
+    #[test]
+    fn the_member_section_is_typed_and_strict() {
+        let config = Config::from_yaml(&format!(
+            "{MINIMAL}member: {{name: web-1, labels: {{zone: a}}, address: 192.0.2.11}}\n"
+        ))
+        .unwrap();
+        assert_eq!(config.member.name(), "web-1");
+        assert_eq!(config.member.labels["zone"], "a");
+        assert_eq!(config.member.address, Some("192.0.2.11".parse().unwrap()));
+        assert!(matches!(
+            Config::from_yaml(&format!("{MINIMAL}member: {{nmae: web-1}}\n")),
+            Err(ConfigError::Parse(_))
+        ));
+        let Err(ConfigError::Invalid { problems }) =
+            Config::from_yaml(&format!("{MINIMAL}member: {{name: Web.1}}\n"))
+        else {
+            panic!("an invalid member name parsed");
+        };
+        assert!(problems[0].starts_with("member.name: "), "{problems:?}");
+        assert_eq!(Config::from_yaml(MINIMAL).unwrap().member.name(), "");
+    }
+
+    #[test]
+    fn load_names_the_member_after_the_host_unless_given() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("token"), "t").unwrap();
+        let path = dir.path().join("agent.yaml");
+        std::fs::write(&path, MINIMAL).unwrap();
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+        match (Config::load(&path), member::name_from_hostname(&host)) {
+            (Ok(config), Ok(name)) => assert_eq!(config.member.name(), name),
+            (Err(ConfigError::Invalid { problems }), Err(problem)) => {
+                assert_eq!(problems, [problem]);
+            }
+            (loaded, expected) => panic!("{loaded:?} / {expected:?}"),
+        }
+        std::fs::write(&path, format!("{MINIMAL}member: {{name: edge-a}}\n")).unwrap();
+        assert_eq!(Config::load(&path).unwrap().member.name(), "edge-a");
     }
 
     #[test]

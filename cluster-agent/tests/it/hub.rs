@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use fedingress_agent::config::MemberConfig;
 use fedingress_agent::driver::Driver;
 use fedingress_agent::hub::{
     Agent, Applied, BackoffPolicy, HubSettings, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT,
@@ -229,6 +230,11 @@ fn settings_for(hubs: &[SocketAddr], dir: &std::path::Path) -> HubSettings {
         first_address: Some(0),
         ca_file: None,
         cluster: "eu-west".into(),
+        member: MemberConfig {
+            name: Some("web-1".into()),
+            labels: [("zone".to_owned(), "a".to_owned())].into(),
+            address: Some("192.0.2.11".parse().unwrap()),
+        },
         token_file,
         join_token_file: None,
         state_dir: dir.join("state"),
@@ -318,6 +324,12 @@ async fn hello_snapshot_delta_nack_heartbeats_and_resync() {
         "the token file is read and trimmed"
     );
     assert_eq!(conn.hello.driver, "standalone");
+    assert_eq!(conn.hello.member, "web-1", "the member from the config");
+    assert_eq!(conn.hello.member_labels["zone"], "a");
+    assert_eq!(
+        conn.hello.member_address,
+        Some("192.0.2.11".parse().unwrap())
+    );
     assert_eq!(conn.hello.capabilities, ["TCP", "UDP"]);
     assert_eq!(conn.hello.agent_version, env!("CARGO_PKG_VERSION"));
     assert_eq!(
