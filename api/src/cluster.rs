@@ -438,6 +438,9 @@ impl ClusterSpec {
                 }
             }
         }
+        if let Some(cidr) = &self.vip_cidr {
+            errs.extend(crate::pool::validate_cidr(cidr, 1, &path.child("vipCIDR")));
+        }
         if let Some(capacity) = &self.capacity {
             let at = path.child("capacity");
             for (field, value) in [("rps", capacity.rps), ("connections", capacity.connections)] {
@@ -682,6 +685,21 @@ mod tests {
             errors(&c),
             vec!["spec.location.longitude: Invalid value: -180.5: must be between -180 and 180"]
         );
+    }
+
+    #[test]
+    fn vip_cidr_must_be_a_network_cidr() {
+        let mut c = eu_west();
+        c.spec.vip_cidr = Some("10.0.0.96/27".into());
+        assert!(errors(&c).is_empty(), "{:?}", errors(&c));
+        for bad in ["10.0.0.97/27", "nope", "10.0.0.0/33"] {
+            c.spec.vip_cidr = Some(bad.into());
+            let errs = errors(&c);
+            assert!(
+                errs.len() == 1 && errs[0].starts_with("spec.vipCIDR: Invalid value"),
+                "{bad}: {errs:?}"
+            );
+        }
     }
 
     #[test]

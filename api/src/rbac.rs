@@ -878,6 +878,10 @@ pub fn bootstrap() -> (Vec<ClusterRole>, Vec<ClusterRoleBinding>) {
                 "federatedingresses/explain",
                 "clusters",
                 "clusters/status",
+                "ingresspools",
+                "ingresspools/status",
+                "ingressclaims",
+                "ingressclaims/status",
             ],
         ),
         // kube's view (and so edit and admin) reads namespaces; only cluster-admin writes them.
@@ -887,7 +891,12 @@ pub fn bootstrap() -> (Vec<ClusterRole>, Vec<ClusterRoleBinding>) {
     edit.push(PolicyRule::resource(
         &write,
         &[fed],
-        &["federatedingresses", "clusters"],
+        &[
+            "federatedingresses",
+            "clusters",
+            "ingresspools",
+            "ingressclaims",
+        ],
     ));
     let mut admin = edit.clone();
     admin.push(PolicyRule::resource(

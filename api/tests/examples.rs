@@ -6,7 +6,9 @@
 
 use std::path::{Path, PathBuf};
 
-use fedingress_api::{API_VERSION, Cluster, FederatedIngress, GROUP, Resource};
+use fedingress_api::{
+    API_VERSION, Cluster, FederatedIngress, GROUP, IngressClaim, IngressPool, Resource,
+};
 use serde::Deserialize;
 
 fn examples_dir() -> PathBuf {
@@ -56,6 +58,8 @@ fn every_example_resource_is_valid() {
             let result = match kind.as_str() {
                 k if k == Cluster::KIND => check::<Cluster>(doc),
                 k if k == FederatedIngress::KIND => check::<FederatedIngress>(doc),
+                k if k == IngressPool::KIND => check::<IngressPool>(doc),
+                k if k == IngressClaim::KIND => check::<IngressClaim>(doc),
                 other => panic!("{file_name} document {i}: unknown kind {other:?}"),
             };
             match result {
@@ -83,6 +87,8 @@ fn every_example_resource_is_valid() {
         "Cluster/ap-south",
         "FederatedIngress/shop",
         "FederatedIngress/echo",
+        "IngressPool/eu-west-edge",
+        "IngressClaim/shop",
     ] {
         assert!(
             checked.iter().any(|c| c == expected),

@@ -8,7 +8,7 @@ use axum::extract::{FromRef, State};
 use axum::response::Response;
 use axum::routing::{any, get};
 use fedingress_api::rbac::{self, ClusterRole, ClusterRoleBinding, Role, RoleBinding};
-use fedingress_api::{Cluster, FederatedIngress, Namespace, Resource};
+use fedingress_api::{Cluster, FederatedIngress, IngressClaim, IngressPool, Namespace, Resource};
 use http::StatusCode;
 use serde_json::{Value, json};
 
@@ -270,6 +270,8 @@ pub fn group_resources(extensions: Vec<Value>) -> Value {
     let mut resources = Vec::new();
     resources.extend(resource_entries::<FederatedIngress>());
     resources.extend(resource_entries::<Cluster>());
+    resources.extend(resource_entries::<IngressPool>());
+    resources.extend(resource_entries::<IngressClaim>());
     resources.extend(extensions);
     json!({
         "kind": "APIResourceList",

@@ -86,6 +86,8 @@ const VERBS: &[&str] = &[
 const RESOURCES: &[&str] = &[
     "federatedingresses",
     "clusters",
+    "ingresspools",
+    "ingressclaims",
     "events",
     "roles",
     "rolebindings",

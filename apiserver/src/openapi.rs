@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use bytes::Bytes;
 use fedingress_api::rbac;
-use fedingress_api::{Cluster, FederatedIngress, Namespace, Resource};
+use fedingress_api::{Cluster, FederatedIngress, IngressClaim, IngressPool, Namespace, Resource};
 use http::{StatusCode, header};
 use serde_json::{Map, Value, json};
 
@@ -429,19 +429,16 @@ pub fn core_document_bytes() -> &'static bytes::Bytes {
 /// The group-version document.
 pub fn group_version_document() -> Value {
     let mut paths = Map::new();
-    add_paths::<FederatedIngress>(&mut paths);
-    add_paths::<Cluster>(&mut paths);
     let mut schemas = Map::new();
-    schemas.insert(
-        schema_name(FederatedIngress::KIND),
-        kind_schema::<FederatedIngress>(),
-    );
-    schemas.insert(
-        schema_name(FederatedIngress::LIST_KIND),
-        list_schema::<FederatedIngress>(),
-    );
-    schemas.insert(schema_name(Cluster::KIND), kind_schema::<Cluster>());
-    schemas.insert(schema_name(Cluster::LIST_KIND), list_schema::<Cluster>());
+    fn add<R: Resource>(paths: &mut Map<String, Value>, schemas: &mut Map<String, Value>) {
+        add_paths::<R>(paths);
+        schemas.insert(schema_name(R::KIND), kind_schema::<R>());
+        schemas.insert(schema_name(R::LIST_KIND), list_schema::<R>());
+    }
+    add::<FederatedIngress>(&mut paths, &mut schemas);
+    add::<Cluster>(&mut paths, &mut schemas);
+    add::<IngressPool>(&mut paths, &mut schemas);
+    add::<IngressClaim>(&mut paths, &mut schemas);
     json!({
         "openapi": "3.0.0",
         "info": {"title": "fedingress", "version": env!("CARGO_PKG_VERSION")},
@@ -520,7 +517,9 @@ mod tests {
                 );
             }
         }
-        assert_eq!(patches, 4);
+        // Each kind's object and status: FederatedIngress, Cluster, IngressPool,
+        // IngressClaim.
+        assert_eq!(patches, 8);
     }
 
     /// Every `enum` in every published schema, with its JSON pointer.

@@ -18,7 +18,7 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use bytes::Bytes;
 use fedingress_api::rbac;
-use fedingress_api::{Cluster, FederatedIngress, Namespace, Resource};
+use fedingress_api::{Cluster, FederatedIngress, IngressClaim, IngressPool, Namespace, Resource};
 
 /// The document, encoded once (when the router is built).
 static DOCUMENT: LazyLock<Bytes> = LazyLock::new(|| Bytes::from(document()));
@@ -281,6 +281,8 @@ pub fn document() -> Vec<u8> {
     let mut paths = Message::default();
     add_paths::<FederatedIngress>(&mut paths);
     add_paths::<Cluster>(&mut paths);
+    add_paths::<IngressPool>(&mut paths);
+    add_paths::<IngressClaim>(&mut paths);
     add_paths::<rbac::Role>(&mut paths);
     add_paths::<rbac::ClusterRole>(&mut paths);
     add_paths::<rbac::RoleBinding>(&mut paths);

@@ -2,7 +2,9 @@
 
 use fedingress_api::event::Event;
 use fedingress_api::rbac;
-use fedingress_api::{Cluster, FederatedIngress, ObjectMeta, Resource, Time};
+use fedingress_api::{
+    Cluster, FederatedIngress, IngressClaim, IngressPool, ObjectMeta, Resource, Time,
+};
 use serde_json::{Value, json};
 
 /// What `includeObject` asked to embed in each row.
@@ -33,7 +35,8 @@ pub trait Printable: Resource {
     const COLUMNS: &'static [(&'static str, &'static str, &'static str)];
     /// Whether NAME leads and AGE ends the columns (Events have their own).
     const NAME_AND_AGE: bool = true;
-    /// Columns `kubectl get` shows only with `-o wide` (priority 1).
+    /// Columns `kubectl get` shows only with `-o wide` (priority 1). With NAME and AGE,
+    /// they follow AGE, as kube prints a Pod's IP and NODE.
     const WIDE: &'static [&'static str] = &[];
     fn cells(&self, now: &Time) -> Vec<Value>;
 }
@@ -139,6 +142,129 @@ impl Printable for Cluster {
             json!(ready),
         ]
     }
+}
+
+impl Printable for IngressPool {
+    const COLUMNS: &'static [(&'static str, &'static str, &'static str)] = &[
+        (
+            "Cluster",
+            "string",
+            "The Cluster whose members serve in the pool",
+        ),
+        ("VIPs", "string", "The VIPs allocated to the pool"),
+        ("Ready", "string", "Whether a ready member holds the VIPs"),
+        ("Members", "string", "Ready members / members in the pool"),
+        (
+            "Shares",
+            "integer",
+            "Shares (ingress, cluster) bound to the pool",
+        ),
+        (
+            "Utilization",
+            "string",
+            "Load against capacity (the highest ratio), as a percentage",
+        ),
+        (
+            "VIP Holder",
+            "string",
+            "The member holding the VIPs (VRRP master)",
+        ),
+        ("CIDR", "string", "The CIDR the VIPs come from"),
+        ("VRID", "string", "The VRRP virtual router id"),
+        (
+            "Selector",
+            "string",
+            "Which members of the cluster are in the pool",
+        ),
+    ];
+    const WIDE: &'static [&'static str] = &["VIP Holder", "CIDR", "VRID", "Selector"];
+
+    fn cells(&self, _now: &Time) -> Vec<Value> {
+        let status = self.status.clone().unwrap_or_default();
+        let vips: Vec<String> = status.vips.iter().map(ToString::to_string).collect();
+        let utilization = status.load.map_or_else(
+            || "<unknown>".to_string(),
+            |load| format!("{:.0}%", load.utilization * 100.0),
+        );
+        let cidr = status
+            .vip_cidr
+            .clone()
+            .or_else(|| self.spec.vip_cidr.clone())
+            .unwrap_or_else(|| "<none>".into());
+        let vrid = status
+            .virtual_router_id
+            .or(self.spec.virtual_router_id)
+            .map_or_else(|| "<none>".into(), |id| id.to_string());
+        let selector = self
+            .spec
+            .member_selector
+            .as_ref()
+            .map(|s| s.to_requirements().to_string())
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| "<all>".into());
+        vec![
+            json!(self.spec.cluster),
+            json!(join_or_none(&vips)),
+            json!(condition(
+                &status.conditions,
+                fedingress_api::pool::CONDITION_READY
+            )),
+            json!(format!("{}/{}", status.ready_members, status.member_count)),
+            json!(status.bound_shares),
+            json!(utilization),
+            json!(status.vip_holder.unwrap_or_else(|| "<none>".into())),
+            json!(cidr),
+            json!(vrid),
+            json!(selector),
+        ]
+    }
+}
+
+impl Printable for IngressClaim {
+    const COLUMNS: &'static [(&'static str, &'static str, &'static str)] = &[
+        ("Phase", "string", "Pending, Bound or Released"),
+        (
+            "Ingresses",
+            "string",
+            "The FederatedIngresses the claim names",
+        ),
+        ("Pools", "string", "The bound pools as cluster/pool"),
+        (
+            "Reclaim",
+            "string",
+            "The reclaim policy: Retain, Recycle or Delete",
+        ),
+        ("Replicas", "integer", "Members of each provisioned pool"),
+        ("Pending", "string", "Placed clusters without a pool yet"),
+    ];
+    const WIDE: &'static [&'static str] = &["Replicas", "Pending"];
+
+    fn cells(&self, _now: &Time) -> Vec<Value> {
+        let status = self.status.clone().unwrap_or_default();
+        let (bound, pending): (Vec<_>, Vec<_>) =
+            status.clusters.iter().partition(|c| c.pool.is_some());
+        let pools: Vec<String> = bound
+            .iter()
+            .map(|c| format!("{}/{}", c.cluster, c.pool.as_deref().unwrap_or_default()))
+            .collect();
+        let pending: Vec<String> = pending.iter().map(|c| c.cluster.clone()).collect();
+        vec![
+            json!(status.phase.as_str()),
+            json!(join_or_none(&self.spec.ingresses)),
+            json!(join_or_none(&pools)),
+            json!(self.spec.reclaim_policy.as_str()),
+            json!(self.replicas()),
+            json!(join_or_none(&pending)),
+        ]
+    }
+}
+
+/// The status of condition `type_`, `Unknown` when absent.
+fn condition(conditions: &[fedingress_api::Condition], type_: &str) -> String {
+    conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map_or_else(|| "Unknown".to_string(), |c| c.status.as_str().to_string())
 }
 
 /// Roles and ClusterRoles: NAME and CREATED AT, as kube-apiserver prints them.
@@ -260,22 +386,31 @@ fn column_definitions<R: Printable>() -> Value {
         "name": "Name", "type": "string", "format": "name", "priority": 0,
         "description": "Name must be unique within a namespace."
     })];
-    for (name, kind, description) in R::COLUMNS {
-        columns.push(json!({"name": name, "type": kind, "format": "", "priority": 0, "description": description}));
-    }
+    let column = |(name, kind, description): &(&str, &str, &str)| json!({"name": name, "type": kind, "format": "", "priority": u8::from(R::WIDE.contains(name)), "description": description});
+    let (wide, narrow): (Vec<_>, Vec<_>) = R::COLUMNS
+        .iter()
+        .partition(|(name, _, _)| R::WIDE.contains(name));
+    columns.extend(narrow.into_iter().map(column));
     columns.push(json!({
         "name": "Age", "type": "date", "format": "", "priority": 0,
         "description": "Time since the object was created."
     }));
+    columns.extend(wide.into_iter().map(column));
     Value::Array(columns)
 }
 
 fn row<R: Printable>(object: &R, include: IncludeObject, now: &Time) -> Value {
     let meta = object.metadata();
     let cells = if R::NAME_AND_AGE {
+        // NAME, the narrow columns, AGE, then the wide ones (as column_definitions).
+        let (wide, narrow): (Vec<_>, Vec<_>) = R::COLUMNS
+            .iter()
+            .zip(object.cells(now))
+            .partition(|((name, _, _), _)| R::WIDE.contains(name));
         let mut cells = vec![json!(meta.name.clone().unwrap_or_default())];
-        cells.extend(object.cells(now));
+        cells.extend(narrow.into_iter().map(|(_, cell)| cell));
         cells.push(json!(age(meta, now)));
+        cells.extend(wide.into_iter().map(|(_, cell)| cell));
         cells
     } else {
         object.cells(now)

@@ -12,7 +12,7 @@ use axum::{Extension, Router};
 use fedingress_api::event::Event;
 use fedingress_api::namespace::Namespace;
 use fedingress_api::rbac::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
-use fedingress_api::{Cluster, FederatedIngress, Resource};
+use fedingress_api::{Cluster, FederatedIngress, IngressClaim, IngressPool, Resource};
 use http::{Method, StatusCode};
 
 use super::extensions::SubresourceRequest;
@@ -102,8 +102,8 @@ async fn rbac(
     }
 }
 
-/// `/apis/fedingress.io/v1alpha1/`: FederatedIngresses, Clusters and the extensions'
-/// subresources.
+/// `/apis/fedingress.io/v1alpha1/`: FederatedIngresses, Clusters, IngressPools,
+/// IngressClaims and the extensions' subresources.
 async fn fedingress(
     State(state): State<Arc<AppState>>,
     Extension(user): Extension<User>,
@@ -131,6 +131,10 @@ async fn fedingress(
             serve::<FederatedIngress>(&state, &user, target, request).await
         }
         p if p == Cluster::PLURAL => serve::<Cluster>(&state, &user, target, request).await,
+        p if p == IngressPool::PLURAL => serve::<IngressPool>(&state, &user, target, request).await,
+        p if p == IngressClaim::PLURAL => {
+            serve::<IngressClaim>(&state, &user, target, request).await
+        }
         _ => no_route(&request),
     }
 }

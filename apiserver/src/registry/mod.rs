@@ -1,6 +1,8 @@
 //! Generic object storage with Kubernetes semantics on top of a [`Store`]: keys, uid,
 //! creationTimestamp, generation, resourceVersion = store revision, optimistic
-//! concurrency, the status subresource, finalizers, list paging and selectors.
+//! concurrency, the status subresource, finalizers, list paging and selectors, and the
+//! admission that reads the store ([`namespaces`]: NamespaceLifecycle; [`pools`]:
+//! IngressPool conflicts).
 //!
 //! Everything here is generic over [`Resource`]; the HTTP layer decides which kind.
 
@@ -19,6 +21,7 @@ mod collection;
 pub mod fields;
 mod list;
 pub mod namespaces;
+pub mod pools;
 
 pub use apply::{Applied, Apply};
 pub use collection::DeletedCollection;
@@ -313,6 +316,7 @@ impl Registry {
         if !errors.is_empty() {
             return Err(ApiError::invalid(R::KIND, R::GROUP, &name, &errors));
         }
+        pools::admit(self, None, &object).await?;
         if R::NAMESPACED {
             namespaces::admit_create::<R>(self, object.metadata().namespace.as_deref(), &name)
                 .await?;
@@ -456,6 +460,9 @@ impl Registry {
             let errors = next.validate();
             if !errors.is_empty() {
                 return Err(ApiError::invalid(R::KIND, R::GROUP, name, &errors));
+            }
+            if scope == Scope::Main {
+                pools::admit(self, Some(&current), &next).await?;
             }
             let encoded = Self::encode(&next)?;
             if encoded == current_kv.value {

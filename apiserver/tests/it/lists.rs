@@ -31,7 +31,7 @@ const WAIT: Duration = Duration::from_secs(10);
 
 pub(crate) struct App {
     pub(crate) router: Router,
-    store: Arc<RedbStore>,
+    pub(crate) store: Arc<RedbStore>,
     _dir: tempfile::TempDir,
 }
 

@@ -5,4 +5,5 @@
 #![allow(clippy::unwrap_used)]
 
 mod lists;
+mod pools;
 mod routes;
