@@ -1,6 +1,6 @@
 //! The namespace controller (kube-controller-manager's, for the kinds we store): a
 //! Namespace being deleted has its content deleted (FederatedIngresses, so agents stop
-//! serving them; Events, Roles, RoleBindings), kube's deletion conditions set while it
+//! serving them; IngressClaims, Events, Roles, RoleBindings), kube's deletion conditions set while it
 //! waits, and then `kubernetes` removed from `spec.finalizers`, which removes the
 //! namespace.
 //!
@@ -20,7 +20,7 @@ use fedingress_api::event::Event;
 use fedingress_api::meta::{ConditionStatus, set_condition};
 use fedingress_api::namespace::{self, FINALIZER_KUBERNETES, Namespace, NamespaceStatus};
 use fedingress_api::rbac::{Role as RbacRole, RoleBinding};
-use fedingress_api::{Condition, FederatedIngress, Resource, Time};
+use fedingress_api::{Condition, FederatedIngress, IngressClaim, Resource, Time};
 use fedingress_store::{Revision, Store};
 use futures_util::StreamExt;
 use http::StatusCode;
@@ -289,6 +289,7 @@ async fn namespace_change(store: Arc<dyn Store>, revision: Revision, wait: Durat
 pub async fn observe(registry: &Registry, namespace: &str) -> Result<Vec<Item>, ApiError> {
     let mut items = Vec::new();
     collect::<FederatedIngress>(registry, namespace, &mut items).await?;
+    collect::<IngressClaim>(registry, namespace, &mut items).await?;
     collect::<Event>(registry, namespace, &mut items).await?;
     collect::<RbacRole>(registry, namespace, &mut items).await?;
     collect::<RoleBinding>(registry, namespace, &mut items).await?;
@@ -342,6 +343,9 @@ async fn delete(
     match resource {
         r if r == group_resource::<FederatedIngress>() => {
             one::<FederatedIngress>(writer, namespace, name, now).await
+        }
+        r if r == group_resource::<IngressClaim>() => {
+            one::<IngressClaim>(writer, namespace, name, now).await
         }
         r if r == group_resource::<Event>() => one::<Event>(writer, namespace, name, now).await,
         r if r == group_resource::<RbacRole>() => {
@@ -473,11 +477,23 @@ mod tests {
                 metadata: ObjectMeta::namespaced(namespace, name),
                 ..FederatedIngress::default()
             };
+            put(registry, namespace, name, &ingress).await;
+        }
+
+        pub async fn claim(registry: &Registry, namespace: &str, name: &str) {
+            let claim = IngressClaim {
+                metadata: ObjectMeta::namespaced(namespace, name),
+                ..IngressClaim::default()
+            };
+            put(registry, namespace, name, &claim).await;
+        }
+
+        async fn put<R: Resource>(registry: &Registry, namespace: &str, name: &str, object: &R) {
             registry
                 .store()
                 .put(
-                    &format!("{}{name}", prefix::<FederatedIngress>(Some(namespace))),
-                    serde_json::to_vec(&ingress).unwrap().into(),
+                    &format!("{}{name}", prefix::<R>(Some(namespace))),
+                    serde_json::to_vec(object).unwrap().into(),
                     Precondition::Absent,
                 )
                 .await
@@ -494,6 +510,8 @@ mod tests {
             .await
             .unwrap();
         stored::ingress(&registry, "shop", "web").await;
+        stored::claim(&registry, "shop", "web").await;
+        assert_eq!(observe(&registry, "shop").await.unwrap().len(), 2);
         let deleting = registry
             .delete::<Namespace>(None, "shop", &DeletePreconditions::default(), now, false)
             .await
