@@ -74,6 +74,7 @@ use crate::driver::Driver;
 use crate::identity::{
     ClientIdentity, IdentityFiles, RENEW_FROM, RENEW_TO, new_key_and_csr, token_id,
 };
+use crate::load::CpuMeter;
 use crate::state::{PersistedPlan, PlanStore, error_chain};
 
 /// At most one report per this long when the driver signals changes in a burst.
@@ -440,6 +441,8 @@ pub struct Agent {
     current: Option<PersistedPlan>,
     /// Which stored client certificate the next connection presents.
     certificate: Presented,
+    /// The CPU of this process and of the host between two reports.
+    cpu: CpuMeter,
 }
 
 /// Which stored client certificate the agent presents (kubelet keeps its old
@@ -501,6 +504,7 @@ impl Agent {
             applied: watch::Sender::new(None),
             current: None,
             certificate: Presented::Current,
+            cpu: CpuMeter::default(),
         }
     }
 
@@ -902,12 +906,17 @@ impl Agent {
         }
     }
 
-    /// The driver's report of the applied plan.
+    /// The driver's report of the applied plan, with the CPU of this process and of the
+    /// host since the report before (whichever the driver).
     fn report(&self) -> AgentReport {
-        match self.current.as_ref().map(|c| &c.plan) {
+        let mut report = match self.current.as_ref().map(|c| &c.plan) {
             Some(plan) => self.driver.report(plan),
             None => self.driver.report(&ClusterPlan::default()),
-        }
+        };
+        let cpu = self.cpu.sample();
+        report.process_cpu = cpu.process;
+        report.host_cpu = cpu.host;
+        report
     }
 
     /// Shutdown during a session: [`Driver::begin_shutdown`], the last report, then the

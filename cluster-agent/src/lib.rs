@@ -15,6 +15,8 @@
 //! - [`anycast`]: the standalone driver with BGP anycast routes
 //!   ([`Anycast`](anycast::Anycast)): announces each placed anycast address through a
 //!   GoBGP speaker while its share is applied, healthy and not cordoned or draining.
+//! - [`load`]: the CPU of the agent process and of the host, and byte rates, between
+//!   two reports.
 //! - [`vrrp`]: virtual addresses shared with other hosts' agents through keepalived
 //!   (the rendered config, the readiness check keepalived runs, the supervised process).
 //!
@@ -30,6 +32,7 @@ pub mod driver;
 pub mod hub;
 pub mod identity;
 pub mod kubernetes;
+pub mod load;
 pub mod run;
 pub mod standalone;
 pub mod state;

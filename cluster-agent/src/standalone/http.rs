@@ -220,7 +220,7 @@ pub(crate) async fn serve<I>(
         .timer(TokioTimer::new())
         .max_concurrent_streams(MAX_CONCURRENT_STREAMS);
     let activity = Activity::new();
-    let io = Watched::new(io, activity.clone());
+    let io = Watched::new(io, activity.clone()).counting(Arc::clone(&load));
     let connection = builder.serve_connection_with_upgrades(TokioIo::new(io), ProxyService(conn));
     tokio::pin!(connection);
     let mut draining = false;

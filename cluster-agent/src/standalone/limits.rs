@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use super::load::LoadCounters;
 use crate::config::Config;
 
 /// The caps and timeouts of every listener, and the shared descriptor budget.
@@ -277,15 +278,28 @@ impl Activity {
     }
 }
 
-/// A stream that records every byte read or written in an [`Activity`].
+/// A stream that records every byte read or written in an [`Activity`], and, when
+/// [`Watched::counting`], in a listener's byte counters (read: from the client; written:
+/// to it).
 pub(crate) struct Watched<S> {
     inner: S,
     activity: Activity,
+    bytes: Option<Arc<LoadCounters>>,
 }
 
 impl<S> Watched<S> {
     pub fn new(inner: S, activity: Activity) -> Self {
-        Watched { inner, activity }
+        Watched {
+            inner,
+            activity,
+            bytes: None,
+        }
+    }
+
+    /// Counts the bytes read and written in `counters` too (`inner` is the client side).
+    pub fn counting(mut self, counters: Arc<LoadCounters>) -> Self {
+        self.bytes = Some(counters);
+        self
     }
 }
 
@@ -298,8 +312,12 @@ impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
         let this = self.get_mut();
         let before = buf.filled().len();
         let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
-        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+        let read = buf.filled().len().saturating_sub(before);
+        if matches!(polled, Poll::Ready(Ok(()))) && read > 0 {
             this.activity.touch();
+            if let Some(bytes) = &this.bytes {
+                bytes.received(read);
+            }
         }
         polled
     }
@@ -313,8 +331,13 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         let polled = Pin::new(&mut this.inner).poll_write(cx, buf);
-        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+        if let Poll::Ready(Ok(n)) = polled
+            && n > 0
+        {
             this.activity.touch();
+            if let Some(bytes) = &this.bytes {
+                bytes.sent(n);
+            }
         }
         polled
     }
@@ -334,8 +357,13 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         let polled = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
-        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+        if let Poll::Ready(Ok(n)) = polled
+            && n > 0
+        {
             this.activity.touch();
+            if let Some(bytes) = &this.bytes {
+                bytes.sent(n);
+            }
         }
         polled
     }
@@ -419,5 +447,20 @@ mod tests {
             "the write at 6 s moved the deadline to 16 s: {:?}",
             started.elapsed()
         );
+    }
+
+    #[tokio::test]
+    async fn a_counting_stream_counts_the_bytes_either_way() {
+        use std::sync::atomic::AtomicU64;
+        let total = Arc::new(AtomicU64::new(0));
+        let counters = LoadCounters::counting_into(Arc::clone(&total));
+        let (client, mut peer) = tokio::io::duplex(64);
+        let mut watched = Watched::new(client, Activity::new()).counting(Arc::clone(&counters));
+        peer.write_all(b"hello world").await.unwrap();
+        let mut buf = [0u8; 11];
+        watched.read_exact(&mut buf).await.unwrap();
+        watched.write_all(b"abc").await.unwrap();
+        assert_eq!(counters.bytes(), (11, 3), "(from the client, to it)");
+        assert_eq!(total.load(Ordering::Relaxed), 14);
     }
 }

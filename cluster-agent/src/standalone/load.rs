@@ -1,7 +1,13 @@
 //! Load counters of one bound listener: active connections (TCP connections, UDP
 //! sessions) and new ones per second over a sliding window of [`WINDOW`]; for HTTP
-//! listeners also requests per second and totals by status class. The same type counts
-//! the connections attributed to one ingress on a shared HTTP or TLS listener.
+//! listeners also requests per second and totals by status class; bytes from and to the
+//! clients. The same type counts the connections attributed to one ingress on a shared
+//! HTTP or TLS listener (without bytes).
+//!
+//! Bytes are counted on the client's side of each connection, per read or write of a
+//! copy chunk (one relaxed atomic add on the listener's counter and one on the data
+//! plane's total; see [`super::limits::Watched`]), and per datagram for UDP: `in` is what
+//! clients sent, `out` what they were sent.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -24,6 +30,11 @@ pub(crate) struct LoadCounters {
     responses: [AtomicU64; 5],
     /// Refusals, evictions and timeouts at the listener's limits.
     pub guard: GuardCounters,
+    /// Bytes from the clients, and to them.
+    bytes_in: AtomicU64,
+    bytes_out: AtomicU64,
+    /// The data plane's bytes both ways, over every listener (also those removed since).
+    total: Option<Arc<AtomicU64>>,
 }
 
 /// Holds one active connection or session; dropping it ends it.
@@ -32,7 +43,7 @@ pub(crate) struct Active(Arc<LoadCounters>);
 
 impl Active {
     /// The counters this connection counts in.
-    pub fn counters(&self) -> &LoadCounters {
+    pub fn counters(&self) -> &Arc<LoadCounters> {
         &self.0
     }
 }
@@ -45,6 +56,15 @@ impl Drop for Active {
 
 impl LoadCounters {
     pub fn new() -> Arc<Self> {
+        Self::with_total(None)
+    }
+
+    /// A listener's counters, whose bytes also count in `total`.
+    pub fn counting_into(total: Arc<AtomicU64>) -> Arc<Self> {
+        Self::with_total(Some(total))
+    }
+
+    fn with_total(total: Option<Arc<AtomicU64>>) -> Arc<Self> {
         let now = Instant::now();
         Arc::new(LoadCounters {
             active: AtomicU64::new(0),
@@ -53,7 +73,34 @@ impl LoadCounters {
             requests: RateWindow::new(now),
             responses: Default::default(),
             guard: GuardCounters::default(),
+            bytes_in: AtomicU64::new(0),
+            bytes_out: AtomicU64::new(0),
+            total,
         })
+    }
+
+    /// Counts `n` bytes a client sent.
+    pub fn received(&self, n: usize) {
+        self.bytes_in.fetch_add(n as u64, Ordering::Relaxed);
+        if let Some(total) = &self.total {
+            total.fetch_add(n as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// Counts `n` bytes sent to a client.
+    pub fn sent(&self, n: usize) {
+        self.bytes_out.fetch_add(n as u64, Ordering::Relaxed);
+        if let Some(total) = &self.total {
+            total.fetch_add(n as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// Bytes from the clients and to them since the listener started.
+    pub fn bytes(&self) -> (u64, u64) {
+        (
+            self.bytes_in.load(Ordering::Relaxed),
+            self.bytes_out.load(Ordering::Relaxed),
+        )
     }
 
     /// Counts a new connection or session, active until the guard drops.
@@ -212,5 +259,13 @@ mod tests {
         assert_eq!(responses[1], ("2xx", 2));
         assert_eq!(responses[4], ("5xx", 1));
         assert!(load.requests_per_second(Instant::now()) >= 4.0 / 5.0);
+
+        let total = Arc::new(AtomicU64::new(0));
+        let listener = LoadCounters::counting_into(Arc::clone(&total));
+        listener.received(100);
+        listener.sent(40);
+        assert_eq!(listener.bytes(), (100, 40));
+        assert_eq!(total.load(Ordering::Relaxed), 140);
+        assert_eq!(load.bytes(), (0, 0));
     }
 }

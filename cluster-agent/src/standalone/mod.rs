@@ -37,7 +37,7 @@ mod upstream;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -52,6 +52,7 @@ use tokio::task::JoinHandle;
 
 use crate::config::{Config, ServiceEndpoint};
 use crate::driver::Driver;
+use crate::load::RateMeter;
 use certs::CertStore;
 use desired::{BackendKey, DesiredListener, DesiredShare, Kind, ListenerKey, PathSpec, SniSpec};
 use drain::Tracker;
@@ -192,6 +193,10 @@ pub struct Standalone {
     /// Serialises apply and shutdown, which await between their steps.
     applying: tokio::sync::Mutex<()>,
     state: Mutex<State>,
+    /// Bytes from and to clients over every listener since the start (also the removed
+    /// ones'), and its rate between two reports.
+    bytes: Arc<AtomicU64>,
+    byte_rate: RateMeter,
 }
 
 impl Standalone {
@@ -216,6 +221,8 @@ impl Standalone {
             draining: AtomicBool::new(false),
             applying: tokio::sync::Mutex::new(()),
             state: Mutex::new(State::default()),
+            bytes: Arc::new(AtomicU64::new(0)),
+            byte_rate: RateMeter::default(),
         }
     }
 
@@ -455,7 +462,7 @@ impl Standalone {
         // that delivers it): bind it anyway.
         let freebind = !self.binds.contains(&id.bind);
         let label = id.label();
-        let load = LoadCounters::new();
+        let load = LoadCounters::counting_into(Arc::clone(&self.bytes));
         let tracker = Tracker::new();
         let (stop, stop_rx) = oneshot::channel();
         let (routing, task) = match seed {
@@ -563,6 +570,10 @@ impl Standalone {
     /// HTTP and TLS listeners the connections attributed to that share (a connection
     /// counts for the ingress of its first routed request, or of its SNI route), so
     /// summing over shares counts each connection once.
+    ///
+    /// `bytes_per_second`: the bytes from and to clients over every listener per second
+    /// since the report before (see [`crate::load::RateMeter`]). The CPU figures are the
+    /// agent's ([`crate::hub`] adds them).
     pub fn report(&self, plan: &ClusterPlan) -> AgentReport {
         let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let now = Instant::now();
@@ -639,8 +650,16 @@ impl Standalone {
             requests_per_second,
             active_connections,
             speaker: None,
+            bytes_per_second: self
+                .byte_rate
+                .sample(self.bytes.load(Ordering::Relaxed), now),
             ..AgentReport::default()
         }
+    }
+
+    /// Bytes from and to clients over every listener since the start.
+    pub fn bytes_total(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
     }
 
     /// The data plane's counters in the Prometheus text format (version 0.0.4).
@@ -685,6 +704,23 @@ impl Standalone {
             "gauge",
             "New connections or sessions per second over the last 5 s.",
             per_listener(&|r| format!("{:.3}", r.load.per_second(now))),
+        );
+        out.family(
+            "fedingress_agent_listener_bytes_total",
+            "counter",
+            "Bytes a bound listener received from its clients (direction in) and sent to them (out) since it started.",
+            state
+                .listeners
+                .iter()
+                .flat_map(|(id, running)| {
+                    let (received, sent) = running.load.bytes();
+                    let labels = listener_labels(id);
+                    [
+                        (format!("{labels},direction=\"in\""), received.to_string()),
+                        (format!("{labels},direction=\"out\""), sent.to_string()),
+                    ]
+                })
+                .collect(),
         );
         out.family(
             "fedingress_agent_listener_limit",

@@ -262,13 +262,13 @@ pub(crate) async fn connect(
 
 /// Copies both ways until both sides are done, the listener's drain time is up, or no
 /// byte has moved either way for `idle` (then both sides are closed, and the timeout is
-/// counted in `counters`).
+/// counted in `counters`). `a` is the client's side: its bytes count in `counters`.
 pub(crate) async fn splice<A, B>(
     a: &mut A,
     b: &mut B,
     phase: &mut watch::Receiver<Phase>,
     idle: Duration,
-    counters: &LoadCounters,
+    counters: &Arc<LoadCounters>,
 ) -> io::Result<()>
 where
     A: AsyncRead + AsyncWrite + Unpin + ?Sized,
@@ -276,7 +276,7 @@ where
 {
     let activity = Activity::new();
     // Every byte either way passes through `a`'s reads or writes.
-    let mut a = Watched::new(a, activity.clone());
+    let mut a = Watched::new(a, activity.clone()).counting(Arc::clone(counters));
     tokio::select! {
         copied = tokio::io::copy_bidirectional(&mut a, b) => copied.map(|_| ()),
         () = reached(phase, Phase::Closing) => Ok(()),

@@ -311,7 +311,11 @@ pub(crate) async fn serve(
                 session.touch();
                 // A UDP send waits only while the socket buffer is full, which is momentary;
                 // `try_send` would fail on a fresh socket whose readiness is not known yet.
-                if let Err(error) = session.upstream.send(datagram).await {
+                let sent = session.upstream.send(datagram).await;
+                if let Ok(n) = sent {
+                    listener.load.received(n);
+                }
+                if let Err(error) = sent {
                     if error.kind() == io::ErrorKind::ConnectionRefused {
                         session.endpoint.record(false, "proxy");
                         session.end();
@@ -470,6 +474,7 @@ fn relay_one(listener: &Listener, client: SocketAddr, session: &Session) -> Rela
         };
         session.touch();
         session.replied.store(true, Ordering::Relaxed);
+        listener.load.sent(n);
         let reply = buf.get(..n).unwrap_or_default();
         match listener.socket.try_send_to(reply, client) {
             Ok(_) => Relayed::Done,

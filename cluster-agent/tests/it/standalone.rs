@@ -420,6 +420,88 @@ async fn report_counts_connections_sessions_and_endpoints() {
     standalone.shutdown().await;
 }
 
+/// Issue 24: the bytes a TCP and a UDP listener carry both ways are in `/metrics` per
+/// listener and, per second, in the report's `bytes_per_second`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxied_bytes_count_in_metrics_and_in_bytes_per_second() {
+    let ip = test_ip(30);
+    let port = test_port(30, 0);
+    let started = Instant::now();
+    let echo = Echo::start(SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
+    let standalone = Standalone::new(&config(Setup {
+        binds: vec![bind(ip)],
+        services: vec![("echo", vec![echo.addr])],
+        extra: "",
+    }));
+    let backend_port = i32::from(echo.addr.port());
+    let plan = ClusterPlan::from(vec![share(
+        "echo",
+        1,
+        vec![
+            rule(Protocol::Tcp, port, "echo", backend_port),
+            rule(Protocol::Udp, port, "echo", backend_port),
+        ],
+    )]);
+    assert_eq!(standalone.apply(&plan).await, vec![]);
+    eventually_async(WAIT, "the endpoint is healthy", || async {
+        ready(&standalone.report(&plan), "echo") == (1, 1)
+    })
+    .await;
+    assert_eq!(standalone.bytes_total(), 0, "health checks are not proxied");
+    let listener = SocketAddr::new(ip, port);
+    // N bytes up and the same N back (the echo upper-cases them).
+    const N: usize = 256 * 1024;
+    let text = "x".repeat(N);
+    let mut stream = TcpStream::connect(listener).await.unwrap();
+    let (mut read, mut write) = stream.split();
+    let sending = async { write.write_all(text.as_bytes()).await.unwrap() };
+    let mut back = vec![0u8; N];
+    let receiving = async {
+        timeout(IO, read.read_exact(&mut back))
+            .await
+            .unwrap()
+            .unwrap()
+    };
+    tokio::join!(sending, receiving);
+    assert!(back.iter().all(|b| *b == b'X'));
+    let client = udp_client(listener).await;
+    for i in 0..3 {
+        let datagram = format!("{i}").repeat(100);
+        assert_eq!(udp_exchange(&client, &datagram).await.len(), 100);
+    }
+    let total = 2 * N as u64 + 600;
+    eventually_async(WAIT, "every byte counted", || async {
+        standalone.bytes_total() == total
+    })
+    .await;
+    let tcp = format!("kind=\"TCP\",address=\"{listener}\"");
+    let udp = format!("kind=\"UDP\",address=\"{listener}\"");
+    let bytes = |labels: &str, direction: &str| {
+        metric(
+            &standalone,
+            "fedingress_agent_listener_bytes_total",
+            &[labels, &format!("direction=\"{direction}\"")],
+        )
+    };
+    assert_eq!(bytes(&tcp, "in"), N as f64);
+    assert_eq!(bytes(&tcp, "out"), N as f64);
+    assert_eq!(bytes(&udp, "in"), 300.0);
+    assert_eq!(bytes(&udp, "out"), 300.0);
+    // The rate is measured between two reports at least a second apart: the last one
+    // before the transfer (total 0) and the first one a second after it.
+    let rate = eventually_async(WAIT, "the transfer is in bytes_per_second", || async {
+        Some(standalone.report(&plan).bytes_per_second).filter(|rate| *rate > 0.0)
+    })
+    .await;
+    let longest = started.elapsed().as_secs_f64();
+    assert!(
+        rate <= total as f64 && rate * longest >= total as f64,
+        "{rate} B/s is not {total} B over 1 s to {longest} s"
+    );
+    drop(stream);
+    standalone.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_changed_plan_keeps_unaffected_listeners_and_closes_removed_ones() {
     let ip = test_ip(6);
