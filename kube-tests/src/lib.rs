@@ -4,7 +4,8 @@
 //! Entry points: [`ApiServer`] (the real `federation-apiserver` binary in `--dev` mode
 //! on loopback port 0, stopped on drop, with a [`kube::Client`] for it) and the
 //! [`ApiResource`]s of the fedingress kinds for `Api<DynamicObject>`
-//! ([`federated_ingresses`], [`clusters`]). The tests live in `tests/`. What does not
+//! ([`federated_ingresses`], [`clusters`], [`ingress_pools`], [`ingress_claims`]). The
+//! tests live in `tests/`. What does not
 //! belong here: process handling (that is `fedingress_tests::Process`) and product
 //! logic; the tests talk to the product only over its HTTP API.
 
@@ -88,6 +89,22 @@ pub fn clusters() -> ApiResource {
     ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("fedingress.io", "v1alpha1", "Cluster"),
         "clusters",
+    )
+}
+
+/// `fedingress.io/v1alpha1` `IngressPool` (cluster-scoped, plural `ingresspools`).
+pub fn ingress_pools() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("fedingress.io", "v1alpha1", "IngressPool"),
+        "ingresspools",
+    )
+}
+
+/// `fedingress.io/v1alpha1` `IngressClaim` (namespaced, plural `ingressclaims`).
+pub fn ingress_claims() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("fedingress.io", "v1alpha1", "IngressClaim"),
+        "ingressclaims",
     )
 }
 

@@ -1,7 +1,8 @@
 //! kube-rs against the real federation-apiserver: server-side apply (create, update,
 //! conflicts, force, managedFields) on FederatedIngress, Cluster and the status
 //! subresource; deletecollection; consistent paged lists; watch-list (streaming lists)
-//! through a raw watch and through kube-runtime's watcher; Namespace objects.
+//! through a raw watch and through kube-runtime's watcher; Namespace objects;
+//! IngressPools and IngressClaims (create, get, list, watch, apply, admission).
 //!
 //! Expected behaviour is kube-apiserver's, as kube-rs controllers rely on it:
 //! <https://kubernetes.io/docs/reference/using-api/server-side-apply/>,
@@ -12,7 +13,9 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use fedingress_kube_tests::{ApiServer, clusters, federated_ingresses, tcp_ingress};
+use fedingress_kube_tests::{
+    ApiServer, clusters, federated_ingresses, ingress_claims, ingress_pools, tcp_ingress,
+};
 use futures_util::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{
@@ -587,4 +590,161 @@ async fn namespaces_are_objects_and_their_deletion_cascades() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// IngressPools (cluster-scoped) and IngressClaims (namespaced) through kube-rs as a
+/// controller would drive them: a watcher sees a pool created, get and a field-selected
+/// list read it, server-side apply updates it and records the manager, admission
+/// refuses a conflicting pool with the field path; a claim naming an ingress that does
+/// not exist is created by apply and seen by a raw watch.
+#[tokio::test]
+async fn pools_and_claims_are_created_read_listed_watched_and_applied() {
+    let server = ApiServer::start().unwrap();
+    let client = server.client().unwrap();
+    let pools: Api<DynamicObject> = Api::all_with(client.clone(), &ingress_pools());
+    let claims: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), "default", &ingress_claims());
+    let pool = |name: &str, spec: serde_json::Value| -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "fedingress.io/v1alpha1",
+            "kind": "IngressPool",
+            "metadata": {"name": name, "labels": {"tier": "gold"}},
+            "spec": spec,
+        }))
+        .unwrap()
+    };
+
+    let mut events = watcher(pools.clone(), watcher::Config::default()).boxed();
+    loop {
+        let event = tokio::time::timeout(WAIT, events.try_next())
+            .await
+            .expect("a watcher event within the wait")
+            .unwrap()
+            .expect("the watcher stream stays open");
+        if matches!(event, watcher::Event::InitDone) {
+            break;
+        }
+    }
+
+    let created = pools
+        .create(
+            &PostParams::default(),
+            &pool(
+                "kr-a",
+                json!({"cluster": "eu-west", "vipCIDR": "10.9.0.0/28", "virtualRouterId": 11}),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(created.data["spec"]["vipCount"], 1, "defaulted");
+    assert_eq!(
+        pools.get("kr-a").await.unwrap().data["spec"]["cluster"],
+        "eu-west"
+    );
+    pools
+        .create(
+            &PostParams::default(),
+            &pool("kr-elsewhere", json!({"cluster": "us-east"})),
+        )
+        .await
+        .unwrap();
+    let selected = pools
+        .list(&ListParams::default().fields("spec.cluster=eu-west"))
+        .await
+        .unwrap();
+    let names: Vec<String> = selected.items.iter().map(ResourceExt::name_any).collect();
+    assert_eq!(names, ["kr-a"]);
+    loop {
+        let event = tokio::time::timeout(WAIT, events.try_next())
+            .await
+            .expect("the pool's event within the wait")
+            .unwrap()
+            .expect("the watcher stream stays open");
+        if let watcher::Event::Apply(object) = event
+            && object.name_any() == "kr-a"
+        {
+            break;
+        }
+    }
+
+    let applied = pools
+        .patch(
+            "kr-a",
+            &PatchParams::apply("kube-tests"),
+            &Patch::Apply(json!({
+                "apiVersion": "fedingress.io/v1alpha1",
+                "kind": "IngressPool",
+                "metadata": {"name": "kr-a"},
+                "spec": {"cluster": "eu-west", "capacity": {"rps": 2000}},
+            })),
+        )
+        .await
+        .unwrap();
+    assert_eq!(applied.data["spec"]["capacity"]["rps"], 2000);
+    let fields = owned(&applied, "kube-tests", "Apply").expect("the applier's fields");
+    assert!(
+        holds(&fields, &["f:spec", "f:capacity", "f:rps"]),
+        "{fields}"
+    );
+
+    let status = api_error(
+        pools
+            .patch(
+                "kr-b",
+                &PatchParams::apply("kube-tests"),
+                &Patch::Apply(json!({
+                    "apiVersion": "fedingress.io/v1alpha1",
+                    "kind": "IngressPool",
+                    "metadata": {"name": "kr-b"},
+                    "spec": {"cluster": "eu-west", "virtualRouterId": 11},
+                })),
+            )
+            .await,
+    );
+    assert_eq!((status.code, status.reason.as_str()), (422, "Invalid"));
+    let causes = status.details.unwrap().causes;
+    assert_eq!(causes.len(), 1, "{causes:?}");
+    assert_eq!(causes[0].field, "spec.virtualRouterId");
+
+    let mut claim_events = claims
+        .watch(&WatchParams::default(), "0")
+        .await
+        .unwrap()
+        .boxed();
+    let claim = claims
+        .patch(
+            "kr-shop",
+            &PatchParams::apply("kube-tests"),
+            &Patch::Apply(json!({
+                "apiVersion": "fedingress.io/v1alpha1",
+                "kind": "IngressClaim",
+                "metadata": {"name": "kr-shop"},
+                "spec": {"ingresses": ["not-yet"], "reclaimPolicy": "Recycle"},
+            })),
+        )
+        .await
+        .unwrap();
+    assert_eq!(claim.namespace().as_deref(), Some("default"));
+    assert_eq!(claim.data["spec"]["template"]["replicas"], 2, "defaulted");
+    loop {
+        let event = tokio::time::timeout(WAIT, claim_events.try_next())
+            .await
+            .expect("the claim's event within the wait")
+            .unwrap()
+            .expect("the watch stays open");
+        if let WatchEvent::Added(object) = event {
+            assert_eq!(object.name_any(), "kr-shop");
+            break;
+        }
+    }
+    let listed = claims.list(&ListParams::default()).await.unwrap();
+    assert!(listed.items.iter().any(|c| c.name_any() == "kr-shop"));
+    claims
+        .delete("kr-shop", &DeleteParams::default())
+        .await
+        .unwrap();
+    pools
+        .delete("kr-a", &DeleteParams::default())
+        .await
+        .unwrap();
 }

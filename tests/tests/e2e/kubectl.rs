@@ -356,6 +356,271 @@ fn diff_server_side_and_explain_show_only_what_is_there() {
     assert!(!explain.contains("<no value>"), "{explain}");
 }
 
+/// The header of a `kubectl get` table, as words.
+fn header(table: &str) -> Vec<&str> {
+    table
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect()
+}
+
+/// IngressPools and IngressClaims with the real kubectl: the shipped examples applied,
+/// tables (and `-o wide`) by plural and short name, the category, describe, explain,
+/// a field selector, edit, server-side apply, a watch, admission's refusals with their
+/// field paths, delete (issue 24).
+#[test]
+fn kubectl_drives_pools_and_claims() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start_apiserver(&dir.path().join("data"), &["--dev"]);
+    let k = dev_kubectl(dir.path(), &server, None);
+
+    k.ok(&["apply", "-f", &example("cluster-eu-west.yaml")]);
+    assert_eq!(
+        k.ok(&["apply", "-f", &example("ingresspool-eu-west.yaml")])
+            .trim(),
+        "ingresspool.fedingress.io/eu-west-edge created"
+    );
+    assert_eq!(
+        k.ok(&["apply", "-f", &example("ingressclaim-shop.yaml")])
+            .trim(),
+        "ingressclaim.fedingress.io/shop created"
+    );
+    let other = write(
+        dir.path(),
+        "other.yaml",
+        "apiVersion: fedingress.io/v1alpha1
+kind: IngressPool
+metadata:
+  name: us-east-edge
+spec:
+  cluster: us-east
+  vipCIDR: 10.0.0.96/28
+",
+    );
+    k.ok(&["create", "-f", &other]);
+
+    let pools = k.ok(&["get", "ingresspools"]);
+    assert_eq!(
+        header(&pools),
+        [
+            "NAME",
+            "CLUSTER",
+            "VIPS",
+            "READY",
+            "MEMBERS",
+            "SHARES",
+            "UTILIZATION",
+            "AGE"
+        ],
+        "{pools}"
+    );
+    assert_eq!(pools.lines().count(), 3, "{pools}");
+    let wide = k.ok(&["get", "ipool", "eu-west-edge", "-o", "wide"]);
+    assert_eq!(
+        header(&wide),
+        [
+            "NAME",
+            "CLUSTER",
+            "VIPS",
+            "READY",
+            "MEMBERS",
+            "SHARES",
+            "UTILIZATION",
+            "AGE",
+            "VIP",
+            "HOLDER",
+            "CIDR",
+            "VRID",
+            "SELECTOR"
+        ],
+        "{wide}"
+    );
+    assert!(
+        wide.contains("10.0.0.96/28") && wide.contains("pool=edge"),
+        "{wide}"
+    );
+    let claims = k.ok(&["get", "iclaim"]);
+    assert_eq!(
+        header(&claims),
+        ["NAME", "PHASE", "INGRESSES", "POOLS", "RECLAIM", "AGE"],
+        "{claims}"
+    );
+    assert!(claims.contains("Retain"), "{claims}");
+    let wide = k.ok(&["get", "ingressclaims", "-o", "wide"]);
+    assert_eq!(header(&wide)[6..], ["REPLICAS", "PENDING"], "{wide}");
+    let all = k.ok(&["get", "fedingress", "-o", "name"]);
+    for name in [
+        "ingresspool.fedingress.io/eu-west-edge",
+        "ingressclaim.fedingress.io/shop",
+    ] {
+        assert!(all.contains(name), "{name} in {all}");
+    }
+    let selected = k.ok(&[
+        "get",
+        "ipool",
+        "--field-selector",
+        "spec.cluster=us-east",
+        "-o",
+        "name",
+    ]);
+    assert_eq!(selected.trim(), "ingresspool.fedingress.io/us-east-edge");
+    let described = k.ok(&["describe", "ipool", "eu-west-edge"]);
+    assert!(
+        described.contains("IngressPool") && described.contains("Member Selector"),
+        "{described}"
+    );
+    let described = k.ok(&["describe", "iclaim", "shop"]);
+    assert!(
+        described.contains("Reclaim Policy") && described.contains("Retain"),
+        "{described}"
+    );
+    let explain = k.ok(&["explain", "ingresspool.spec.vipCIDR"]);
+    assert!(
+        explain.contains("The CIDR the pool's VIPs come from"),
+        "{explain}"
+    );
+    let explain = k.ok(&["explain", "ingressclaim.spec.reclaimPolicy"]);
+    assert!(
+        explain.contains("Retain") && explain.contains("Recycle"),
+        "{explain}"
+    );
+
+    // get -w sees an edit made with kubectl edit.
+    let mut watcher = k
+        .command(&["get", "ipool", "--watch", "--output-watch-events"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = watcher.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    eventually(SLOW, "the watch's first listing", || {
+        match rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(line) if line.contains("eu-west-edge") => Ok(()),
+            Ok(line) => Err(line),
+            Err(e) => Err(e.to_string()),
+        }
+    });
+    let edited = k
+        .command(&["edit", "ipool", "eu-west-edge"])
+        .env("KUBE_EDITOR", "sed -i s/rps:\\ 5000/rps:\\ 6000/")
+        .output()
+        .unwrap();
+    assert!(
+        edited.status.success(),
+        "{}",
+        String::from_utf8_lossy(&edited.stderr)
+    );
+    assert_eq!(
+        k.ok(&[
+            "get",
+            "ipool",
+            "eu-west-edge",
+            "-o",
+            "jsonpath={.spec.capacity.rps}"
+        ]),
+        "6000"
+    );
+    eventually(SLOW, "a MODIFIED event in kubectl get -w", || {
+        match rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(line) if line.starts_with("MODIFIED") && line.contains("eu-west-edge") => Ok(()),
+            Ok(line) => Err(line),
+            Err(e) => Err(e.to_string()),
+        }
+    });
+    let _ = watcher.kill();
+    let _ = watcher.wait();
+
+    // Server-side apply, then admission's refusals with their field paths.
+    // The example with a group id: the configuration kubectl's upgrade from client-side
+    // apply compares with keeps every other field.
+    let text = std::fs::read_to_string(example("ingresspool-eu-west.yaml")).unwrap();
+    let applied = write(
+        dir.path(),
+        "applied.yaml",
+        &format!("{text}  virtualRouterId: 21\n"),
+    );
+    let out = k.ok(&[
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "-f",
+        &applied,
+    ]);
+    assert!(out.contains("serverside-applied"), "{out}");
+    let clash = write(
+        dir.path(),
+        "clash.yaml",
+        "apiVersion: fedingress.io/v1alpha1
+kind: IngressPool
+metadata:
+  name: clash
+spec:
+  cluster: eu-west
+  vipCIDR: 10.0.0.96/29
+  virtualRouterId: 21
+",
+    );
+    let err = k.fails(&["apply", "--server-side", "-f", &clash]);
+    assert!(
+        err.contains("spec.vipCIDR: Invalid value: \"10.0.0.96/29\": overlaps the vipCIDR of IngressPool \"eu-west-edge\""),
+        "{err}"
+    );
+    assert!(
+        err.contains(
+            "spec.virtualRouterId: Invalid value: 21: is used by IngressPool \"eu-west-edge\""
+        ),
+        "{err}"
+    );
+    let err = k.fails(&[
+        "patch",
+        "ipool",
+        "eu-west-edge",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"cluster":"us-east"}}"#,
+    ]);
+    assert!(
+        err.contains("spec.cluster: Invalid value: \"us-east\": field is immutable"),
+        "{err}"
+    );
+    let err = k.fails(&[
+        "patch",
+        "fcl",
+        "eu-west",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"vipCIDR":"10.0.0.0/24"}}"#,
+    ]);
+    assert!(
+        err.contains("spec.vipCIDR: Invalid value: \"10.0.0.0/24\": overlaps the vipCIDR of IngressPool \"eu-west-edge\""),
+        "{err}"
+    );
+
+    assert!(
+        k.ok(&["delete", "-f", &example("ingressclaim-shop.yaml")])
+            .contains("deleted")
+    );
+    assert!(
+        k.ok(&["delete", "ipool", "us-east-edge"])
+            .contains("deleted")
+    );
+    let err = k.fails(&["get", "iclaim", "shop"]);
+    assert!(
+        err.contains("ingressclaims.fedingress.io \"shop\" not found"),
+        "{err}"
+    );
+}
+
 #[test]
 fn older_and_newer_kubectl_work_too() {
     let dir = tempfile::tempdir().unwrap();
