@@ -1,8 +1,8 @@
 //! The namespace controller (kube-controller-manager's, for the kinds we store): a
 //! Namespace being deleted has its content deleted (FederatedIngresses, so agents stop
-//! serving them; IngressClaims, Events, Roles, RoleBindings), kube's deletion conditions set while it
-//! waits, and then `kubernetes` removed from `spec.finalizers`, which removes the
-//! namespace.
+//! serving them; IngressClaims, Events, Roles, RoleBindings), kube's deletion conditions
+//! set while it waits, and then `kubernetes` removed from `spec.finalizers`, which
+//! removes the namespace.
 //!
 //! observe ([`observe`]: the namespace's content) → decide ([`decide`], pure) → apply
 //! (deletes, status, finalize). Only the leader runs it, through its fenced store; a
