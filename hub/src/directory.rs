@@ -3,7 +3,7 @@
 //! whichever replica holds its session.
 //!
 //! - [`AgentPublisher`] (every replica) writes a record per agent session it holds under
-//!   `/fedingress/agents/<cluster>`, attached to the replica's lease: when the replica
+//!   `/fedingress/agents/<cluster>/<member>`, attached to the replica's lease: when the replica
 //!   dies the records vanish with it. It writes when something the controller uses
 //!   changed (connect, ack/nack, report, end of the session, lease missed), coalesced;
 //!   changes of load figures alone at most every [`LOAD_INTERVAL`] (15 s). Heartbeats are not
@@ -19,7 +19,8 @@
 //! connected" only if the record is still the one it wrote (compare-and-swap on its
 //! revision), so it never overwrites the record of the replica the agent moved to.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -57,6 +58,11 @@ pub struct AgentRecord {
     pub driver: String,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub capabilities: Vec<String>,
+    /// The member's labels and real address.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<IpAddr>,
     pub last_seen: Time,
     /// The plan the agent last acknowledged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -84,6 +90,8 @@ impl AgentRecord {
             agent_version: state.agent_version.clone(),
             driver: state.driver.clone(),
             capabilities: state.capabilities.clone(),
+            labels: state.labels.clone(),
+            address: state.address,
             last_seen: state.last_seen_time,
             applied: state.applied.as_ref().map(|p| AppliedPlan {
                 version: p.version,
@@ -95,11 +103,15 @@ impl AgentRecord {
         }
     }
 
-    /// The agent state the controller reads (seen now).
+    /// The agent state the controller reads (seen now); the member's name comes from
+    /// the record's key.
     pub fn into_state(self) -> AgentState {
         AgentState {
             session: 0,
             connected: self.connected,
+            member: String::new(),
+            labels: self.labels,
+            address: self.address,
             agent_version: self.agent_version,
             driver: self.driver,
             capabilities: self.capabilities,
@@ -123,6 +135,9 @@ impl AgentRecord {
             if let Some(report) = &mut r.report {
                 report.requests_per_second = 0.0;
                 report.active_connections = 0;
+                report.process_cpu = 0.0;
+                report.host_cpu = 0.0;
+                report.bytes_per_second = 0.0;
                 for ingress in &mut report.ingresses {
                     for listener in &mut ingress.listeners {
                         listener.connections_per_second = 0.0;
@@ -136,11 +151,12 @@ impl AgentRecord {
     }
 }
 
-fn key(cluster: &str) -> String {
-    format!("{PREFIX}{cluster}")
+/// The record of a member ([`member_id`](crate::member_id): `<cluster>/<member>`).
+fn key(member: &str) -> String {
+    format!("{PREFIX}{member}")
 }
 
-/// What the publisher last wrote for a cluster.
+/// What the publisher last wrote for a member.
 struct Written {
     record: AgentRecord,
     /// The local session it describes.
@@ -154,7 +170,7 @@ struct Written {
 
 /// One write the publisher decided on (or, `held_back`, decided to make later).
 struct Write {
-    cluster: String,
+    member: String,
     session: u64,
     record: Option<AgentRecord>,
     precondition: Precondition,
@@ -175,7 +191,7 @@ impl AgentPublisher {
     pub async fn run(mut self) {
         let mut changes = self.hub.subscribe_changes();
         let mut written: HashMap<String, Written> = HashMap::new();
-        // Clusters whose write failed: decided again on the next round.
+        // Members whose write failed: decided again on the next round.
         let mut retry: BTreeSet<String> = BTreeSet::new();
         let mut lease_id = None;
         let mut tick = tokio::time::interval(TICK);
@@ -190,7 +206,7 @@ impl AgentPublisher {
             let Some(lease) = self.lease.borrow().clone() else {
                 continue;
             };
-            let mut candidates = self.hub.take_dirty();
+            let mut candidates = self.hub.take_dirty_members();
             candidates.append(&mut retry);
             if lease_id != Some(lease.id) {
                 // Records of an earlier lease went with it: everything is written again.
@@ -203,7 +219,7 @@ impl AgentPublisher {
                 .into_iter()
                 .partition(|w| w.held_back);
             for write in held {
-                if let Some(w) = written.get_mut(&write.cluster) {
+                if let Some(w) = written.get_mut(&write.member) {
                     w.held_back = true;
                 }
             }
@@ -227,7 +243,7 @@ impl AgentPublisher {
                     Ok(revision) => match write.record {
                         Some(record) => {
                             written.insert(
-                                write.cluster,
+                                write.member,
                                 Written {
                                     record,
                                     session: write.session,
@@ -238,15 +254,15 @@ impl AgentPublisher {
                             );
                         }
                         None => {
-                            written.remove(&write.cluster);
+                            written.remove(&write.member);
                         }
                     },
                     Err(StoreError::PreconditionFailed { .. } | StoreError::NotFound { .. }) => {
                         // Another replica holds the agent now: its record stands.
-                        tracing::debug!(cluster = %write.cluster, "agent record owned by another replica");
+                        tracing::debug!(member = %write.member, "agent record owned by another replica");
                         if let Some(record) = write.record {
                             written.insert(
-                                write.cluster,
+                                write.member,
                                 Written {
                                     record,
                                     session: write.session,
@@ -256,13 +272,13 @@ impl AgentPublisher {
                                 },
                             );
                         } else {
-                            written.remove(&write.cluster);
+                            written.remove(&write.member);
                         }
                     }
                     Err(error) => {
                         // Retried on the next tick (nothing is remembered as written).
-                        tracing::warn!(cluster = %write.cluster, error = %error, "writing an agent record failed");
-                        retry.insert(write.cluster);
+                        tracing::warn!(member = %write.member, error = %error, "writing an agent record failed");
+                        retry.insert(write.member);
                     }
                 }
             }
@@ -270,8 +286,8 @@ impl AgentPublisher {
     }
 
     /// The writes that make the stored records say what the local sessions say: for the
-    /// clusters the hub marked dirty (`candidates`), sessions whose lease passed, load
-    /// changes held back that are now due, and clusters the hub forgot. Records are
+    /// members the hub marked dirty (`candidates`), sessions whose lease passed, load
+    /// changes held back that are now due, and members the hub forgot. Records are
     /// built (the applied plan copied) only for those.
     fn decide(
         &self,
@@ -279,19 +295,19 @@ impl AgentPublisher {
         written: &HashMap<String, Written>,
     ) -> Vec<Write> {
         let agents = self.hub.agents();
-        for (cluster, w) in written {
-            let state = agents.get(cluster);
+        for (member, w) in written {
+            let state = agents.get(member);
             let expired = state.is_some_and(|s| s.connected != w.record.connected);
             let held_back = w.held_back && w.at.elapsed() >= LOAD_INTERVAL;
             if expired || held_back || state.is_none() {
-                candidates.insert(cluster.clone());
+                candidates.insert(member.clone());
             }
         }
         let mut writes = Vec::new();
-        for cluster in candidates {
-            let before = written.get(&cluster);
-            let Some(state) = agents.get(&cluster) else {
-                // The hub forgot the cluster (deleted): our record goes.
+        for member in candidates {
+            let before = written.get(&member);
+            let Some(state) = agents.get(&member) else {
+                // The hub forgot the member (its cluster deleted, or it was disconnected too long): our record goes.
                 if let Some(Written {
                     revision: Some(revision),
                     session,
@@ -299,7 +315,7 @@ impl AgentPublisher {
                 }) = before
                 {
                     writes.push(Write {
-                        cluster,
+                        member,
                         session: *session,
                         record: None,
                         precondition: Precondition::ModRevision(*revision),
@@ -317,7 +333,7 @@ impl AgentPublisher {
                 Some(w) if w.record.same_but_load(&record) && w.at.elapsed() < LOAD_INTERVAL => {
                     // Load alone changed: written once the interval has passed.
                     writes.push(Write {
-                        cluster,
+                        member,
                         session: state.session,
                         record: None,
                         precondition: Precondition::None,
@@ -334,7 +350,7 @@ impl AgentPublisher {
                 None => continue,
             };
             writes.push(Write {
-                cluster,
+                member,
                 session: state.session,
                 record: Some(record),
                 precondition,
@@ -345,11 +361,11 @@ impl AgentPublisher {
     }
 
     async fn apply(&self, write: &Write, lease: &Lease) -> Result<Option<Revision>, StoreError> {
-        let key = key(&write.cluster);
+        let key = key(&write.member);
         match &write.record {
             Some(record) => {
                 let value = serde_json::to_vec(record).map_err(|e| StoreError::Corrupt {
-                    detail: format!("encoding the agent record of {}: {e}", write.cluster),
+                    detail: format!("encoding the agent record of {}: {e}", write.member),
                 })?;
                 let kv = self
                     .store
@@ -398,12 +414,12 @@ impl AgentDirectory {
                 tokio::select! {
                     event = events.next() => match event {
                         Some(Ok(event)) => {
-                            let Some(cluster) = event.kv.key.strip_prefix(PREFIX) else { continue };
+                            let Some(member) = event.kv.key.strip_prefix(PREFIX) else { continue };
                             match event.kind {
-                                EventKind::Put => self.observe(cluster, &event.kv.value, &mut live),
+                                EventKind::Put => self.observe(member, &event.kv.value, &mut live),
                                 EventKind::Delete => {
                                     // Its replica's lease ended: the agent is as last seen.
-                                    live.remove(cluster);
+                                    live.remove(member);
                                 }
                             }
                         }
@@ -436,8 +452,8 @@ impl AgentDirectory {
             // nothing written meanwhile is missed (a record seen twice is harmless).
             revision.get_or_insert(page.revision);
             for kv in &page.kvs {
-                if let Some(cluster) = kv.key.strip_prefix(PREFIX) {
-                    self.observe(cluster, &kv.value, &mut fresh);
+                if let Some(member) = kv.key.strip_prefix(PREFIX) {
+                    self.observe(member, &kv.value, &mut fresh);
                 }
             }
             match (page.more, page.kvs.last()) {
@@ -451,18 +467,18 @@ impl AgentDirectory {
         Ok(revision.unwrap_or_default())
     }
 
-    fn observe(&self, cluster: &str, value: &[u8], live: &mut BTreeSet<String>) {
+    fn observe(&self, member: &str, value: &[u8], live: &mut BTreeSet<String>) {
         match serde_json::from_slice::<AgentRecord>(value) {
             Ok(record) => {
                 if record.connected {
-                    live.insert(cluster.to_string());
+                    live.insert(member.to_string());
                 } else {
-                    live.remove(cluster);
+                    live.remove(member);
                 }
-                self.mirror.mirror(cluster, record.into_state());
+                self.mirror.mirror(member, record.into_state());
             }
             Err(error) => {
-                tracing::warn!(cluster, error = %error, "agent record does not decode; ignored");
+                tracing::warn!(member, error = %error, "agent record does not decode; ignored");
             }
         }
     }
@@ -477,6 +493,9 @@ mod tests {
         AgentState {
             session: 7,
             connected,
+            member: "host-a".into(),
+            labels: [("rack".to_owned(), "r1".to_owned())].into(),
+            address: Some("10.0.0.1".parse().unwrap()),
             agent_version: "0.1.0".into(),
             driver: "standalone".into(),
             capabilities: vec!["TCP".into()],
@@ -509,6 +528,8 @@ mod tests {
         assert!(state.connected);
         assert_eq!(state.applied.as_ref().map(|p| p.version), Some(12));
         assert_eq!(state.capabilities, ["TCP"]);
+        assert_eq!(state.labels["rack"], "r1");
+        assert_eq!(state.address, Some("10.0.0.1".parse().unwrap()));
     }
 
     #[test]
@@ -518,6 +539,8 @@ mod tests {
         let mut report = (*busier.report.clone().unwrap()).clone();
         report.requests_per_second = 900.0;
         report.active_connections = 40;
+        report.host_cpu = 0.9;
+        report.bytes_per_second = 1e6;
         busier.report = Some(Arc::new(report));
         assert!(before.same_but_load(&AgentRecord::of("r1", &busier)));
         assert!(!before.same_but_load(&AgentRecord::of("r1", &state(false))));
@@ -529,14 +552,24 @@ mod tests {
             heartbeat_interval: Duration::from_millis(10),
             lease: Duration::from_millis(50),
         });
-        hub.mirror("eu", AgentRecord::of("r1", &state(true)).into_state());
+        hub.mirror(
+            "eu/host-a",
+            AgentRecord::of("r1", &state(true)).into_state(),
+        );
         assert!(hub.take_dirty().contains("eu"));
-        assert!(hub.agents()["eu"].connected);
+        assert!(hub.agents()["eu/host-a"].connected);
+        assert_eq!(hub.members()["eu"]["host-a"].member, "host-a");
         std::thread::sleep(Duration::from_millis(40));
-        hub.refresh(["eu"]);
+        hub.refresh(["eu/host-a"]);
         std::thread::sleep(Duration::from_millis(30));
-        assert!(hub.agents()["eu"].connected, "refreshed: its replica lives");
+        assert!(
+            hub.agents()["eu/host-a"].connected,
+            "refreshed: its replica lives"
+        );
         std::thread::sleep(Duration::from_millis(40));
-        assert!(!hub.agents()["eu"].connected, "not refreshed for a lease");
+        assert!(
+            !hub.agents()["eu/host-a"].connected,
+            "not refreshed for a lease"
+        );
     }
 }

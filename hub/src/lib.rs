@@ -44,4 +44,4 @@ pub mod routing_state;
 pub mod sessions;
 pub mod tokens;
 
-pub use sessions::{AgentState, Published, SessionSettings, Sessions};
+pub use sessions::{AgentState, MemberInfo, Published, SessionSettings, Sessions, member_id};

@@ -308,41 +308,17 @@ pub fn parse_cidr(value: &str) -> Result<ipnet::IpNet, String> {
     Ok(net)
 }
 
-/// Addresses of `net` a VIP may take: IPv4 prefixes up to /30 lose the network and
-/// broadcast addresses; /31, /32 and IPv6 prefixes keep every address.
-pub fn usable(net: &ipnet::IpNet) -> u128 {
-    let bits = match net {
-        ipnet::IpNet::V4(_) => 32,
-        ipnet::IpNet::V6(_) => 128,
-    };
-    let host_bits = u32::from(bits - net.prefix_len());
-    let size = if host_bits >= 128 {
-        u128::MAX
-    } else {
-        1u128 << host_bits
-    };
-    match net {
-        ipnet::IpNet::V4(_) if host_bits >= 2 => size - 2,
-        _ => size,
-    }
-}
-
-/// Whether two CIDRs share an address.
-pub fn overlaps(a: &ipnet::IpNet, b: &ipnet::IpNet) -> bool {
-    a.contains(&b.network()) || b.contains(&a.network())
-}
-
 /// Validates a `vipCIDR` at `path`: it parses, and holds at least `count` usable
 /// addresses.
 pub fn validate_cidr(value: &str, count: usize, path: &FieldPath) -> Vec<FieldError> {
     match parse_cidr(value) {
         Err(msg) => vec![FieldError::invalid(path.clone(), value, msg)],
-        Ok(net) if usable(&net) < count as u128 => vec![FieldError::invalid(
+        Ok(net) if alloc::usable(&net) < count as u128 => vec![FieldError::invalid(
             path.clone(),
             value,
             format!(
                 "is too small: {} usable addresses, {count} VIPs wanted",
-                usable(&net)
+                alloc::usable(&net)
             ),
         )],
         Ok(_) => Vec::new(),
@@ -474,7 +450,7 @@ pub fn conflicts(
         .and_then(|c| parse_cidr(c).ok())
     {
         if let Some(theirs) = cluster_cidr.and_then(|c| parse_cidr(c).ok())
-            && overlaps(&mine, &theirs)
+            && alloc::overlaps(&mine, &theirs)
         {
             errs.push(FieldError::invalid(
                 spec.child("vipCIDR"),
@@ -491,7 +467,7 @@ pub fn conflicts(
                 .vip_cidr
                 .as_deref()
                 .and_then(|c| parse_cidr(c).ok())
-                && overlaps(&mine, &theirs)
+                && alloc::overlaps(&mine, &theirs)
             {
                 errs.push(FieldError::invalid(
                     spec.child("vipCIDR"),

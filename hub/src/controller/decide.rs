@@ -40,6 +40,7 @@ use super::super::AgentState;
 use super::super::gslb::AnswerChange;
 use super::super::providers::{ProviderEvent, ProviderNameStatus, ProviderReadiness};
 use super::super::routing_state::{IngressRouting, Serving};
+use super::pools::{self, Bindings, Book, Members};
 use super::serving::{AgentKnowledge, serving};
 
 /// lastHeartbeatTime is rewritten at most this often while nothing else changes.
@@ -51,9 +52,18 @@ pub struct World<'a> {
     pub clusters: &'a BTreeMap<String, Cluster>,
     /// Every FederatedIngress, by key.
     pub ingresses: &'a BTreeMap<IngressKey, FederatedIngress>,
-    /// What each cluster's agent said since the hub started (`connected` false past the
-    /// lease).
+    /// What each cluster's agents said since the hub started (`connected` false past the
+    /// lease), each cluster's members folded into one state
+    /// ([`pools::cluster_view`](super::pools::cluster_view)).
     pub agents: &'a BTreeMap<String, AgentState>,
+    /// Every member of every cluster (for `status.members`).
+    pub members: &'a Members,
+    /// Every cluster's pools this pass.
+    pub book: &'a Book,
+    /// Where each share is bound, by cluster.
+    pub bindings: &'a Bindings,
+    /// Clusters that take no new share (their pools, or their capacity, are saturated).
+    pub saturated: &'a BTreeSet<String>,
     /// The hub started less than one lease ago: clusters whose agents have not
     /// reconnected keep their persisted routing state and stored status.
     pub restoring: bool,
@@ -224,7 +234,7 @@ pub fn decide(world: &World<'_>, dirty: &Dirty) -> Pass {
         let placed = world
             .ingresses
             .get(key)
-            .map(|ingress| place(ingress, &cluster_list))
+            .map(|ingress| place(ingress, &cluster_list, world.saturated))
             .unwrap_or_default();
         if world.ingresses.contains_key(key) {
             if placements.get(key) != Some(&placed) {
@@ -307,6 +317,28 @@ pub fn decide(world: &World<'_>, dirty: &Dirty) -> Pass {
         }
         let mut status = cluster.status.clone().unwrap_or_default();
         cluster_status(cluster, agent, &mut status, world.now);
+        if let Some(members) = world.members.get(name) {
+            let (mut listed, count, ready) = pools::members_status(members, world.book.get(name));
+            // A member's heartbeat time moves like the cluster's: at most every
+            // HEARTBEAT_TIME_RESOLUTION while nothing else changes.
+            for member in &mut listed {
+                let Some(before) = status.members.iter().find(|m| m.name == member.name) else {
+                    continue;
+                };
+                let fresh = match (before.last_heartbeat_time, member.last_heartbeat_time) {
+                    (Some(then), Some(now)) => {
+                        (now.0 - then.0).to_std().unwrap_or_default() < HEARTBEAT_TIME_RESOLUTION
+                    }
+                    _ => false,
+                };
+                if fresh && before.connected == member.connected {
+                    member.last_heartbeat_time = before.last_heartbeat_time;
+                }
+            }
+            status.members = listed;
+            status.member_count = count;
+            status.ready_members = ready;
+        }
         if Some(&status) != cluster.status.as_ref() {
             pass.cluster_statuses.insert(name.clone(), status);
         }
@@ -349,7 +381,13 @@ fn provider_event(event: &ProviderEvent) -> IngressEvent {
 
 /// The clusters an ingress is placed on; objects being deleted are placed nowhere (their
 /// listeners close). Sticky through the clusters in its status.
-fn place(ingress: &FederatedIngress, clusters: &[Cluster]) -> Vec<String> {
+/// Where `ingress` is placed: the placement rules over `clusters`, where a saturated
+/// cluster keeps the ingresses placed there but takes no new one.
+fn place(
+    ingress: &FederatedIngress,
+    clusters: &[Cluster],
+    saturated: &BTreeSet<String>,
+) -> Vec<String> {
     if ingress.metadata().deletion_timestamp.is_some() {
         return Vec::new();
     }
@@ -358,7 +396,15 @@ fn place(ingress: &FederatedIngress, clusters: &[Cluster]) -> Vec<String> {
         .as_ref()
         .map(|s| s.clusters.iter().map(|c| c.name.clone()).collect())
         .unwrap_or_default();
-    fedingress_api::placement::place(ingress, clusters, &previous).clusters
+    if saturated.is_empty() {
+        return fedingress_api::placement::place(ingress, clusters, &previous).clusters;
+    }
+    let open: Vec<Cluster> = clusters
+        .iter()
+        .filter(|c| !saturated.contains(c.name()) || previous.iter().any(|p| p == c.name()))
+        .cloned()
+        .collect();
+    fedingress_api::placement::place(ingress, &open, &previous).clusters
 }
 
 fn ingress_outcome(
@@ -440,7 +486,12 @@ fn next_change_ms(
     held.into_iter().chain(failover).min()
 }
 
-fn condition(type_: &str, ok: bool, reason: &str, message: impl Into<String>) -> Condition {
+pub(super) fn condition(
+    type_: &str,
+    ok: bool,
+    reason: &str,
+    message: impl Into<String>,
+) -> Condition {
     let status = if ok {
         ConditionStatus::True
     } else {
@@ -641,10 +692,29 @@ impl StatusInputs<'_> {
                 );
                 if conflict.is_none() {
                     self.add_lacking_capabilities(name, &mut entry);
+                    self.add_pool(name, &mut entry);
                 }
                 entry.last_update_time = last_update_time(previous, &entry, self.world.now);
                 entry
             }
+        }
+    }
+
+    /// The pool the share is bound to on `name` (and the one it leaves); a cluster with
+    /// pools where none takes the share says why.
+    fn add_pool(&self, name: &str, entry: &mut ClusterIngressStatus) {
+        let Some(binding) = self.world.bindings.get(name).and_then(|b| b.get(self.key)) else {
+            return;
+        };
+        entry.pool.clone_from(&binding.pool);
+        entry.previous_pool = binding.leaving.as_ref().map(|l| l.pool.clone());
+        if binding.pool.is_none() {
+            let why = format!("no pool: {}", binding.why);
+            entry.message = if entry.message.is_empty() {
+                why
+            } else {
+                format!("{}; {why}", entry.message)
+            };
         }
     }
 

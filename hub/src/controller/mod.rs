@@ -42,9 +42,10 @@
 
 pub mod decide;
 pub mod observe;
+pub mod pools;
 pub mod serving;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -61,6 +62,8 @@ use tracing::Instrument;
 
 use self::decide::{AgentAction, Dirty, IngressOutcome, Pass, Served, World, Writes};
 use self::observe::Cache;
+use self::pools::{Bindings, Book, Members};
+use super::AgentState;
 use super::Sessions;
 use super::dns_state::{DnsReplica, DnsStore, Published};
 use super::gslb::{AnswerChange, Gslb};
@@ -69,6 +72,8 @@ use super::replication::Role;
 use super::routing_state::{IngressRouting, RoutingStore};
 use super::tokens::TokenStore;
 use crate::metrics::HubMetrics;
+use fedingress_api::pool::schedule::Policy;
+use fedingress_api::pool::{IngressPool, IngressPoolStatus};
 use fedingress_apiserver::events::Recorder;
 use fedingress_apiserver::registry::{Registry, Scope};
 use fedingress_apiserver::status::ApiError;
@@ -77,6 +82,8 @@ use fedingress_apiserver::status::ApiError;
 const DEBOUNCE: Duration = Duration::from_millis(20);
 /// Status writes in flight at once.
 const WRITE_CONCURRENCY: usize = 32;
+/// An IngressPool status whose only change is load is rewritten at most this often.
+const POOL_LOAD_INTERVAL: Duration = Duration::from_secs(15);
 
 /// The field manager of the controller's writes.
 pub const CONTROLLER_MANAGER: &str = "fedingress-controller";
@@ -137,6 +144,17 @@ pub struct Controller {
     tick: Duration,
 
     cache: Cache,
+    /// Every cluster's shares after the last replan (pools are added when published).
+    plans: BTreeMap<String, ClusterPlan>,
+    /// Every cluster's pools at the last pass.
+    book: Book,
+    /// Where each share is bound, by cluster (seeded from stored status at start).
+    bindings: Bindings,
+    /// Clusters that took no new share at the last pass.
+    saturated: BTreeSet<String>,
+    policy: Policy,
+    /// When each pool's status was last written.
+    pool_written: BTreeMap<String, Instant>,
     routing: BTreeMap<IngressKey, IngressRouting>,
     placements: BTreeMap<IngressKey, Vec<String>>,
     conflicts: BTreeMap<IngressKey, Vec<Conflict>>,
@@ -192,7 +210,13 @@ impl Controller {
             providers,
             metrics,
             tick,
+            bindings: pools::stored_bindings(&cache.ingresses, now_ms()),
             cache,
+            plans: BTreeMap::new(),
+            book: Book::new(),
+            saturated: BTreeSet::new(),
+            policy: Policy::default(),
+            pool_written: BTreeMap::new(),
             routing,
             placements: BTreeMap::new(),
             conflicts: BTreeMap::new(),
@@ -333,7 +357,9 @@ impl Controller {
             .min()
             .map(|&at| Duration::from_millis(at.saturating_sub(now_ms)));
         let restoring = self.restoring.then(|| self.agents.restoring_left());
-        [Some(self.tick), timer, restoring]
+        let drain = pools::next_drain_end(&self.bindings)
+            .map(|at| Duration::from_millis(at.saturating_sub(now_ms)));
+        [Some(self.tick), timer, restoring, drain]
             .into_iter()
             .flatten()
             .min()
@@ -380,6 +406,17 @@ impl Controller {
             self.pending.all = true;
         }
         let now = now_ms();
+        for (cluster, bindings) in &self.bindings {
+            let drained = bindings.values().any(|b| {
+                b.leaving
+                    .as_ref()
+                    .and_then(|l| l.drain_until_ms)
+                    .is_some_and(|at| at <= now)
+            });
+            if drained {
+                self.pending.clusters.insert(cluster.clone());
+            }
+        }
         let due: Vec<IngressKey> = self
             .timers
             .iter()
@@ -403,8 +440,11 @@ impl Controller {
             clusters = dirty.clusters.len()
         );
         async {
-            let agents = self.agents.agents();
-            for (name, agent) in &agents {
+            let mut dirty = dirty;
+            let members = self.agents.members();
+            let (views, saturated) =
+                tokio::task::block_in_place(|| self.observe_pools(&members, &mut dirty));
+            for (name, agent) in &views {
                 self.connected.insert(name.clone(), agent.connected);
             }
             self.restoring = self.restoring && self.agents.restoring();
@@ -412,7 +452,11 @@ impl Controller {
             let world = World {
                 clusters: &self.cache.clusters,
                 ingresses: &self.cache.ingresses,
-                agents: &agents,
+                agents: &views,
+                members: &members,
+                book: &self.book,
+                bindings: &self.bindings,
+                saturated: &saturated,
                 restoring: self.restoring,
                 routing: &self.routing,
                 placements: &self.placements,
@@ -456,8 +500,16 @@ impl Controller {
         }
         self.remember_placement(placements, conflicts);
         if let Some(plans) = plans {
-            self.publish_plans(plans);
+            self.plans = plans;
+            // New shares on clusters with pools are bound on the pass that follows.
+            self.pending.clusters.extend(
+                self.book
+                    .keys()
+                    .filter(|c| self.plans.contains_key(*c))
+                    .cloned(),
+            );
         }
+        self.publish_plans();
         if self.writers.is_none() {
             // A follower: the leader persists, serves DNS state and writes status.
             return;
@@ -480,6 +532,52 @@ impl Controller {
             now,
         );
         self.write(writes, cluster_statuses, now).await;
+        self.write_pool_statuses(now).await;
+    }
+
+    /// Writes each IngressPool's status where it changed (while leading); a change of
+    /// load figures alone at most every [`POOL_LOAD_INTERVAL`].
+    async fn write_pool_statuses(&mut self, now: Time) {
+        let Some(writers) = &self.writers else {
+            return;
+        };
+        let mut writes = Vec::new();
+        for (name, pool) in &self.cache.pools {
+            let state = self
+                .book
+                .get(&pool.spec.cluster)
+                .and_then(|pools| pools.iter().find(|p| &p.name == name));
+            let status = pools::pool_status(
+                pool,
+                state,
+                self.bindings.get(&pool.spec.cluster),
+                &self.policy,
+                now,
+            );
+            let stored = pool.status.clone().unwrap_or_default();
+            if status == stored {
+                continue;
+            }
+            let load_only = IngressPoolStatus {
+                load: stored.load,
+                ..status.clone()
+            } == stored;
+            let recent = self
+                .pool_written
+                .get(name)
+                .is_some_and(|at| at.elapsed() < POOL_LOAD_INTERVAL);
+            if load_only && recent {
+                continue;
+            }
+            self.pool_written.insert(name.clone(), Instant::now());
+            writes.push((pool.clone(), status));
+        }
+        let registry = &writers.registry;
+        stream::iter(writes)
+            .for_each_concurrent(WRITE_CONCURRENCY, |(object, status)| async move {
+                write_status(registry, &object, status).await;
+            })
+            .await;
     }
 
     fn remember_placement(
@@ -499,15 +597,90 @@ impl Controller {
         }
     }
 
-    /// Hands every cluster its plan; sessions of clusters that are gone end.
-    fn publish_plans(&self, plans: BTreeMap<String, ClusterPlan>) {
+    /// Hands every cluster its plan (its shares, and its pools with the bindings and
+    /// provisions); sessions of clusters that are gone end. A plan that did not change
+    /// is not sent again ([`Sessions::publish`]).
+    fn publish_plans(&self) {
         let version = u64::try_from(self.cache.revision).unwrap_or_default();
         for name in self.cache.clusters.keys() {
-            let plan = plans.get(name).cloned().unwrap_or_default();
+            let mut plan = self.plans.get(name).cloned().unwrap_or_default();
+            let provisions =
+                pools::provisions(self.book.get(name), &self.cache.pools, &self.cache.claims);
+            let pool_plan =
+                pools::pool_plan(self.book.get(name), self.bindings.get(name), provisions);
+            if !pool_plan.is_empty() {
+                plan.pools = Arc::new(pool_plan);
+            }
             self.sessions.publish(name, plan, version);
         }
         let names: Vec<String> = self.cache.clusters.keys().cloned().collect();
         self.sessions.retain_clusters(&names);
+    }
+
+    /// The pools' part of a pass, before [`decide::decide`]: every pool's members, VIPs
+    /// and load ([`pools::book`]); the bindings of every cluster with pools, rebound
+    /// ([`pools::bind`], the ingresses whose binding changed marked dirty); each
+    /// cluster's members folded into one state ([`pools::cluster_view`]); and the
+    /// clusters that take no new share.
+    fn observe_pools(
+        &mut self,
+        members: &Members,
+        dirty: &mut Dirty,
+    ) -> (BTreeMap<String, AgentState>, BTreeSet<String>) {
+        self.book = pools::book(&self.cache.clusters, &self.cache.pools, members);
+        let inputs = pools::BindInputs {
+            book: &self.book,
+            members,
+            ingresses: &self.cache.ingresses,
+            claims: &self.cache.claims,
+            now_ms: now_ms(),
+            policy: self.policy,
+        };
+        let mut bindings = Bindings::new();
+        for cluster in self.book.keys() {
+            let shares: Vec<&IngressKey> = self
+                .plans
+                .get(cluster)
+                .map(|p| p.ingresses.keys().collect())
+                .unwrap_or_default();
+            let previous = self.bindings.get(cluster);
+            let next = pools::bind(&inputs, cluster, &shares, previous);
+            for (key, binding) in &next {
+                if previous.and_then(|p| p.get(key)) != Some(binding) {
+                    dirty.ingresses.insert(key.clone());
+                }
+            }
+            for key in previous.into_iter().flat_map(|p| p.keys()) {
+                if !next.contains_key(key) {
+                    dirty.ingresses.insert(key.clone());
+                }
+            }
+            if !next.is_empty() {
+                bindings.insert(cluster.clone(), next);
+            }
+        }
+        for (cluster, previous) in &self.bindings {
+            if !bindings.contains_key(cluster) {
+                dirty.ingresses.extend(previous.keys().cloned());
+            }
+        }
+        self.bindings = bindings;
+        let views: BTreeMap<String, AgentState> = members
+            .iter()
+            .filter_map(|(cluster, m)| {
+                let view =
+                    pools::cluster_view(m, self.book.get(cluster), self.bindings.get(cluster))?;
+                Some((cluster.clone(), view))
+            })
+            .collect();
+        let saturated =
+            pools::saturated_clusters(&self.cache.clusters, &self.book, &views, &self.policy);
+        if saturated != self.saturated {
+            // Placement reads it: new placements avoid (or may use again) these clusters.
+            dirty.all = true;
+            self.saturated.clone_from(&saturated);
+        }
+        (views, saturated)
     }
 
     /// Remembers and persists the routing state that changed and arms its timers.
@@ -756,6 +929,13 @@ pub trait HasStatus {
 impl HasStatus for Cluster {
     type Status = ClusterStatus;
     fn set_status(&mut self, status: ClusterStatus) {
+        self.status = Some(status);
+    }
+}
+
+impl HasStatus for IngressPool {
+    type Status = IngressPoolStatus;
+    fn set_status(&mut self, status: IngressPoolStatus) {
         self.status = Some(status);
     }
 }

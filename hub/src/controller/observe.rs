@@ -1,5 +1,5 @@
-//! The controller's *observe* step: an in-memory copy of every Cluster and
-//! FederatedIngress, listed once and then kept current from a store watch (as
+//! The controller's *observe* step: an in-memory copy of every Cluster,
+//! FederatedIngress, IngressPool and IngressClaim, listed once and then kept current from a store watch (as
 //! kube-runtime's reflector does), and the [`Dirty`] set each change implies. Nothing is
 //! listed or decoded again while the store is idle.
 //!
@@ -10,18 +10,22 @@
 use std::collections::BTreeMap;
 
 use fedingress_api::plan::IngressKey;
-use fedingress_api::{Cluster, FederatedIngress};
+use fedingress_api::{Cluster, FederatedIngress, IngressClaim, IngressPool};
 use fedingress_store::{Event, EventKind, Revision};
 
 use super::decide::Dirty;
 use fedingress_apiserver::registry::{Filter, Registry, prefix};
 use fedingress_apiserver::status::ApiError;
 
-/// Every Cluster and FederatedIngress as stored, at `revision`.
+/// Every Cluster, FederatedIngress, IngressPool and IngressClaim as stored, at
+/// `revision`.
 #[derive(Default)]
 pub struct Cache {
     pub clusters: BTreeMap<String, Cluster>,
     pub ingresses: BTreeMap<IngressKey, FederatedIngress>,
+    pub pools: BTreeMap<String, IngressPool>,
+    /// By namespace and name.
+    pub claims: BTreeMap<IngressKey, IngressClaim>,
     pub revision: Revision,
 }
 
@@ -33,8 +37,30 @@ impl Cache {
         let ingresses = registry
             .list::<FederatedIngress>(None, &all, 0, None)
             .await?;
+        let pools = registry.list::<IngressPool>(None, &all, 0, None).await?;
+        let claims = registry.list::<IngressClaim>(None, &all, 0, None).await?;
         Ok(Cache {
-            revision: clusters.resource_version.max(ingresses.resource_version),
+            revision: clusters
+                .resource_version
+                .max(ingresses.resource_version)
+                .max(pools.resource_version)
+                .max(claims.resource_version),
+            pools: pools
+                .items
+                .into_iter()
+                .map(|p| (p.name().to_string(), p))
+                .collect(),
+            claims: claims
+                .items
+                .into_iter()
+                .map(|c| {
+                    let key = IngressKey::new(
+                        c.metadata.namespace.as_deref().unwrap_or_default(),
+                        c.name(),
+                    );
+                    (key, c)
+                })
+                .collect(),
             clusters: clusters
                 .items
                 .into_iter()
@@ -85,6 +111,10 @@ impl Cache {
             self.apply_cluster(event)
         } else if key.starts_with(&prefix::<FederatedIngress>(None)) {
             self.apply_ingress(event)
+        } else if key.starts_with(&prefix::<IngressPool>(None)) {
+            self.apply_pool(event)
+        } else if key.starts_with(&prefix::<IngressClaim>(None)) {
+            self.apply_claim(event)
         } else {
             Dirty::default()
         }
@@ -137,6 +167,84 @@ impl Cache {
             (None, None) => {}
         }
         dirty
+    }
+
+    /// A pool's spec, labels or existence changed: bindings and plans are recomputed
+    /// everywhere (pools change rarely). A status write (the controller's own) only
+    /// updates the cache.
+    fn apply_pool(&mut self, event: &Event) -> Dirty {
+        let decoded = match event.kind {
+            EventKind::Put => match Registry::decode_stored::<IngressPool>(&event.kv) {
+                Ok(pool) => Some(pool),
+                Err(_) => return Dirty::default(),
+            },
+            EventKind::Delete => None,
+        };
+        let Some(name) = decoded
+            .as_ref()
+            .map(|p| p.name().to_string())
+            .or_else(|| event.kv.key.rsplit('/').next().map(str::to_string))
+        else {
+            return Dirty::default();
+        };
+        let before = match decoded {
+            Some(pool) => self.pools.insert(name.clone(), pool),
+            None => self.pools.remove(&name),
+        };
+        let after = self.pools.get(&name);
+        let changed = match (&before, after) {
+            (Some(before), Some(after)) => {
+                before.spec != after.spec
+                    || before.metadata.labels != after.metadata.labels
+                    || before.metadata.deletion_timestamp != after.metadata.deletion_timestamp
+            }
+            _ => true,
+        };
+        Dirty {
+            all: changed,
+            replan: changed,
+            ..Dirty::default()
+        }
+    }
+
+    /// A claim changed: everything is recomputed (its pools' bindings, its status).
+    fn apply_claim(&mut self, event: &Event) -> Dirty {
+        let decoded = match event.kind {
+            EventKind::Put => match Registry::decode_stored::<IngressClaim>(&event.kv) {
+                Ok(claim) => Some(claim),
+                Err(_) => return Dirty::default(),
+            },
+            EventKind::Delete => None,
+        };
+        let key = match &decoded {
+            Some(claim) => IngressKey::new(
+                claim.metadata.namespace.as_deref().unwrap_or_default(),
+                claim.name(),
+            ),
+            None => {
+                let mut parts = event.kv.key.rsplit('/');
+                match (parts.next(), parts.next()) {
+                    (Some(name), Some(namespace)) => IngressKey::new(namespace, name),
+                    _ => return Dirty::default(),
+                }
+            }
+        };
+        let before = match decoded {
+            Some(claim) => self.claims.insert(key.clone(), claim),
+            None => self.claims.remove(&key),
+        };
+        let changed = match (&before, self.claims.get(&key)) {
+            (Some(before), Some(after)) => {
+                before.spec != after.spec
+                    || before.metadata.deletion_timestamp != after.metadata.deletion_timestamp
+            }
+            _ => true,
+        };
+        Dirty {
+            all: changed,
+            replan: changed,
+            ..Dirty::default()
+        }
     }
 
     fn apply_ingress(&mut self, event: &Event) -> Dirty {

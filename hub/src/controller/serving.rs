@@ -380,6 +380,9 @@ mod tests {
         AgentState {
             session: 1,
             connected,
+            member: String::new(),
+            labels: Default::default(),
+            address: None,
             agent_version: String::new(),
             driver: String::new(),
             capabilities: Vec::new(),

@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -17,6 +17,7 @@ use fedingress_dns::SrvService;
 
 use super::*;
 use crate::controller::observe::Cache;
+use crate::controller::pools::{Bindings, Book, Members};
 use crate::gslb::AnswerChange;
 use crate::routing_state::{IngressRouting, Serving};
 use crate::{AgentState, Published};
@@ -89,6 +90,9 @@ fn agent(ip: &str, shares: &[(&str, i64)], ready: u32, connected: bool) -> Agent
     AgentState {
         session: 1,
         connected,
+        member: String::new(),
+        labels: BTreeMap::new(),
+        address: None,
         agent_version: "test".into(),
         driver: "standalone".into(),
         capabilities: Vec::new(),
@@ -154,6 +158,10 @@ impl Fixture {
             clusters: &self.clusters,
             ingresses: &self.ingresses,
             agents: &self.agents,
+            members: &Members::new(),
+            book: &Book::new(),
+            bindings: &Bindings::new(),
+            saturated: &BTreeSet::new(),
             restoring: self.restoring,
             routing: &self.routing,
             placements: &self.placements,
@@ -998,6 +1006,8 @@ fn cache_of(f: &Fixture) -> Cache {
     Cache {
         clusters: f.clusters.clone(),
         ingresses: f.ingresses.clone(),
+        pools: BTreeMap::new(),
+        claims: BTreeMap::new(),
         revision: 1,
     }
 }

@@ -41,7 +41,7 @@ use tonic::{Request, Response, Status, Streaming};
 use super::credentials::{IDENTITY, Registration, Revocations};
 use super::pki::AgentCa;
 use super::tokens::{CertRecord, TokenStore, Verdict};
-use super::{Published, Sessions};
+use super::{MemberInfo, Published, Sessions};
 use fedingress_apiserver::registry::Registry;
 
 /// How agents prove who they are beyond bearer tokens: the agent CA (none: `Join` and
@@ -75,6 +75,23 @@ pub struct Gateway {
     tokens: TokenStore,
     registry: Registry,
     identity: Identity,
+}
+
+/// The member a Hello speaks for: its `member`, or for an agent from before members
+/// (none given) the cluster's name. A name that is not a DNS-1123 label is refused
+/// without echoing it.
+fn member_name(cluster: &str, member: &str) -> Result<String, Status> {
+    if member.is_empty() {
+        return Ok(cluster.to_string());
+    }
+    if fedingress_api::names::dns1123_label(member).is_empty() {
+        return Ok(member.to_string());
+    }
+    IDENTITY.refused("member");
+    Err(Status::invalid_argument(format!(
+        "the member name ({} bytes) is not a DNS-1123 label (set member.name in the agent's config)",
+        member.len()
+    )))
 }
 
 /// Refuses a cluster name that no Cluster can have before it is logged or looked up:
@@ -384,11 +401,17 @@ impl AgentGateway for Gateway {
                 return Err(status);
             }
         };
+        let member = member_name(&cluster, &hello.member)?;
         let (session, kill) = self.hub.connect(
             &cluster,
-            &hello.agent_version,
-            &hello.driver,
-            &hello.capabilities,
+            MemberInfo {
+                name: member.clone(),
+                labels: hello.member_labels.clone(),
+                address: hello.member_address,
+                agent_version: hello.agent_version.clone(),
+                driver: hello.driver.clone(),
+                capabilities: hello.capabilities.clone(),
+            },
         );
         // Read after the session is registered: a provider or cordon change stored later
         // ends this session (the controller sees it after this read), one stored earlier is
@@ -404,13 +427,13 @@ impl AgentGateway for Gateway {
                 (None, false)
             }
         };
-        tracing::info!(cluster, session, peer = ?peer, auth = method, agent_version = %hello.agent_version, driver = %hello.driver, capabilities = ?hello.capabilities, applied_version = hello.applied_version, "agent connected");
+        tracing::info!(cluster, member, session, peer = ?peer, auth = method, agent_version = %hello.agent_version, driver = %hello.driver, capabilities = ?hello.capabilities, applied_version = hello.applied_version, "agent connected");
         let (tx, rx) = mpsc::channel::<Result<HubMessage, Status>>(64);
         let hub = self.hub.clone();
         tokio::spawn(async move {
             let end = session_loop(
                 &hub,
-                &cluster,
+                (&cluster, &member),
                 session,
                 &hello,
                 (provider, cordoned),
@@ -420,7 +443,7 @@ impl AgentGateway for Gateway {
                 registration,
             )
             .await;
-            tracing::info!(cluster, session, reason = %end, "agent session ended");
+            tracing::info!(cluster, member, session, reason = %end, "agent session ended");
             hub.disconnect(&cluster, session);
         });
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
@@ -440,7 +463,7 @@ async fn send(
 #[allow(clippy::too_many_arguments)]
 async fn session_loop(
     hub: &Sessions,
-    cluster: &str,
+    (cluster, member): (&str, &str),
     session: u64,
     hello: &fedingress_proto::Hello,
     (provider, cordoned): (Option<Provider>, bool),
@@ -461,7 +484,7 @@ async fn session_loop(
         return e;
     }
     let mut plans = hub.plan_receiver(cluster);
-    let current = plans.borrow_and_update().clone();
+    let current = plans.borrow_and_update().for_member(member);
     // Plans sent on this stream by version, for Acks.
     let mut sent: BTreeMap<u64, Published> = BTreeMap::new();
     let mut last_sent = current.clone();
@@ -492,7 +515,7 @@ async fn session_loop(
                 if changed.is_err() {
                     return "cluster removed".into();
                 }
-                let next = plans.borrow_and_update().clone();
+                let next = plans.borrow_and_update().for_member(member);
                 if next.digest == last_sent.digest {
                     continue;
                 }
