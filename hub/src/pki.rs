@@ -3,9 +3,10 @@
 //! An agent sends a PKCS#10 request for a key it generated; [`AgentCa::sign`] checks it
 //! ([`check_csr`]: signature, CN = the cluster's name, no CA, key usage and extended key
 //! usage at most what a TLS client needs) and issues a certificate of its own making:
-//! CN = the cluster, URI SAN `fedingress://clusters/<name>/<uid>`, digitalSignature,
-//! clientAuth, the configured validity. Nothing of the request but its subject public
-//! key ends up in the certificate.
+//! CN = the cluster, URI SAN `fedingress://clusters/<name>/<uid>/members/<member>`
+//! ([`identity_uri`]; without `/members/<member>` for an agent that names no member),
+//! digitalSignature, clientAuth, the configured validity. Nothing of the request but its
+//! subject public key ends up in the certificate.
 //!
 //! Where the CA comes from: `--agent-ca-cert-file`/`--agent-ca-key-file` (the anchor is
 //! kube-controller-manager's `--cluster-signing-cert-file`), or, with the embedded store
@@ -160,7 +161,8 @@ impl AgentCa {
         &self.cert_pem
     }
 
-    /// Checks `csr_pem` for `cluster` and signs a client certificate for its key.
+    /// Checks `csr_pem` for `cluster` and signs a client certificate for its key, naming
+    /// `member` of the cluster (`""`: the whole cluster, for agents before members).
     ///
     /// # Errors
     /// What [`check_csr`] refuses, or signing failed.
@@ -169,6 +171,7 @@ impl AgentCa {
         csr_pem: &str,
         cluster: &str,
         uid: &str,
+        member: &str,
         validity: Duration,
         now: SystemTime,
     ) -> Result<Signed, CsrError> {
@@ -183,7 +186,7 @@ impl AgentCa {
             .distinguished_name
             .push(DnType::OrganizationName, "fedingress:agents");
         params.subject_alt_names = vec![SanType::URI(
-            identity_uri(cluster, uid)
+            identity_uri(cluster, uid, member)
                 .try_into()
                 .map_err(|e| CsrError::Sign(format!("{e}")))?,
         )];
@@ -211,9 +214,15 @@ impl AgentCa {
     }
 }
 
-/// `fedingress://clusters/<name>/<uid>`: the identity a certificate names.
-pub fn identity_uri(cluster: &str, uid: &str) -> String {
-    format!("fedingress://clusters/{cluster}/{uid}")
+/// The identity a certificate names: `fedingress://clusters/<name>/<uid>/members/<member>`,
+/// or `fedingress://clusters/<name>/<uid>` when `member` is empty (an agent from before
+/// members, which speaks for the whole cluster).
+pub fn identity_uri(cluster: &str, uid: &str, member: &str) -> String {
+    if member.is_empty() {
+        format!("fedingress://clusters/{cluster}/{uid}")
+    } else {
+        format!("fedingress://clusters/{cluster}/{uid}/members/{member}")
+    }
 }
 
 /// SHA-256 of a certificate's DER, lower-case hex.
@@ -337,6 +346,7 @@ mod tests {
                 &csr(named("eu")),
                 "eu",
                 "uid-1",
+                "",
                 Duration::from_secs(60),
                 now,
             )
@@ -345,7 +355,37 @@ mod tests {
         assert_eq!(signed.not_after, unix(now) + 60);
         let der = pem_der(&signed.pem).unwrap();
         assert!(contains(&der, b"fedingress://clusters/eu/uid-1"));
+        assert!(!contains(&der, b"/members/"));
         assert!(contains(&der, b"eu"));
+    }
+
+    #[test]
+    fn a_member_certificate_names_the_member_in_its_uri() {
+        assert_eq!(
+            identity_uri("eu", "uid-1", "web-1"),
+            "fedingress://clusters/eu/uid-1/members/web-1"
+        );
+        assert_eq!(
+            identity_uri("eu", "uid-1", ""),
+            "fedingress://clusters/eu/uid-1",
+            "an agent before members: the old form"
+        );
+        let (ca, _) = AgentCa::generate("test").unwrap();
+        let signed = ca
+            .sign(
+                &csr(named("eu")),
+                "eu",
+                "uid-1",
+                "web-1",
+                Duration::from_secs(60),
+                SystemTime::now(),
+            )
+            .unwrap();
+        let der = pem_der(&signed.pem).unwrap();
+        assert!(contains(
+            &der,
+            b"fedingress://clusters/eu/uid-1/members/web-1"
+        ));
     }
 
     /// CA rotation (docs/security.md): the new CA first, the old one appended. The hub
@@ -363,6 +403,7 @@ mod tests {
                 &csr(named("eu")),
                 "eu",
                 "u",
+                "",
                 Duration::from_secs(60),
                 SystemTime::now(),
             )
@@ -386,7 +427,7 @@ mod tests {
         let (ca, _) = AgentCa::generate("test").unwrap();
         let now = SystemTime::now();
         let sign = |params: CertificateParams| {
-            ca.sign(&csr(params), "eu", "u", Duration::from_secs(60), now)
+            ca.sign(&csr(params), "eu", "u", "", Duration::from_secs(60), now)
         };
         assert!(matches!(
             sign(named("us")),
@@ -410,7 +451,7 @@ mod tests {
         fine.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         assert!(sign(fine).is_ok());
         assert_eq!(
-            ca.sign("garbage", "eu", "u", Duration::from_secs(1), now)
+            ca.sign("garbage", "eu", "u", "", Duration::from_secs(1), now)
                 .unwrap_err(),
             CsrError::Parse
         );

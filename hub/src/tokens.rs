@@ -52,6 +52,11 @@ pub struct CertRecord {
     pub created_at: Time,
     /// notAfter, Unix seconds.
     pub not_after: i64,
+    /// The member of the cluster the certificate names (its URI SAN ends in
+    /// `/members/<member>`); empty for a certificate of the whole cluster (an agent from
+    /// before members, and records written before members).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub member: String,
 }
 
 /// One credential of a cluster, as the `token` subresource lists it.
@@ -381,32 +386,49 @@ impl TokenStore {
         fingerprint: &str,
         now_unix: i64,
     ) -> Result<Verdict, ApiError> {
-        let key = cert_key(cluster, fingerprint);
-        let Some(kv) = self.store.get(&key).await.map_err(storage_error)? else {
-            return Ok(Verdict::Refused(format!(
-                "client certificate {} is not a live certificate of cluster {cluster:?} (revoked, or issued for another cluster)",
-                short(fingerprint)
-            )));
-        };
-        let Ok(record) = serde_json::from_slice::<CertRecord>(&kv.value) else {
-            return Ok(Verdict::Refused("unreadable certificate record".into()));
-        };
-        if record.uid != uid {
-            return Ok(Verdict::Refused(
-                "the client certificate was issued for an earlier cluster of this name (its uid differs): join again with a new join token".into(),
-            ));
-        }
-        if record.not_after < now_unix {
-            return Ok(Verdict::Refused(
-                "the client certificate has expired: join again with a new join token".into(),
-            ));
-        }
-        Ok(Verdict::Valid { key })
+        Ok(self
+            .verify_cert_record(cluster, uid, fingerprint, now_unix)
+            .await?
+            .0)
     }
 
-    /// The certificate `fingerprint` of `cluster` works: certificates of the cluster
-    /// issued before it are revoked (their records deleted), so revoking the newest
-    /// certificate is final once it has been used. Returns how many.
+    /// [`TokenStore::verify_cert`], with the certificate's record when it is valid (its
+    /// `member` is the member the certificate names).
+    pub async fn verify_cert_record(
+        &self,
+        cluster: &str,
+        uid: &str,
+        fingerprint: &str,
+        now_unix: i64,
+    ) -> Result<(Verdict, Option<CertRecord>), ApiError> {
+        let refused = |why: String| Ok((Verdict::Refused(why), None));
+        let key = cert_key(cluster, fingerprint);
+        let Some(kv) = self.store.get(&key).await.map_err(storage_error)? else {
+            return refused(format!(
+                "client certificate {} is not a live certificate of cluster {cluster:?} (revoked, or issued for another cluster)",
+                short(fingerprint)
+            ));
+        };
+        let Ok(record) = serde_json::from_slice::<CertRecord>(&kv.value) else {
+            return refused("unreadable certificate record".into());
+        };
+        if record.uid != uid {
+            return refused(
+                "the client certificate was issued for an earlier cluster of this name (its uid differs): join again with a new join token".into(),
+            );
+        }
+        if record.not_after < now_unix {
+            return refused(
+                "the client certificate has expired: join again with a new join token".into(),
+            );
+        }
+        Ok((Verdict::Valid { key }, Some(record)))
+    }
+
+    /// The certificate `fingerprint` of `cluster` works: certificates of the same member
+    /// of the cluster issued before it are revoked (their records deleted), so revoking
+    /// the newest certificate is final once it has been used. Other members'
+    /// certificates stay (each member renews its own). Returns how many.
     pub async fn retire_older_certs(
         &self,
         cluster: &str,
@@ -417,7 +439,10 @@ impl TokenStore {
             return Ok(0);
         };
         let mut retired = 0;
-        for old in certs.iter().filter(|c| c.created_at.0 < used.created_at.0) {
+        for old in certs
+            .iter()
+            .filter(|c| c.member == used.member && c.created_at.0 < used.created_at.0)
+        {
             if self
                 .store
                 .delete(&cert_key(cluster, &old.fingerprint), Precondition::None)
@@ -750,6 +775,7 @@ mod tests {
             serial: "01".into(),
             created_at: now,
             not_after: 1000,
+            member: String::new(),
         };
         tokens.record_cert(&record, 0).await.unwrap();
         let fp = record.fingerprint.clone();
@@ -794,5 +820,59 @@ mod tests {
             tokens.verify_cert("eu", "u1", &fp, 999).await.unwrap(),
             Verdict::Refused(_)
         ));
+    }
+    /// Issue 24: each member of a cluster renews its own certificate; one member's newer
+    /// certificate must not revoke another member's.
+    #[tokio::test]
+    async fn a_members_newer_certificate_retires_only_that_members_older_ones() {
+        let (_dir, store) = store();
+        let tokens = TokenStore::new(store);
+        let now = Time(chrono::Utc::now());
+        let cert = |fingerprint: &str, member: &str, seconds: i64| CertRecord {
+            fingerprint: fingerprint.repeat(32),
+            cluster: "eu".into(),
+            uid: "u1".into(),
+            serial: "01".into(),
+            created_at: Time(now.0 + chrono::Duration::seconds(seconds)),
+            not_after: 1000,
+            member: member.into(),
+        };
+        let a_old = cert("a1", "web-a", 0);
+        let b_old = cert("b1", "web-b", 1);
+        let a_new = cert("a2", "web-a", 2);
+        for record in [&a_old, &b_old, &a_new] {
+            tokens.record_cert(record, 0).await.unwrap();
+        }
+        let (verdict, record) = tokens
+            .verify_cert_record("eu", "u1", &a_new.fingerprint, 999)
+            .await
+            .unwrap();
+        assert!(matches!(verdict, Verdict::Valid { .. }));
+        assert_eq!(record.unwrap().member, "web-a");
+        assert_eq!(
+            tokens
+                .retire_older_certs("eu", &a_new.fingerprint)
+                .await
+                .unwrap(),
+            1,
+            "web-a's older certificate only"
+        );
+        let valid = |verdict: Verdict| matches!(verdict, Verdict::Valid { .. });
+        assert!(!valid(
+            tokens
+                .verify_cert("eu", "u1", &a_old.fingerprint, 999)
+                .await
+                .unwrap()
+        ));
+        assert!(valid(
+            tokens
+                .verify_cert("eu", "u1", &b_old.fingerprint, 999)
+                .await
+                .unwrap()
+        ));
+        // A record from before members reads as the whole cluster's.
+        let legacy = br#"{"fingerprint":"x","cluster":"eu","uid":"u1","serial":"01","createdAt":"2026-01-01T00:00:00Z","notAfter":5}"#;
+        let parsed: CertRecord = serde_json::from_slice(legacy).unwrap();
+        assert_eq!(parsed.member, "");
     }
 }

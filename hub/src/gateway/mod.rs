@@ -141,7 +141,10 @@ impl Gateway {
     }
 
     /// Authenticates a Hello: the client certificate when there is one, else the token.
-    /// Returns the registration that ends the session on revocation.
+    /// Returns the registration that ends the session on revocation, the method
+    /// (`certificate` or `token`), and the member the certificate names: `None` for a
+    /// token (cluster-wide) or a certificate from before members (whole cluster), so
+    /// such a session may speak as any member.
     ///
     /// The session is registered under the keys of its credential and Cluster before
     /// either is read: a deletion the reads below miss is then one the revocation watch
@@ -151,7 +154,7 @@ impl Gateway {
         cluster: &str,
         token: &str,
         peer_cert: Option<&[u8]>,
-    ) -> Result<(Registration, &'static str), Status> {
+    ) -> Result<(Registration, &'static str, Option<String>), Status> {
         let fingerprint = peer_cert.map(super::pki::fingerprint);
         let credential = match &fingerprint {
             Some(fingerprint) => super::tokens::cert_key(cluster, fingerprint),
@@ -166,13 +169,14 @@ impl Gateway {
             .revocations
             .register(credential.clone(), cluster_key);
         let uid = self.cluster(cluster).await?;
-        let (verdict, method) = match fingerprint {
+        let (verdict, method, member) = match fingerprint {
             Some(fingerprint) => {
-                let verdict = self
+                let (verdict, record) = self
                     .tokens
-                    .verify_cert(cluster, &uid, &fingerprint, unix_now())
+                    .verify_cert_record(cluster, &uid, &fingerprint, unix_now())
                     .await
                     .map_err(|e| Status::unavailable(e.message))?;
+                let member = record.map(|r| r.member).filter(|m| !m.is_empty());
                 if matches!(verdict, Verdict::Valid { .. }) {
                     // The agent's newest certificate works: the ones before it go.
                     let tokens = self.tokens.clone();
@@ -191,7 +195,7 @@ impl Gateway {
                         }
                     });
                 }
-                (verdict, "certificate")
+                (verdict, "certificate", member)
             }
             None if token.is_empty() => {
                 return Err(Status::unauthenticated(format!(
@@ -204,12 +208,13 @@ impl Gateway {
                     .await
                     .map_err(|e| Status::unavailable(e.message))?,
                 "token",
+                None,
             ),
         };
         match verdict {
             Verdict::Valid { key } => {
                 debug_assert_eq!(key, credential, "registered under another key");
-                Ok((registration, method))
+                Ok((registration, method, member))
             }
             Verdict::Refused(why) => {
                 IDENTITY.refused(method);
@@ -218,11 +223,13 @@ impl Gateway {
         }
     }
 
-    /// Signs `csr_pem` for `cluster` of `uid` and records the certificate.
+    /// Signs `csr_pem` for `member` of `cluster` of `uid` (`""`: the whole cluster) and
+    /// records the certificate.
     async fn issue(
         &self,
         cluster: &str,
         uid: &str,
+        member: &str,
         csr_pem: &str,
     ) -> Result<fedingress_proto::IssuedCertificate, Status> {
         let Some(ca) = &self.identity.ca else {
@@ -236,6 +243,7 @@ impl Gateway {
                 csr_pem,
                 cluster,
                 uid,
+                member,
                 self.identity.certificate_validity,
                 now,
             )
@@ -247,6 +255,7 @@ impl Gateway {
             serial: signed.serial.clone(),
             created_at: fedingress_api::Time(chrono::Utc::now()),
             not_after: signed.not_after,
+            member: member.to_string(),
         };
         self.tokens
             .record_cert(&record, unix_now())
@@ -258,6 +267,43 @@ impl Gateway {
             not_after_unix: signed.not_after,
             fingerprint: signed.fingerprint,
         })
+    }
+}
+
+/// Refuses a member name that is not a DNS-1123 label (`""` is an agent from before
+/// members, and fine) before it is logged or signed into a certificate.
+fn valid_member_name(member: &str) -> Result<(), Status> {
+    let problems = fedingress_api::names::dns1123_label(member);
+    if member.is_empty() || problems.is_empty() {
+        return Ok(());
+    }
+    IDENTITY.refused("member");
+    if member.len() > 253 {
+        return Err(Status::invalid_argument(format!(
+            "the member name ({} bytes) is not a DNS-1123 label",
+            member.len()
+        )));
+    }
+    Err(Status::invalid_argument(format!(
+        "member {member:?} is not a DNS-1123 label: {}",
+        problems.join("; ")
+    )))
+}
+
+/// The member a renewed certificate names: the current certificate's. A certificate of
+/// the whole cluster (`""`, from before members) is renewed as the member asked for,
+/// which only narrows what it may speak for.
+///
+/// # Errors
+/// `PermissionDenied` when the request asks for another member than the certificate's.
+fn renewed_member(current: &str, asked: &str) -> Result<String, Status> {
+    match (current, asked) {
+        ("", asked) => Ok(asked.to_string()),
+        (current, "") => Ok(current.to_string()),
+        (current, asked) if current == asked => Ok(current.to_string()),
+        (current, asked) => Err(Status::permission_denied(format!(
+            "the client certificate is member {current:?}'s; a renewal keeps its member, so it cannot be renewed as {asked:?}"
+        ))),
     }
 }
 
@@ -290,6 +336,7 @@ impl AgentGateway for Gateway {
         }
         let cluster = join.cluster.clone();
         valid_cluster_name(&cluster)?;
+        valid_member_name(&join.member)?;
         let uid = self.cluster(&cluster).await?;
         if self.identity.ca.is_none() {
             return Err(Status::failed_precondition(
@@ -319,11 +366,13 @@ impl AgentGateway for Gateway {
                 return Err(Status::unauthenticated(why));
             }
         }
-        let issued = self.issue(&cluster, &uid, &join.csr_pem).await?;
+        let issued = self
+            .issue(&cluster, &uid, &join.member, &join.csr_pem)
+            .await?;
         IDENTITY
             .joins
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        tracing::info!(cluster, peer = ?peer, fingerprint = %issued.fingerprint, not_after = issued.not_after_unix, "agent joined: client certificate issued");
+        tracing::info!(cluster, member = %join.member, peer = ?peer, fingerprint = %issued.fingerprint, not_after = issued.not_after_unix, "agent joined: client certificate issued");
         Ok(Response::new(fedingress_proto::convert::issued_to_pb(
             &issued,
         )))
@@ -342,22 +391,27 @@ impl AgentGateway for Gateway {
         let renew = fedingress_proto::convert::renew_from_pb(request.into_inner())?;
         let cluster = renew.cluster.clone();
         valid_cluster_name(&cluster)?;
+        valid_member_name(&renew.member)?;
         let uid = self.cluster(&cluster).await?;
-        match self
+        let current = match self
             .tokens
-            .verify_cert(&cluster, &uid, &super::pki::fingerprint(&der), unix_now())
+            .verify_cert_record(&cluster, &uid, &super::pki::fingerprint(&der), unix_now())
             .await
             .map_err(|e| Status::unavailable(e.message))?
         {
-            Verdict::Valid { .. } => {}
-            Verdict::Refused(why) => {
+            (Verdict::Valid { .. }, record) => record.map(|r| r.member).unwrap_or_default(),
+            (Verdict::Refused(why), _) => {
                 tracing::warn!(cluster, peer = ?peer, reason = %why, "renewal refused");
                 IDENTITY.refused("renew");
                 return Err(Status::unauthenticated(why));
             }
-        }
+        };
+        let member = renewed_member(&current, &renew.member).inspect_err(|_| {
+            tracing::warn!(cluster, member = current, asked = renew.member, peer = ?peer, "renewal refused: another member");
+            IDENTITY.refused("renew");
+        })?;
         let issued = self
-            .issue(&cluster, &uid, &renew.csr_pem)
+            .issue(&cluster, &uid, &member, &renew.csr_pem)
             .await
             .inspect_err(|status| {
                 if status.code() == tonic::Code::InvalidArgument {
@@ -367,7 +421,7 @@ impl AgentGateway for Gateway {
         IDENTITY
             .renewals
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        tracing::info!(cluster, peer = ?peer, fingerprint = %issued.fingerprint, not_after = issued.not_after_unix, "client certificate renewed");
+        tracing::info!(cluster, member, peer = ?peer, fingerprint = %issued.fingerprint, not_after = issued.not_after_unix, "client certificate renewed");
         Ok(Response::new(fedingress_proto::convert::issued_to_pb(
             &issued,
         )))
@@ -391,7 +445,7 @@ impl AgentGateway for Gateway {
         };
         let cluster = hello.cluster.clone();
         valid_cluster_name(&cluster)?;
-        let (registration, method) = match self
+        let (registration, method, _cert_member) = match self
             .authenticate(&cluster, &hello.token, peer_cert.as_deref())
             .await
         {
@@ -606,5 +660,41 @@ mod tests {
             assert_eq!(status.code(), tonic::Code::InvalidArgument);
             assert!(status.message().len() < 200, "the name is not echoed");
         }
+    }
+
+    /// Issue 24: a certificate names one member; its renewal keeps it.
+    #[test]
+    fn a_renewal_keeps_the_member_of_the_certificate() {
+        assert_eq!(renewed_member("web-1", "web-1").unwrap(), "web-1");
+        assert_eq!(renewed_member("web-1", "").unwrap(), "web-1");
+        assert_eq!(
+            renewed_member("", "web-2").unwrap(),
+            "web-2",
+            "a whole-cluster certificate narrows to the member"
+        );
+        assert_eq!(renewed_member("", "").unwrap(), "");
+        let status = renewed_member("web-1", "web-2").unwrap_err();
+        assert_eq!(status.code(), tonic::Code::PermissionDenied);
+        assert!(
+            status.message().contains("\"web-1\""),
+            "{}",
+            status.message()
+        );
+    }
+
+    #[test]
+    fn a_member_name_must_be_a_label_and_is_not_echoed_when_huge() {
+        assert!(
+            valid_member_name("").is_ok(),
+            "an agent from before members"
+        );
+        assert!(valid_member_name("web-1").is_ok());
+        for name in ["Web_1", "web.1", "-web"] {
+            let status = valid_member_name(name).unwrap_err();
+            assert_eq!(status.code(), tonic::Code::InvalidArgument);
+            assert!(status.message().contains(name), "{}", status.message());
+        }
+        let status = valid_member_name(&"x".repeat(4 << 20)).unwrap_err();
+        assert!(status.message().len() < 200, "the name is not echoed");
     }
 }
