@@ -1168,6 +1168,46 @@ mod tests {
         assert!(policy.authorize(&metrics).is_none());
     }
 
+    /// view reads pools and claims (and their status); edit, bound in a namespace,
+    /// writes claims there; neither writes a status.
+    #[test]
+    fn view_and_edit_cover_pools_and_claims() {
+        let policy = policy();
+        for (verb, resource, namespace) in [
+            ("list", "ingresspools", ""),
+            ("get", "ingresspools/status", ""),
+            ("watch", "ingressclaims", "any"),
+            ("get", "ingressclaims/status", "any"),
+        ] {
+            let mut viewer = attrs("v", verb, resource, namespace);
+            viewer.groups.push("fedingress:viewers".into());
+            assert!(policy.authorize(&viewer).is_some(), "{verb} {resource}");
+            viewer.verb = "create".into();
+            assert!(policy.authorize(&viewer).is_none(), "create {resource}");
+        }
+        for verb in ["create", "patch", "delete", "deletecollection"] {
+            assert!(
+                policy
+                    .authorize(&attrs("alice", verb, "ingressclaims", "shop"))
+                    .is_some(),
+                "{verb}"
+            );
+        }
+        assert!(
+            policy
+                .authorize(&attrs("alice", "update", "ingressclaims/status", "shop"))
+                .is_none()
+        );
+        let (roles, _) = bootstrap();
+        let edit = roles
+            .iter()
+            .find(|r| r.metadata.name.as_deref() == Some("edit"));
+        let mut a = attrs("u", "create", "ingresspools", "");
+        assert!(edit.unwrap().rules.iter().any(|rule| rule_allows(rule, &a)));
+        a.subresource = "status".into();
+        assert!(!edit.unwrap().rules.iter().any(|rule| rule_allows(rule, &a)));
+    }
+
     #[test]
     fn rule_matching_follows_kube() {
         let rule = PolicyRule {
