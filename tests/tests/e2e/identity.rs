@@ -164,6 +164,24 @@ fn https_agent(dir: &Path, hub: &Hub, spec: &ClusterSpec, secret: &str, join: bo
     https_agent_config(dir, &hub.agent, &hub.ca, spec, secret, join)
 }
 
+/// Whether the agent's client certificate (next to `config`) holds `text` (its URI SAN
+/// is in the DER as written).
+fn cert_holds(config: &Path, text: &str) -> bool {
+    use base64::Engine as _;
+    let pem = std::fs::read_to_string(config.parent().unwrap().join("state/agent.crt"))
+        .unwrap_or_default();
+    let body: String = pem
+        .lines()
+        .skip_while(|l| !l.starts_with("-----BEGIN CERTIFICATE"))
+        .skip(1)
+        .take_while(|l| !l.starts_with("-----END"))
+        .collect();
+    let der = base64::engine::general_purpose::STANDARD
+        .decode(body)
+        .unwrap_or_default();
+    der.windows(text.len()).any(|w| w == text.as_bytes())
+}
+
 fn cert_meta(config: &Path) -> Value {
     let path = config.parent().unwrap().join("state/agent-cert.json");
     std::fs::read(path)
@@ -210,8 +228,16 @@ fn join_token_buys_an_mtls_session_that_renews_and_is_revoked_at_once() {
     );
     assert!(!serde_json::to_string(&listed).unwrap().contains(&join));
     let config = https_agent(dir, &hub, &spec, &join, true);
+    // Issue 24: the agent joins as a named member; its certificate names it.
+    let mut yaml = std::fs::read_to_string(&config).unwrap();
+    yaml.push_str("member: {name: web-1, labels: {zone: a}}\n");
+    std::fs::write(&config, yaml).unwrap();
     let agent = start_agent(&config, "c1");
     hub.wait_connected(1, "c1 connected with its new client certificate");
+    assert!(
+        cert_holds(&config, "fedingress://clusters/c1/") && cert_holds(&config, "/members/web-1"),
+        "the joined certificate names member web-1"
+    );
     let state = config.parent().unwrap().join("state");
     {
         use std::os::unix::fs::PermissionsExt;
@@ -272,6 +298,10 @@ fn join_token_buys_an_mtls_session_that_renews_and_is_revoked_at_once() {
         .as_str()
         .unwrap()
         .to_string();
+    assert!(
+        cert_holds(&config, "/members/web-1"),
+        "the renewal keeps the member"
+    );
 
     // The renewed certificate refused before it was ever used: the agent keeps the one
     // that works (kubelet's rotation) and presents it on its next connection.
