@@ -680,9 +680,14 @@ pub struct ClusterIngressStatus {
     pub pool: Option<String>,
 
     /// While a share moves between pools: the pool it leaves, which serves until the new
-    /// one does (make-before-break).
+    /// one does (make-before-break), then drains for the DNS TTL.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub previous_pool: Option<String>,
+
+    /// Why the share is on `pool` (or on none), as the scheduler decided when it was
+    /// bound or moved, e.g. `moved from pool a: it was saturated (95% utilized)`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub pool_reason: String,
 
     /// Why the cluster is not healthy or not applied, for people.
     #[serde(default, skip_serializing_if = "String::is_empty")]

@@ -100,6 +100,10 @@ pub fn explain_text(value: &Value) -> String {
             line(&mut out, "Anycast", text);
         }
     }
+    // Within each cluster with IngressPools: the pool that serves it, and why.
+    for binding in value["pools"].as_array().into_iter().flatten() {
+        line(&mut out, "Pool", pool_text(binding));
+    }
     // The configured DNS providers (Route53, Cloud DNS) that hold this name: which of
     // their records the client would get, as that provider chooses.
     for provider in value["providers"].as_array().into_iter().flatten() {
@@ -111,6 +115,22 @@ pub fn explain_text(value: &Value) -> String {
         out.push_str(&table.render());
     }
     out
+}
+
+/// `eu-west: gold (leaving silver): moved from pool silver: it was saturated (95% utilized)`.
+fn pool_text(binding: &Value) -> String {
+    let cluster = binding["cluster"].as_str().unwrap_or("?");
+    let pool = binding["pool"].as_str().unwrap_or("(no pool)");
+    let leaving = binding["previousPool"]
+        .as_str()
+        .map(|p| format!(" (leaving {p})"))
+        .unwrap_or_default();
+    let reason = binding["reason"].as_str().unwrap_or_default();
+    if reason.is_empty() {
+        format!("{cluster}: {pool}{leaving}")
+    } else {
+        format!("{cluster}: {pool}{leaving}: {reason}")
+    }
 }
 
 /// One `Name:    text` line of the explanation.
@@ -259,6 +279,27 @@ fn anycast_lines(value: &Value) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_pool_binding_gets_a_line_with_its_reason() {
+        let value = serde_json::json!({
+            "ingress": "default/shop",
+            "pools": [
+                {"cluster": "eu-west", "pool": "gold", "previousPool": "silver",
+                 "reason": "moved from pool silver: it was saturated (95% utilized)"},
+                {"cluster": "us-east", "pool": null, "previousPool": null,
+                 "reason": "unbound: no pool matches the poolSelector"},
+            ],
+        });
+        let text = explain_text(&value);
+        assert!(text.contains("Pool:     eu-west: gold (leaving silver): moved from pool silver: it was saturated (95% utilized)"), "{text}");
+        assert!(
+            text.contains(
+                "Pool:     us-east: (no pool): unbound: no pool matches the poolSelector"
+            ),
+            "{text}"
+        );
+    }
 
     #[test]
     fn each_provider_gets_a_line() {

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use chrono::{DateTime, Utc};
-use fedingress_api::cluster::SpeakerStatus;
+use fedingress_api::cluster::{MemberStatus, SpeakerStatus};
 use fedingress_api::event::Event;
 use fedingress_api::ingress::{IngressRule, Protocol, StrategyType};
 use fedingress_api::{
@@ -362,11 +362,20 @@ pub fn describe_cluster(
             rate(load.rps),
             load.active_connections
         );
-        // No agent reports cpu yet (it reads 0): shown only once one does.
-        if load.cpu > 0.0 {
-            text.push_str(&format!(", cpu {:.2}", load.cpu));
+        // Agents before issue 24 report no cpu (it reads 0): shown only once one does.
+        if load.cpu > 0.0 || load.host_cpu > 0.0 {
+            text.push_str(&format!(
+                ", cpu {:.2} (host {:.2})",
+                load.cpu, load.host_cpu
+            ));
+        }
+        if load.bytes_per_second > 0.0 {
+            text.push_str(&format!(", {}/s", bytes_text(load.bytes_per_second)));
         }
         field(&mut out, "Load", text);
+    }
+    if let Some(cidr) = &spec.vip_cidr {
+        field(&mut out, "VIP CIDR", cidr);
     }
     if let Some(speaker) = &status.speaker {
         field(&mut out, "BGP speaker", speaker_text(speaker));
@@ -384,7 +393,25 @@ pub fn describe_cluster(
         &conditions_table(&status.conditions, now),
         "<none>",
     );
-    let mut placed = Table::new(&["INGRESS", "PHASE", "HEALTHY", "BACKENDS", "MESSAGE"]);
+    if status.member_count > 0 {
+        let title = format!(
+            "Members ({} of {} connected{})",
+            status.ready_members,
+            status.member_count,
+            if usize::try_from(status.member_count).unwrap_or(0) > status.members.len() {
+                format!(", the first {} listed", status.members.len())
+            } else {
+                String::new()
+            }
+        );
+        section(
+            &mut out,
+            &title,
+            &members_table(&status.members, now),
+            "<none>",
+        );
+    }
+    let mut placed = Table::new(&["INGRESS", "PHASE", "HEALTHY", "POOL", "BACKENDS", "MESSAGE"]);
     for ingress in ingresses {
         let Some(entry) = ingress
             .status
@@ -401,6 +428,11 @@ pub fn describe_cluster(
             ),
             entry.phase.to_string(),
             yes_no(entry.healthy),
+            match (&entry.pool, &entry.previous_pool) {
+                (Some(pool), Some(from)) => format!("{pool} (from {from})"),
+                (Some(pool), None) => pool.clone(),
+                (None, _) => "-".into(),
+            },
             backends_text(&entry.backends),
             entry.message.clone(),
         ]);
@@ -418,6 +450,70 @@ pub fn describe_cluster(
     }
     section(&mut out, "Agent tokens", &token_table, "<none>");
     out
+}
+
+/// A cluster's members: connection, address, pools with their VRRP state, load.
+fn members_table(members: &[MemberStatus], now: DateTime<Utc>) -> Table {
+    let mut table = Table::new(&[
+        "MEMBER",
+        "CONNECTED",
+        "ADDRESS",
+        "POOLS",
+        "LOAD",
+        "AGENT",
+        "HEARTBEAT",
+    ]);
+    for member in members {
+        let pools: Vec<String> = member
+            .pools
+            .iter()
+            .map(|pool| match member.vrrp.iter().find(|v| &v.pool == pool) {
+                Some(v) => format!("{pool} ({})", v.state),
+                None => pool.clone(),
+            })
+            .collect();
+        let load = member.load.map_or_else(
+            || "-".to_string(),
+            |l| {
+                format!(
+                    "{} rps, {} conns, cpu {:.2}/{:.2}, {}/s",
+                    rate(l.rps),
+                    l.active_connections,
+                    l.cpu,
+                    l.host_cpu,
+                    bytes_text(l.bytes_per_second)
+                )
+            },
+        );
+        table.row(vec![
+            member.name.clone(),
+            yes_no(member.connected),
+            member
+                .address
+                .map_or_else(|| "-".to_string(), |a| a.to_string()),
+            list_or_none(&pools),
+            load,
+            match (&member.agent_version, member.driver) {
+                (Some(version), Some(driver)) => format!("{version} {driver}"),
+                _ => "-".into(),
+            },
+            member.last_heartbeat_time.map_or_else(
+                || "-".to_string(),
+                |t| format!("{} ago", age(Some(t.0), now)),
+            ),
+        ]);
+    }
+    table
+}
+
+/// Bytes in B, kB, MB or GB (powers of 1000, as network rates are).
+fn bytes_text(bytes: f64) -> String {
+    match bytes {
+        b if b >= 1e9 => format!("{:.1} GB", b / 1e9),
+        b if b >= 1e6 => format!("{:.1} MB", b / 1e6),
+        b if b >= 1e3 => format!("{:.1} kB", b / 1e3),
+        b => format!("{b:.0} B"),
+    }
 }
 
 /// The agent's BGP speaker in words: up with its established peers, or down and why.
@@ -1281,6 +1377,42 @@ status:
         assert!(!load.contains("cpu"), "{load}");
         cluster.status.as_mut().unwrap().load.as_mut().unwrap().cpu = 0.41;
         let text = describe_cluster(&cluster, &[], &tokens, Utc::now());
-        assert!(text.contains("3 active connections, cpu 0.41\n"), "{text}");
+        assert!(
+            text.contains("3 active connections, cpu 0.41 (host 0.00)\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn describe_cluster_lists_its_members_with_their_pools_and_vrrp_state() {
+        let yaml = r#"
+apiVersion: fedingress.io/v1alpha1
+kind: Cluster
+metadata: {name: eu-west}
+spec: {region: europe-west1, location: {latitude: 50.45, longitude: 3.82}, vipCIDR: 10.0.0.96/28}
+status:
+  connected: true
+  memberCount: 3
+  readyMembers: 2
+  members:
+  - {name: host-a, connected: true, address: 10.0.0.1, pools: [gold], vrrp: [{pool: gold, state: MASTER}],
+     agentVersion: 0.1.0, driver: standalone,
+     load: {rps: 120, activeConnections: 40, cpu: 0.12, hostCpu: 0.3, bytesPerSecond: 2500000}}
+  - {name: host-b, connected: true, address: 10.0.0.2, pools: [gold], vrrp: [{pool: gold, state: BACKUP}]}
+"#;
+        let cluster: Cluster = yaml_serde::from_str(yaml).unwrap();
+        let text = describe_cluster(&cluster, &[], &json!({"items": []}), Utc::now());
+        assert!(text.contains("VIP CIDR:"), "{text}");
+        assert!(
+            text.contains("Members (2 of 3 connected, the first 2 listed)"),
+            "{text}"
+        );
+        let a = text.lines().find(|l| l.contains("host-a")).unwrap();
+        assert!(
+            a.contains("gold (MASTER)") && a.contains("10.0.0.1") && a.contains("2.5 MB/s"),
+            "{a}"
+        );
+        let b = text.lines().find(|l| l.contains("host-b")).unwrap();
+        assert!(b.contains("gold (BACKUP)"), "{b}");
     }
 }

@@ -708,6 +708,7 @@ impl StatusInputs<'_> {
         };
         entry.pool.clone_from(&binding.pool);
         entry.previous_pool = binding.leaving.as_ref().map(|l| l.pool.clone());
+        entry.pool_reason.clone_from(&binding.why);
         if binding.pool.is_none() {
             let why = format!("no pool: {}", binding.why);
             entry.message = if entry.message.is_empty() {

@@ -453,7 +453,15 @@ fn advance(
     before: Option<&ShareBinding>,
     members: Option<&BTreeMap<String, AgentState>>,
 ) -> ShareBinding {
-    let why = binding.decision.to_string();
+    // The reason it got where it is: a share kept where it was keeps its reason.
+    let kept = matches!(
+        binding.decision,
+        Decision::Kept | Decision::KeptSaturated { .. }
+    );
+    let why = match before {
+        Some(b) if kept && b.pool == binding.pool && !b.why.is_empty() => b.why.clone(),
+        _ => binding.decision.to_string(),
+    };
     let mut leaving = before.and_then(|b| b.leaving.clone());
     let moved_from = before.and_then(|b| b.pool.clone()).filter(|from| {
         Some(from.as_str()) != binding.pool.as_deref()
@@ -1085,7 +1093,7 @@ pub fn stored_bindings(
                         pool: p.clone(),
                         drain_until_ms: Some(now_ms + MIN_DRAIN_MS),
                     }),
-                    why: "as stored".to_owned(),
+                    why: entry.pool_reason.clone(),
                 },
             );
         }

@@ -140,10 +140,32 @@ impl Explain {
             "reasons": decision.reasons,
             "summary": decision.summary,
             "providers": providers,
+            "pools": pool_bindings(&ingress),
         });
         Ok(json_response(StatusCode::OK, &body))
     }
+}
 
+/// Per placed cluster with pools: the IngressPool the share is bound to (and the one it
+/// is leaving), and why, from the ingress's status.
+fn pool_bindings(ingress: &FederatedIngress) -> Vec<Value> {
+    ingress
+        .status
+        .iter()
+        .flat_map(|s| &s.clusters)
+        .filter(|c| c.pool.is_some() || !c.pool_reason.is_empty())
+        .map(|c| {
+            json!({
+                "cluster": c.name,
+                "pool": c.pool,
+                "previousPool": c.previous_pool,
+                "reason": c.pool_reason,
+            })
+        })
+        .collect()
+}
+
+impl Explain {
     /// Per configured DNS provider that publishes `dns_name`: which of the record sets it
     /// holds (as the ingress's `status.dns.providers` lists them) a client at `client`
     /// would get, in the provider's own words. Every replica can answer: the records come
