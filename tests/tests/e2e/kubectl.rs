@@ -674,6 +674,21 @@ fn older_and_newer_kubectl_work_too() {
             k.ok(&["delete", "fing", "echo"]).contains("deleted"),
             "kubectl {version}"
         );
+        // IngressPools too: 1.27 finds their PATCH operations in OpenAPI v2.
+        let pool = example("ingresspool-eu-west.yaml");
+        assert!(
+            k.ok(&["apply", validate, "-f", &pool]).contains("created"),
+            "kubectl {version}"
+        );
+        let table = k.ok(&["get", "ipool", "-o", "wide"]);
+        assert!(
+            table.starts_with("NAME") && table.contains("SELECTOR"),
+            "kubectl {version}: {table}"
+        );
+        assert!(
+            k.ok(&["delete", "-f", &pool]).contains("deleted"),
+            "kubectl {version}"
+        );
     }
 }
 
