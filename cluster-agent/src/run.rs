@@ -212,7 +212,8 @@ async fn run(
                 .then(|| lease_settings(&k, &client))
                 .transpose()?
                 .map(|s| Arc::new(LeaderElector::new(client.clone(), s)));
-            let driver = KubernetesDriver::start(client, k, &config.state_dir);
+            let pools = pool_source(&config, &k, &client);
+            let driver = KubernetesDriver::start(client, k, &config.state_dir, pools);
             (driver as Arc<dyn Driver>, election)
         }
     };
@@ -335,6 +336,32 @@ async fn lead(elector: &LeaderElector, role: &watch::Sender<Role>) -> bool {
         () = elector.acquire() => true,
         () = publish => false,
         () = shutdown_signal() => false,
+    }
+}
+
+/// What the kubernetes driver needs to run the plan's pools: the rest of the agent
+/// config, and the Pod's environment (`POD_NAMESPACE`, `POD_NAME`,
+/// `FEDINGRESS_POOL_INTERFACE`).
+fn pool_source(
+    config: &Config,
+    k: &config::KubernetesConfig,
+    client: &kube::Client,
+) -> kubernetes::pools::PoolSource {
+    let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    kubernetes::pools::PoolSource {
+        namespace: env("POD_NAMESPACE").unwrap_or_else(|| client.default_namespace().to_owned()),
+        own_pod: env("POD_NAME"),
+        cluster: config.cluster.clone(),
+        hub_addresses: config.hub.address_list(),
+        hub_ca_file: config.hub.ca_file.clone(),
+        hub_insecure_allow_plaintext: config.hub.insecure_allow_plaintext,
+        token_file: config
+            .join_token_file
+            .is_none()
+            .then(|| config.token_file.clone()),
+        interface: env("FEDINGRESS_POOL_INTERFACE")
+            .unwrap_or_else(|| kubernetes::pools::DEFAULT_INTERFACE.to_owned()),
+        owner: k.owner_id.clone(),
     }
 }
 

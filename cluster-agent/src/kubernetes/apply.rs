@@ -16,8 +16,10 @@ use std::fmt::Debug;
 use std::sync::Arc;
 
 use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::{Api, Client, Resource};
 use serde::Serialize;
@@ -90,6 +92,10 @@ impl Applier {
             Desired::Ingress(object) => self.apply_one(desired.object_ref(), object).await,
             Desired::Service(object) => self.apply_one(desired.object_ref(), object).await,
             Desired::ConfigMap(object) => self.apply_one(desired.object_ref(), object).await,
+            Desired::Deployment(object) => self.apply_one(desired.object_ref(), object).await,
+            Desired::PodDisruptionBudget(object) => {
+                self.apply_one(desired.object_ref(), object).await
+            }
         }
     }
 
@@ -114,8 +120,8 @@ impl Applier {
     }
 
     /// Whether the object is absent or carries the managed-by label: from the watch
-    /// store when it has the object, else from a GET (stores of Ingresses and
-    /// ConfigMaps only hold managed objects).
+    /// store when it has the object, else from a GET (the stores of every kind but
+    /// Services only hold managed objects).
     async fn owned_or_absent<K>(&self, target: &ObjectRef, api: &Api<K>) -> Result<bool, ApplyError>
     where
         K: Resource + Clone + DeserializeOwned + Debug,
@@ -148,6 +154,14 @@ impl Applier {
                 .world
                 .config_map(namespace, name)
                 .map(|o| o.metadata.labels.clone()),
+            Kind::Deployment => self
+                .world
+                .deployment(namespace, name)
+                .map(|o| o.metadata.labels.clone()),
+            Kind::PodDisruptionBudget => self
+                .world
+                .disruption_budget(namespace, name)
+                .map(|o| o.metadata.labels.clone()),
         }
     }
 
@@ -179,6 +193,12 @@ impl Applier {
         for o in self.world.config_maps.state() {
             consider(Kind::ConfigMap, &o.metadata);
         }
+        for o in self.world.deployments.state() {
+            consider(Kind::Deployment, &o.metadata);
+        }
+        for o in self.world.disruption_budgets.state() {
+            consider(Kind::PodDisruptionBudget, &o.metadata);
+        }
         out.sort();
         out
     }
@@ -193,24 +213,33 @@ impl Applier {
             ..DeleteParams::default()
         };
         let result = match object.kind {
-            Kind::Service => Api::<Service>::namespaced(self.client.clone(), &object.namespace)
-                .delete(&object.name, &params)
-                .await
-                .map(|_| ()),
-            Kind::Ingress => Api::<Ingress>::namespaced(self.client.clone(), &object.namespace)
-                .delete(&object.name, &params)
-                .await
-                .map(|_| ()),
-            Kind::ConfigMap => Api::<ConfigMap>::namespaced(self.client.clone(), &object.namespace)
-                .delete(&object.name, &params)
-                .await
-                .map(|_| ()),
+            Kind::Service => self.delete_one::<Service>(object, &params).await,
+            Kind::Ingress => self.delete_one::<Ingress>(object, &params).await,
+            Kind::ConfigMap => self.delete_one::<ConfigMap>(object, &params).await,
+            Kind::Deployment => self.delete_one::<Deployment>(object, &params).await,
+            Kind::PodDisruptionBudget => {
+                self.delete_one::<PodDisruptionBudget>(object, &params)
+                    .await
+            }
         };
         match result {
             Ok(()) => Ok(()),
             Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
             Err(e) => Err(ApplyError::api("deleting", object, &e)),
         }
+    }
+}
+
+impl Applier {
+    async fn delete_one<K>(&self, object: &ObjectRef, params: &DeleteParams) -> kube::Result<()>
+    where
+        K: Resource<Scope = NamespaceResourceScope> + Clone + DeserializeOwned + Debug,
+        K::DynamicType: Default,
+    {
+        Api::<K>::namespaced(self.client.clone(), &object.namespace)
+            .delete(&object.name, params)
+            .await
+            .map(|_| ())
     }
 }
 

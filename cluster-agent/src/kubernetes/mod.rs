@@ -9,6 +9,9 @@
 //! - [`world`]: reflectors over the member cluster (watch, not polling).
 //! - [`status`]: pure: the report from what was applied and what the watches see.
 //! - [`lease`]: leader election with a `coordination.k8s.io/v1` Lease.
+//! - [`pools`]: what the plan's pool provisions need from the agent's own Pod and
+//!   config; [`render::pool`] renders each as a workload, applied and collected like
+//!   every other object.
 //!
 //! [`KubernetesDriver`] ties them together behind [`crate::driver::Driver`]. Decisions:
 //! - The FederatedIngress namespace is the member cluster namespace; the driver never
@@ -21,9 +24,13 @@
 //! - The rendering profile is the config's, or (`auto`) follows the hub's
 //!   `Cluster.spec.provider` from `Welcome`, persisted in `<stateDir>/provider` so a
 //!   restarted agent renders its persisted plan the same way before the hub answers.
+//! - A pool provision whose objects cannot be written (or whose settings cannot be
+//!   gathered) makes the agent not ready, with the reason, and is retried like any
+//!   failed apply; the report has no field for provisions yet.
 
 pub mod apply;
 pub mod lease;
+pub mod pools;
 pub mod render;
 pub mod status;
 pub mod world;
@@ -47,6 +54,8 @@ use crate::config::kubernetes::Profile;
 use crate::config::{KubernetesConfig, ProfileSetting};
 use crate::driver::Driver;
 use apply::{Applier, ApplyError};
+use pools::PoolSource;
+use render::pool::PoolSettings;
 use render::{Kind, ObjectRef, RenderSettings};
 use status::{ReportInput, ShareState};
 use world::World;
@@ -126,6 +135,10 @@ pub struct KubernetesDriver {
     last_plan: Mutex<Option<ClusterPlan>>,
     /// Wakes the resync task: the profile changed, apply the last plan again now.
     resync_now: Arc<tokio::sync::Notify>,
+    /// Where the pools' settings come from (none: provisions cannot be run).
+    pool_source: Mutex<Option<PoolSource>>,
+    /// The pools' settings, once gathered.
+    pool_settings: Mutex<Option<PoolSettings>>,
 }
 
 #[derive(Default)]
@@ -163,11 +176,25 @@ impl KubernetesDriver {
             applying: tokio::sync::Mutex::new(()),
             last_plan: Mutex::new(None),
             resync_now: Arc::new(tokio::sync::Notify::new()),
+            pool_source: Mutex::new(None),
+            pool_settings: Mutex::new(None),
         }
     }
 
-    /// A driver that watches the member cluster through `client`.
-    pub fn start(client: Client, config: KubernetesConfig, state_dir: &Path) -> Arc<Self> {
+    /// Lets the driver run the plan's pool provisions, with what `source` says.
+    pub fn set_pool_source(&self, source: PoolSource) {
+        *lock(&self.pool_source) = Some(source);
+        *lock(&self.pool_settings) = None;
+    }
+
+    /// A driver that watches the member cluster through `client`; it runs pools in
+    /// `pools.namespace`.
+    pub fn start(
+        client: Client,
+        config: KubernetesConfig,
+        state_dir: &Path,
+        pools: PoolSource,
+    ) -> Arc<Self> {
         let (world, writers) = World::new();
         let driver = Arc::new(Self::new(
             client.clone(),
@@ -175,7 +202,8 @@ impl KubernetesDriver {
             config,
             state_dir,
         ));
-        let mut tasks = world.spawn_watches(&client, writers, &driver.changes);
+        let mut tasks = world.spawn_watches(&client, &pools.namespace, writers, &driver.changes);
+        driver.set_pool_source(pools);
         tasks.push(tokio::spawn(resync(
             Arc::downgrade(&driver),
             Arc::clone(&driver.resync_now),
@@ -250,6 +278,8 @@ impl KubernetesDriver {
             let _ = self.world.services.wait_until_ready().await;
             let _ = self.world.ingresses.wait_until_ready().await;
             let _ = self.world.config_maps.wait_until_ready().await;
+            let _ = self.world.deployments.wait_until_ready().await;
+            let _ = self.world.disruption_budgets.wait_until_ready().await;
         };
         let _ = tokio::time::timeout(Duration::from_secs(5), wait).await;
     }
@@ -347,6 +377,7 @@ impl KubernetesDriver {
                 }
             }
         }
+        api_problems.extend(self.apply_pools(plan, &mut keep, &mut applied).await);
         let mut problems = api_problems;
         problems.extend(self.collect_garbage(&keep).await);
 
@@ -367,6 +398,61 @@ impl KubernetesDriver {
             (&a.ingress, a.rule, &a.message).cmp(&(&b.ingress, b.rule, &b.message))
         });
         errors
+    }
+
+    /// Applies the workload of every pool provision of `plan` (all of them kept from
+    /// garbage collection, written or not); returns what failed.
+    async fn apply_pools(
+        &self,
+        plan: &ClusterPlan,
+        keep: &mut BTreeSet<ObjectRef>,
+        applied: &mut Vec<ObjectRef>,
+    ) -> Vec<String> {
+        let provisions = &plan.pools.provisions;
+        if provisions.is_empty() {
+            return Vec::new();
+        }
+        let source = lock(&self.pool_source).clone();
+        let Some(source) = source else {
+            return vec![format!(
+                "pools {}: this agent cannot run pools (no pool settings)",
+                pool_names(plan)
+            )];
+        };
+        for provision in provisions {
+            let name = render::pool::object_name(&provision.name);
+            for kind in [Kind::ConfigMap, Kind::Deployment, Kind::PodDisruptionBudget] {
+                keep.insert(ObjectRef::new(kind, &source.namespace, &name));
+            }
+        }
+        let cached = lock(&self.pool_settings).clone();
+        let settings = match cached {
+            Some(settings) => settings,
+            None => match pools::settings(&self.client, &source).await {
+                Ok(settings) => {
+                    *lock(&self.pool_settings) = Some(settings.clone());
+                    settings
+                }
+                Err(message) => {
+                    tracing::warn!(pools = %pool_names(plan), error = %message, "cannot run the plan's pools");
+                    return vec![format!("pools {}: {message}", pool_names(plan))];
+                }
+            },
+        };
+        let mut problems = Vec::new();
+        for provision in provisions {
+            for desired in render::pool::render(provision, &settings) {
+                let object = desired.object_ref();
+                match self.applier.apply(&desired).await {
+                    Ok(()) => applied.push(object),
+                    Err(error) => {
+                        tracing::warn!(pool = %provision.name, error = %error, "applying a pool's workload failed");
+                        problems.push(format!("pool {}: {error}", provision.name));
+                    }
+                }
+            }
+        }
+        problems
     }
 
     /// Deletes owned objects the plan no longer holds; returns what failed.
@@ -414,7 +500,11 @@ async fn resync(driver: std::sync::Weak<KubernetesDriver>, wake: Arc<tokio::sync
             return;
         }
         if !driver.world.problems().is_empty() {
-            driver.world.probe_failed(&driver.client).await;
+            let namespace = lock(&driver.pool_source)
+                .as_ref()
+                .map(|s| s.namespace.clone())
+                .unwrap_or_else(|| driver.client.default_namespace().to_owned());
+            driver.world.probe_failed(&driver.client, &namespace).await;
             if driver.world.problems().is_empty() {
                 driver.bump();
             }
@@ -445,6 +535,16 @@ fn errors_for(
             message: error.to_string(),
         })
         .collect()
+}
+
+/// The plan's provisions' names, `a, b`.
+fn pool_names(plan: &ClusterPlan) -> String {
+    plan.pools
+        .provisions
+        .iter()
+        .map(|p| p.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn every_rule(plan: &ClusterPlan, message: &str) -> Vec<RuleError> {

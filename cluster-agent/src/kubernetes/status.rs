@@ -203,7 +203,7 @@ pub fn addresses_of(world: &World, object: &ObjectRef) -> Vec<Address> {
             .into_iter()
             .map(|i| (i.ip, i.hostname))
             .collect(),
-        Kind::ConfigMap => Vec::new(),
+        Kind::ConfigMap | Kind::Deployment | Kind::PodDisruptionBudget => Vec::new(),
     };
     let mut out = Vec::new();
     for (ip, hostname) in entries {

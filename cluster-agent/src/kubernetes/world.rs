@@ -1,6 +1,8 @@
 //! What the driver knows of its member cluster: kube-runtime reflectors (watch, not
 //! polling) over the objects it renders, the backends' Services and EndpointSlices,
-//! and Warning events on Services — plus how each watch is doing.
+//! and Warning events on Services — plus how each watch is doing. The pools' Deployments
+//! and PodDisruptionBudgets are watched in the agent's own namespace only (where pools
+//! run), the rest cluster-wide.
 //!
 //! Every watch event bumps the driver's change signal, so a load balancer address or
 //! an endpoint turning ready reaches the hub in the next report (at most
@@ -15,9 +17,11 @@ use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 
 use futures_util::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
@@ -39,15 +43,21 @@ pub enum Watched {
     ConfigMaps,
     EndpointSlices,
     Events,
+    /// The pools' Deployments, in the agent's namespace.
+    Deployments,
+    /// The pools' PodDisruptionBudgets, in the agent's namespace.
+    PodDisruptionBudgets,
 }
 
 impl Watched {
-    pub const ALL: [Watched; 5] = [
+    pub const ALL: [Watched; 7] = [
         Watched::Services,
         Watched::Ingresses,
         Watched::ConfigMaps,
         Watched::EndpointSlices,
         Watched::Events,
+        Watched::Deployments,
+        Watched::PodDisruptionBudgets,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -57,6 +67,8 @@ impl Watched {
             Watched::ConfigMaps => "configmaps",
             Watched::EndpointSlices => "endpointslices.discovery.k8s.io",
             Watched::Events => "events",
+            Watched::Deployments => "deployments.apps",
+            Watched::PodDisruptionBudgets => "poddisruptionbudgets.policy",
         }
     }
 }
@@ -85,6 +97,10 @@ pub struct World {
     pub slices: Store<EndpointSlice>,
     /// Warning events about Services.
     pub events: Store<Event>,
+    /// Only the Deployments fedingress manages (the pools'), in the pool namespace.
+    pub deployments: Store<Deployment>,
+    /// Only the PodDisruptionBudgets fedingress manages, in the pool namespace.
+    pub disruption_budgets: Store<PodDisruptionBudget>,
     health: Mutex<BTreeMap<Watched, WatchHealth>>,
 }
 
@@ -105,6 +121,8 @@ pub struct Writers {
     pub config_maps: reflector::store::Writer<ConfigMap>,
     pub slices: reflector::store::Writer<EndpointSlice>,
     pub events: reflector::store::Writer<Event>,
+    pub deployments: reflector::store::Writer<Deployment>,
+    pub disruption_budgets: reflector::store::Writer<PodDisruptionBudget>,
 }
 
 impl World {
@@ -114,12 +132,16 @@ impl World {
         let (config_maps, config_maps_w) = reflector::store();
         let (slices, slices_w) = reflector::store();
         let (events, events_w) = reflector::store();
+        let (deployments, deployments_w) = reflector::store();
+        let (disruption_budgets, disruption_budgets_w) = reflector::store();
         let world = Arc::new(World {
             services,
             ingresses,
             config_maps,
             slices,
             events,
+            deployments,
+            disruption_budgets,
             health: Mutex::new(BTreeMap::new()),
         });
         let writers = Writers {
@@ -128,15 +150,18 @@ impl World {
             config_maps: config_maps_w,
             slices: slices_w,
             events: events_w,
+            deployments: deployments_w,
+            disruption_budgets: disruption_budgets_w,
         };
         (world, writers)
     }
 
     /// Starts one reflector per resource, cluster-wide (the plan's namespaces change
-    /// with it). Each event bumps `changes`.
+    /// with it), the pools' kinds in `pool_namespace`. Each event bumps `changes`.
     pub fn spawn_watches(
         self: &Arc<Self>,
         client: &Client,
+        pool_namespace: &str,
         writers: Writers,
         changes: &watch::Sender<u64>,
     ) -> Vec<JoinHandle<()>> {
@@ -174,8 +199,23 @@ impl World {
             self.spawn(
                 Watched::Events,
                 Api::all(client.clone()),
-                all.fields("type=Warning,involvedObject.kind=Service"),
+                all.clone()
+                    .fields("type=Warning,involvedObject.kind=Service"),
                 writers.events,
+                changes,
+            ),
+            self.spawn(
+                Watched::Deployments,
+                Api::namespaced(client.clone(), pool_namespace),
+                all.clone().labels(&managed),
+                writers.deployments,
+                changes,
+            ),
+            self.spawn(
+                Watched::PodDisruptionBudgets,
+                Api::namespaced(client.clone(), pool_namespace),
+                all.labels(&managed),
+                writers.disruption_budgets,
                 changes,
             ),
         ]
@@ -257,7 +297,7 @@ impl World {
     /// Lists one object of every resource whose watch failed last, and clears the
     /// failure when that works: a watch that resumed from its resourceVersion yields
     /// nothing until something changes, so its recovery is not otherwise seen.
-    pub async fn probe_failed(&self, client: &Client) {
+    pub async fn probe_failed(&self, client: &Client, pool_namespace: &str) {
         let failed: Vec<Watched> = self
             .health()
             .into_iter()
@@ -287,6 +327,18 @@ impl World {
                     .list_metadata(&one)
                     .await
                     .map(|_| ()),
+                Watched::Deployments => {
+                    Api::<Deployment>::namespaced(client.clone(), pool_namespace)
+                        .list_metadata(&one)
+                        .await
+                        .map(|_| ())
+                }
+                Watched::PodDisruptionBudgets => {
+                    Api::<PodDisruptionBudget>::namespaced(client.clone(), pool_namespace)
+                        .list_metadata(&one)
+                        .await
+                        .map(|_| ())
+                }
             };
             match result {
                 Ok(()) => {
@@ -307,9 +359,15 @@ impl World {
     /// that garbage collection sees everything it owns.
     pub fn owned_stores_synced(&self) -> bool {
         let health = self.health();
-        [Watched::Services, Watched::Ingresses, Watched::ConfigMaps]
-            .iter()
-            .all(|w| health.get(w).is_some_and(|h| h.synced))
+        [
+            Watched::Services,
+            Watched::Ingresses,
+            Watched::ConfigMaps,
+            Watched::Deployments,
+            Watched::PodDisruptionBudgets,
+        ]
+        .iter()
+        .all(|w| health.get(w).is_some_and(|h| h.synced))
     }
 
     pub fn service(&self, namespace: &str, name: &str) -> Option<Arc<Service>> {
@@ -322,6 +380,20 @@ impl World {
 
     pub fn config_map(&self, namespace: &str, name: &str) -> Option<Arc<ConfigMap>> {
         self.config_maps
+            .get(&ObjectRef::new(name).within(namespace))
+    }
+
+    pub fn deployment(&self, namespace: &str, name: &str) -> Option<Arc<Deployment>> {
+        self.deployments
+            .get(&ObjectRef::new(name).within(namespace))
+    }
+
+    pub fn disruption_budget(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Option<Arc<PodDisruptionBudget>> {
+        self.disruption_budgets
             .get(&ObjectRef::new(name).within(namespace))
     }
 

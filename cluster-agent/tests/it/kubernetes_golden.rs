@@ -20,8 +20,10 @@ use std::path::{Path, PathBuf};
 use fedingress_agent::config::kubernetes::{ObjectName, Profile};
 use fedingress_agent::kubernetes::render::{PlanRender, RenderSettings, ServiceFacts, render_plan};
 use fedingress_api::plan::ClusterPlan;
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Service, ServicePort};
 use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -262,12 +264,7 @@ fn golden_text(profile: Profile, case: &str, render: &PlanRender) -> String {
     );
     for object in render.objects() {
         out.push_str("---\n");
-        let text = match object {
-            fedingress_agent::kubernetes::render::Desired::Ingress(o) => yaml_serde::to_string(o),
-            fedingress_agent::kubernetes::render::Desired::Service(o) => yaml_serde::to_string(o),
-            fedingress_agent::kubernetes::render::Desired::ConfigMap(o) => yaml_serde::to_string(o),
-        };
-        out.push_str(&text.unwrap());
+        out.push_str(&object.to_yaml().unwrap());
     }
     let mut summary = Summary {
         targets: Vec::new(),
@@ -302,7 +299,7 @@ fn strict<T: DeserializeOwned + Serialize>(doc: &yaml_serde::Value, what: &str) 
 
 /// Every object document of `text` is its k8s-openapi type, strictly; returns the number
 /// of objects.
-fn check_objects(text: &str, what: &str) -> usize {
+pub(crate) fn check_objects(text: &str, what: &str) -> usize {
     let mut objects = 0;
     for (index, document) in yaml_serde::Deserializer::from_str(text).enumerate() {
         let doc: yaml_serde::Value = serde::Deserialize::deserialize(document).unwrap();
@@ -311,6 +308,8 @@ fn check_objects(text: &str, what: &str) -> usize {
             Some("Ingress") => strict::<Ingress>(&doc, &what),
             Some("Service") => strict::<Service>(&doc, &what),
             Some("ConfigMap") => strict::<ConfigMap>(&doc, &what),
+            Some("Deployment") => strict::<Deployment>(&doc, &what),
+            Some("PodDisruptionBudget") => strict::<PodDisruptionBudget>(&doc, &what),
             Some(other) => panic!("{what}: unexpected kind {other}"),
             None => {
                 assert!(

@@ -3,7 +3,8 @@
 //! query, body), answered by the test, and a missing or unexpected request fails.
 //! Covered: apply (server-side apply with field manager and force, ownership check),
 //! garbage collection, status from watches, a load balancer the cloud refuses or
-//! leaves pending, RBAC denied, API down. Lease takeover has its own scenarios in
+//! leaves pending, RBAC denied, API down, a pool provision's workload written and
+//! collected. Lease takeover has its own scenarios in
 //! `kubernetes::lease`.
 
 #![allow(clippy::unwrap_used)]
@@ -16,15 +17,18 @@ use fedingress_agent::config::kubernetes::Profile;
 use fedingress_agent::config::{KubernetesConfig, ProfileSetting};
 use fedingress_agent::driver::Driver;
 use fedingress_agent::kubernetes::KubernetesDriver;
+use fedingress_agent::kubernetes::pools::PoolSource;
 use fedingress_agent::kubernetes::render::{self, Desired, Kind, ObjectRef};
 use fedingress_agent::kubernetes::world::{Watched, World, Writers};
 use fedingress_api::cluster::Address;
 use fedingress_api::ingress::IngressRule;
-use fedingress_api::plan::{ClusterPlan, IngressKey, IngressShare};
+use fedingress_api::plan::{ClusterPlan, IngressKey, IngressShare, PoolPlan, PoolProvision};
 use http::{Method, Request, Response, StatusCode};
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Client;
 use kube::client::Body;
 use kube::runtime::watcher;
@@ -237,6 +241,8 @@ impl Fixture {
         init(&mut writers.config_maps, &[]);
         init::<EndpointSlice>(&mut writers.slices, &[]);
         init::<Event>(&mut writers.events, &[]);
+        init::<Deployment>(&mut writers.deployments, &[]);
+        init::<PodDisruptionBudget>(&mut writers.disruption_budgets, &[]);
         for watched in Watched::ALL {
             world.record(watched, None, true);
         }
@@ -292,6 +298,14 @@ fn path(object: &ObjectRef) -> String {
         ),
         Kind::ConfigMap => format!(
             "/api/v1/namespaces/{}/configmaps/{}",
+            object.namespace, object.name
+        ),
+        Kind::Deployment => format!(
+            "/apis/apps/v1/namespaces/{}/deployments/{}",
+            object.namespace, object.name
+        ),
+        Kind::PodDisruptionBudget => format!(
+            "/apis/policy/v1/namespaces/{}/poddisruptionbudgets/{}",
             object.namespace, object.name
         ),
     }
@@ -558,7 +572,7 @@ async fn split_load_balancers_are_reported_per_rule() {
             (Kind::Ingress, _) => json!({"hostname": "web.lb.example"}),
             (Kind::Service, false) => json!({"ip": "203.0.113.6"}),
             (Kind::Service, true) => json!({"ip": "203.0.113.17"}),
-            (Kind::ConfigMap, _) => continue,
+            (Kind::ConfigMap | Kind::Deployment | Kind::PodDisruptionBudget, _) => continue,
         };
         match object.kind {
             Kind::Ingress => {
@@ -705,7 +719,14 @@ async fn a_watch_event_updates_the_report_and_signals_it() {
     let (world, mut writers) = World::new();
     init::<Ingress>(&mut writers.ingresses, &[]);
     init::<ConfigMap>(&mut writers.config_maps, &[]);
-    for watched in [Watched::Ingresses, Watched::ConfigMaps] {
+    init::<Deployment>(&mut writers.deployments, &[]);
+    init::<PodDisruptionBudget>(&mut writers.disruption_budgets, &[]);
+    for watched in [
+        Watched::Ingresses,
+        Watched::ConfigMaps,
+        Watched::Deployments,
+        Watched::PodDisruptionBudgets,
+    ] {
         world.record(watched, None, true);
     }
     let dir = tempfile::tempdir().unwrap();
@@ -794,4 +815,271 @@ async fn a_watch_event_updates_the_report_and_signals_it() {
         seen.query
     );
     task.abort();
+}
+
+// ---- pools ------------------------------------------------------------------------
+
+const POOL_NAMESPACE: &str = "fedingress-system";
+
+fn pool_plan(provisions: &[&str]) -> ClusterPlan {
+    let provisions = provisions
+        .iter()
+        .map(|name| PoolProvision {
+            name: (*name).to_owned(),
+            replicas: 2,
+            member_labels: BTreeMap::from([("pool".to_owned(), (*name).to_owned())]),
+            requests: BTreeMap::from([("cpu".to_owned(), "100m".to_owned())]),
+            limits: BTreeMap::new(),
+        })
+        .collect();
+    ClusterPlan {
+        ingresses: Default::default(),
+        pools: Arc::new(PoolPlan {
+            provisions,
+            ..PoolPlan::default()
+        }),
+    }
+}
+
+fn pool_source() -> PoolSource {
+    PoolSource {
+        namespace: POOL_NAMESPACE.to_owned(),
+        own_pod: Some("fedingress-agent-0".to_owned()),
+        cluster: "k1".to_owned(),
+        hub_addresses: vec!["https://hub.example.com:6444".to_owned()],
+        hub_ca_file: None,
+        hub_insecure_allow_plaintext: false,
+        token_file: Some("/var/run/fedingress/token/token".into()),
+        interface: "eth0".to_owned(),
+        owner: Some("k1".to_owned()),
+    }
+}
+
+/// The agent's own Pod as the API server returns it.
+fn own_pod() -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"namespace": POOL_NAMESPACE, "name": "fedingress-agent-0"},
+        "spec": {
+            "containers": [{"name": "agent", "image": "registry.example.com/fedingress/cluster-agent:0.2.0",
+                            "volumeMounts": [{"name": "token", "mountPath": "/var/run/fedingress/token"}]}],
+            "volumes": [{"name": "token", "secret": {"secretName": "fedingress-agent-token"}}]
+        }
+    })
+}
+
+/// The pool's objects, in the order the driver writes them.
+fn pool_objects(pool: &str) -> Vec<ObjectRef> {
+    let name = render::pool::object_name(pool);
+    [Kind::ConfigMap, Kind::Deployment, Kind::PodDisruptionBudget]
+        .into_iter()
+        .map(|kind| ObjectRef::new(kind, POOL_NAMESPACE, &name))
+        .collect()
+}
+
+/// An applied object (as the watch would bring it) in the fixture's stores.
+fn store_applied(fixture: &mut Fixture, body: &Value, uid: &str) {
+    let mut object = body.clone();
+    object["metadata"]["uid"] = json!(uid);
+    match object["kind"].as_str().unwrap() {
+        "ConfigMap" => fixture
+            .writers
+            .config_maps
+            .apply_watcher_event(&watcher::Event::Apply(
+                serde_json::from_value(object).unwrap(),
+            )),
+        "Deployment" => fixture
+            .writers
+            .deployments
+            .apply_watcher_event(&watcher::Event::Apply(
+                serde_json::from_value(object).unwrap(),
+            )),
+        "PodDisruptionBudget" => {
+            fixture
+                .writers
+                .disruption_budgets
+                .apply_watcher_event(&watcher::Event::Apply(
+                    serde_json::from_value(object).unwrap(),
+                ))
+        }
+        other => panic!("unexpected kind {other}"),
+    }
+}
+
+#[tokio::test]
+async fn a_pool_provision_is_applied_as_configmap_deployment_and_budget_then_collected() {
+    let (client, mut api) = Api::pair();
+    let mut fixture = Fixture::new();
+    // A pool the plan no longer holds, written earlier by this agent.
+    let gone = PodDisruptionBudget {
+        metadata: kube::api::ObjectMeta {
+            namespace: Some(POOL_NAMESPACE.to_owned()),
+            name: Some("fedingress-pool-old".to_owned()),
+            uid: Some("uid-old-pdb".to_owned()),
+            labels: Some(BTreeMap::from([
+                (
+                    "app.kubernetes.io/managed-by".to_owned(),
+                    "fedingress".to_owned(),
+                ),
+                ("fedingress.io/owner".to_owned(), "k1".to_owned()),
+            ])),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    fixture
+        .writers
+        .disruption_budgets
+        .apply_watcher_event(&watcher::Event::Apply(gone.clone()));
+    let (driver, _dir) = driver(client, &fixture, Profile::Mixed);
+    driver.set_pool_source(pool_source());
+
+    let server = tokio::spawn(async move {
+        // The image and the token Secret come from the agent's own Pod.
+        let (_, send) = api
+            .expect(
+                Method::GET,
+                "/api/v1/namespaces/fedingress-system/pods/fedingress-agent-0",
+            )
+            .await;
+        respond(send, StatusCode::OK, &own_pod());
+        let mut bodies = Vec::new();
+        for object in pool_objects("web") {
+            let (seen, send) = api.expect_create(&object).await;
+            assert_eq!(seen.body["metadata"]["labels"]["fedingress.io/owner"], "k1");
+            assert_eq!(seen.body["metadata"]["labels"]["fedingress.io/pool"], "web");
+            bodies.push(seen.body.clone());
+            applied(send, &seen);
+        }
+        let (seen, send) = api
+            .expect(
+                Method::DELETE,
+                "/apis/policy/v1/namespaces/fedingress-system/poddisruptionbudgets/fedingress-pool-old",
+            )
+            .await;
+        assert_eq!(
+            seen.body["preconditions"]["uid"], "uid-old-pdb",
+            "{}",
+            seen.body
+        );
+        respond(
+            send,
+            StatusCode::OK,
+            &json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}),
+        );
+        (api, bodies)
+    });
+    let errors = driver.apply(&pool_plan(&["web"])).await;
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!(driver.readiness(), Ok(()));
+    let (mut api, bodies) = server.await.unwrap();
+    let deployment = &bodies[1];
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(
+        pod["containers"][0]["image"],
+        "registry.example.com/fedingress/cluster-agent:0.2.0"
+    );
+    assert_eq!(pod["hostNetwork"], true);
+    assert_eq!(
+        pod["volumes"][1]["secret"]["secretName"],
+        "fedingress-agent-token"
+    );
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    assert_eq!(bodies[2]["spec"]["minAvailable"], 1);
+
+    fixture
+        .writers
+        .disruption_budgets
+        .apply_watcher_event(&watcher::Event::Delete(gone));
+    // The watches bring the written objects; the pool leaves the plan: all three go,
+    // each with its uid as the precondition, and the Pod is not read again.
+    for (body, uid) in bodies.iter().zip(["uid-cm", "uid-deploy", "uid-pdb"]) {
+        store_applied(&mut fixture, body, uid);
+    }
+    let server = tokio::spawn(async move {
+        for (object, uid) in pool_objects("web")
+            .iter()
+            .zip(["uid-cm", "uid-deploy", "uid-pdb"])
+        {
+            let (seen, send) = api.expect(Method::DELETE, &path(object)).await;
+            assert_eq!(seen.body["preconditions"]["uid"], uid, "{}", seen.body);
+            respond(
+                send,
+                StatusCode::OK,
+                &json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}),
+            );
+        }
+        api
+    });
+    assert!(driver.apply(&pool_plan(&[])).await.is_empty());
+    assert_eq!(driver.readiness(), Ok(()));
+    let api = server.await.unwrap();
+    drop(driver);
+    api.expect_no_more().await;
+}
+
+#[tokio::test]
+async fn a_pool_whose_deployment_cannot_be_written_makes_the_agent_unready_and_is_kept() {
+    let (client, mut api) = Api::pair();
+    let fixture = Fixture::new();
+    let (driver, _dir) = driver(client, &fixture, Profile::Mixed);
+    driver.set_pool_source(pool_source());
+    let server = tokio::spawn(async move {
+        let (_, send) = api
+            .expect(
+                Method::GET,
+                "/api/v1/namespaces/fedingress-system/pods/fedingress-agent-0",
+            )
+            .await;
+        respond(send, StatusCode::OK, &own_pod());
+        let objects = pool_objects("web");
+        api.expect_created(&objects[0]).await;
+        let (_, send) = api.expect_create(&objects[1]).await;
+        respond(
+            send,
+            StatusCode::FORBIDDEN,
+            &status(
+                403,
+                "Forbidden",
+                "deployments.apps \"fedingress-pool-web\" is forbidden: User \"system:serviceaccount:fedingress-system:fedingress-agent\" cannot patch resource \"deployments\"",
+            ),
+        );
+        api.expect_created(&objects[2]).await;
+        api
+    });
+    // No share is affected: no rule error; the agent says what failed.
+    assert!(driver.apply(&pool_plan(&["web"])).await.is_empty());
+    let api = server.await.unwrap();
+    let readiness = driver.readiness().unwrap_err();
+    assert!(
+        readiness.contains(
+            "pool web: applying Deployment fedingress-system/fedingress-pool-web: forbidden"
+        ),
+        "{readiness}"
+    );
+    assert!(
+        readiness.contains("role.yaml") || readiness.contains("clusterrole.yaml"),
+        "{readiness}"
+    );
+    drop(driver);
+    api.expect_no_more().await;
+}
+
+#[tokio::test]
+async fn a_pool_without_the_agents_pod_is_said_and_nothing_is_written() {
+    let (client, api) = Api::pair();
+    let fixture = Fixture::new();
+    let (driver, _dir) = driver(client, &fixture, Profile::Mixed);
+    driver.set_pool_source(PoolSource {
+        own_pod: None,
+        ..pool_source()
+    });
+    assert!(driver.apply(&pool_plan(&["web"])).await.is_empty());
+    let readiness = driver.readiness().unwrap_err();
+    assert!(
+        readiness.contains("pools web: POD_NAME is not set"),
+        "{readiness}"
+    );
+    drop(driver);
+    api.expect_no_more().await;
 }

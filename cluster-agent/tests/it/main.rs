@@ -9,6 +9,7 @@ mod deploy_kubernetes;
 mod hub;
 mod kubernetes_golden;
 mod kubernetes_mock;
+mod kubernetes_pool_golden;
 mod l7;
 mod process;
 mod standalone;

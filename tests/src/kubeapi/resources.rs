@@ -97,6 +97,13 @@ pub fn builtin() -> Vec<ResourceType> {
         ),
         ("coordination.k8s.io/v1", "Lease", "leases", true, false),
         ("apps/v1", "Deployment", "deployments", true, true),
+        (
+            "policy/v1",
+            "PodDisruptionBudget",
+            "poddisruptionbudgets",
+            true,
+            true,
+        ),
     ];
     table
         .iter()

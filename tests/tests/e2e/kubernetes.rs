@@ -3,7 +3,8 @@
 //! Kubernetes API server over real HTTP on loopback standing in for the member
 //! cluster (no Kubernetes API server can be installed on these machines; see
 //! `fedingress_tests::kubeapi`). The script plays the cloud and the kubelet: it writes
-//! load-balancer addresses and EndpointSlices. Loopback block 127.0.71.x.
+//! load-balancer addresses and EndpointSlices. Loopback block 127.0.71.x. The pools
+//! test takes its plan from a scripted hub on 127.0.0.1 (`FakeHub`).
 
 #![allow(clippy::unwrap_used)]
 
@@ -419,9 +420,10 @@ fn a_federated_ingress_reaches_a_kubernetes_member_cluster_and_its_load_balancer
         })
         .chain(member.verbs_used())
         .collect();
+    // Pools' grants are used only with pool provisions: the pools test checks them.
+    let granted: BTreeSet<_> = granted().difference(&pool_grants()).cloned().collect();
     assert_eq!(
-        used,
-        granted(),
+        used, granted,
         "verbs used by the agent vs deploy/kubernetes RBAC"
     );
     drop(agent);
@@ -625,4 +627,199 @@ fn a_standby_replica_takes_over_within_the_lease() {
         },
     );
     assert!(second.terminate(WAIT).is_some_and(|s| s.success()));
+}
+
+/// RBAC the agent uses only when the plan holds pool provisions: the pools' Deployments
+/// and PodDisruptionBudgets written and collected, and its own Pod read (image, token
+/// Secret). Their list and watch are used always.
+fn pool_grants() -> BTreeSet<(String, String, String)> {
+    let mut out = BTreeSet::new();
+    for (group, resource) in [("apps", "deployments"), ("policy", "poddisruptionbudgets")] {
+        for verb in ["get", "create", "patch", "delete"] {
+            out.insert((group.to_owned(), resource.to_owned(), verb.to_owned()));
+        }
+    }
+    out.insert((String::new(), "pods".to_owned(), "get".to_owned()));
+    out
+}
+
+/// The managed objects of pool `web` in `fedingress-system`, by resource.
+fn pool_objects(member: &FakeKubeApi) -> BTreeSet<String> {
+    ["configmaps", "deployments", "poddisruptionbudgets"]
+        .into_iter()
+        .filter(|resource| {
+            member
+                .get(resource, "fedingress-system", "fedingress-pool-web")
+                .is_some()
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A pool provision in the hub's plan becomes the pool's workload at the member cluster
+/// (the real agent binary, server-side apply over HTTP), and goes when the plan drops
+/// it. The plan comes from a scripted hub: claims are what put provisions in the real
+/// hub's plans.
+#[test]
+fn a_pool_provision_becomes_a_workload_and_leaves_with_the_plan() {
+    use fedingress_api::plan::{ClusterPlan, PoolPlan, PoolProvision};
+    use fedingress_proto::HubToAgent;
+    use fedingress_testsupport::gateway::FakeHub;
+
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let member = runtime.block_on(FakeKubeApi::start());
+    let mut hub = runtime.block_on(FakeHub::start(std::net::SocketAddr::from((
+        [127, 0, 0, 1],
+        0,
+    ))));
+    let dir = tempfile::tempdir().unwrap();
+    let agent_dir = dir.path().join("agent-0");
+    std::fs::create_dir_all(&agent_dir).unwrap();
+    member.write_kubeconfig(&agent_dir.join("member.kubeconfig"));
+    std::fs::write(agent_dir.join("token"), "agent-token").unwrap();
+    // The agent's own Pod: its image, and the token Secret mounted where tokenFile is.
+    member.put(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"namespace": "fedingress-system", "name": "fedingress-agent-0"},
+        "spec": {
+            "containers": [{"name": "agent", "image": "registry.example.com/fedingress/cluster-agent:0.2.0",
+                            "volumeMounts": [{"name": "token", "mountPath": agent_dir.display().to_string()}]}],
+            "volumes": [{"name": "token", "secret": {"secretName": "fedingress-agent-token"}}]
+        }
+    }));
+    let config = format!(
+        "hub: {{address: http://{}}}
+cluster: k1
+tokenFile: token
+driver: kubernetes
+kubernetes:
+  kubeconfig: member.kubeconfig
+  profile: mixed
+  leaderElection: {{namespace: fedingress-system, leaseDurationSeconds: 3}}
+stateDir: state
+admin: 127.0.0.1:0
+reportIntervalMs: 1000
+",
+        hub.addr
+    );
+    let path = write(&agent_dir, "agent.yaml", &config);
+    let mut command = Command::new(binary("cluster-agent"));
+    command
+        .arg("--config")
+        .arg(path)
+        .env("POD_NAME", "fedingress-agent-0")
+        .env("POD_NAMESPACE", "fedingress-system");
+    let agent = Process::start(command, "cluster-agent k1 (pools)", WAIT).unwrap();
+
+    let plan = |provisions: Vec<PoolProvision>| ClusterPlan {
+        ingresses: Default::default(),
+        pools: std::sync::Arc::new(PoolPlan {
+            provisions,
+            ..PoolPlan::default()
+        }),
+    };
+    let web = PoolProvision {
+        name: "web".to_owned(),
+        replicas: 3,
+        member_labels: [("tier".to_owned(), "edge".to_owned())].into(),
+        requests: [("cpu".to_owned(), "250m".to_owned())].into(),
+        limits: [("memory".to_owned(), "256Mi".to_owned())].into(),
+    };
+    let mut conn = runtime.block_on(hub.next_conn());
+    conn.send(HubToAgent::Welcome {
+        heartbeat_interval_ms: 1000,
+        lease_ms: 10_000,
+        provider: None,
+        cordoned: false,
+    });
+    let with_pool = plan(vec![web]);
+    conn.send(HubToAgent::Snapshot {
+        version: 1,
+        digest: with_pool.digest(),
+        plan: with_pool,
+    });
+    assert_eq!(runtime.block_on(conn.expect_ack()), 1);
+    eventually(WAIT, "the pool's ConfigMap, Deployment and budget", || {
+        let found = pool_objects(&member);
+        (found.len() == 3).then_some(()).ok_or(format!("{found:?}"))
+    });
+    let deployment = member
+        .get("deployments", "fedingress-system", "fedingress-pool-web")
+        .unwrap();
+    assert_eq!(deployment["spec"]["replicas"], 3);
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(pod["hostNetwork"], true);
+    assert_eq!(
+        pod["containers"][0]["image"],
+        "registry.example.com/fedingress/cluster-agent:0.2.0"
+    );
+    assert_eq!(
+        pod["containers"][0]["resources"]["limits"]["memory"],
+        "256Mi"
+    );
+    assert_eq!(
+        pod["volumes"][1]["secret"]["secretName"],
+        "fedingress-agent-token"
+    );
+    for resource in ["configmaps", "deployments", "poddisruptionbudgets"] {
+        let object = member
+            .get(resource, "fedingress-system", "fedingress-pool-web")
+            .unwrap();
+        let labels = &object["metadata"]["labels"];
+        assert_eq!(
+            labels["app.kubernetes.io/managed-by"], "fedingress",
+            "{resource}"
+        );
+        assert_eq!(labels["fedingress.io/owner"], "k1", "{resource}");
+        let managers = object["metadata"]["managedFields"].to_string();
+        assert!(
+            managers.contains("fedingress-agent"),
+            "{resource}: {managers}"
+        );
+    }
+    let config_map = member
+        .get("configmaps", "fedingress-system", "fedingress-pool-web")
+        .unwrap();
+    let members_config = config_map["data"]["agent.yaml"].as_str().unwrap();
+    assert!(members_config.contains("tier: edge"), "{members_config}");
+    assert!(
+        members_config.contains(&format!("http://{}", hub.addr)),
+        "{members_config}"
+    );
+
+    // The provision leaves the plan: its objects are deleted.
+    let without = plan(Vec::new());
+    conn.send(HubToAgent::Snapshot {
+        version: 2,
+        digest: without.digest(),
+        plan: without,
+    });
+    assert_eq!(runtime.block_on(conn.expect_ack()), 2);
+    eventually(WAIT, "the pool's objects deleted", || {
+        let found = pool_objects(&member);
+        found.is_empty().then_some(()).ok_or(format!("{found:?}"))
+    });
+    let (status, body) = readyz(&agent);
+    assert_eq!(status, 200, "{body}");
+
+    // Every pool-only grant of deploy/kubernetes was used, and nothing else was.
+    let used: BTreeSet<(String, String, String)> = member
+        .requests()
+        .into_iter()
+        .filter_map(|r| {
+            let rbac = r.rbac.clone()?;
+            let verb = if r.is_apply() && r.status == 201 {
+                "create".to_owned()
+            } else {
+                rbac.verb
+            };
+            Some((rbac.group, rbac.resource, verb))
+        })
+        .chain(member.verbs_used())
+        .collect();
+    let missing: Vec<_> = pool_grants().difference(&used).cloned().collect();
+    assert!(missing.is_empty(), "pool grants not used: {missing:?}");
+    let ungranted: Vec<_> = used.difference(&granted()).cloned().collect();
+    assert!(ungranted.is_empty(), "used without a grant: {ungranted:?}");
+    drop(agent);
 }

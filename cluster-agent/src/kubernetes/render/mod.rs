@@ -15,6 +15,8 @@
 //! - [`nginx`]: the same rules → entries of ingress-nginx's `tcp-services` /
 //!   `udp-services` ConfigMaps (profile `nginx-configmap`).
 //! - [`names`]: object names and label values (DNS-1035 labels, stable hash suffixes).
+//! - [`pool`]: the plan's pool provisions → each pool's workload (ConfigMap, Deployment,
+//!   PodDisruptionBudget) in the agent's own namespace.
 //!
 //! # Guarantees
 //!
@@ -43,8 +45,10 @@ use std::fmt;
 use std::net::IpAddr;
 
 use fedingress_api::plan::{ClusterPlan, IngressKey, IngressShare, RuleError};
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Service, ServicePort};
 use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::config::kubernetes::{ObjectName, Profile};
@@ -53,6 +57,7 @@ pub mod http;
 pub mod l4;
 pub mod names;
 pub mod nginx;
+pub mod pool;
 
 pub use names::ingress_label_value;
 
@@ -78,15 +83,21 @@ pub enum Kind {
     Ingress,
     Service,
     ConfigMap,
+    /// A pool's workload ([`pool`]).
+    Deployment,
+    /// A pool's disruption budget ([`pool`]).
+    PodDisruptionBudget,
 }
 
 impl Kind {
-    /// `Ingress`, `Service`, `ConfigMap`.
+    /// `Ingress`, `Service`, `ConfigMap`, `Deployment`, `PodDisruptionBudget`.
     pub fn as_str(self) -> &'static str {
         match self {
             Kind::Ingress => "Ingress",
             Kind::Service => "Service",
             Kind::ConfigMap => "ConfigMap",
+            Kind::Deployment => "Deployment",
+            Kind::PodDisruptionBudget => "PodDisruptionBudget",
         }
     }
 }
@@ -228,6 +239,8 @@ pub enum Desired {
     Ingress(Ingress),
     Service(Service),
     ConfigMap(ConfigMap),
+    Deployment(Deployment),
+    PodDisruptionBudget(PodDisruptionBudget),
 }
 
 impl Desired {
@@ -236,6 +249,8 @@ impl Desired {
             Desired::Ingress(o) => (Kind::Ingress, &o.metadata),
             Desired::Service(o) => (Kind::Service, &o.metadata),
             Desired::ConfigMap(o) => (Kind::ConfigMap, &o.metadata),
+            Desired::Deployment(o) => (Kind::Deployment, &o.metadata),
+            Desired::PodDisruptionBudget(o) => (Kind::PodDisruptionBudget, &o.metadata),
         };
         ObjectRef::new(
             kind,
@@ -250,6 +265,22 @@ impl Desired {
             Desired::Ingress(o) => &o.metadata,
             Desired::Service(o) => &o.metadata,
             Desired::ConfigMap(o) => &o.metadata,
+            Desired::Deployment(o) => &o.metadata,
+            Desired::PodDisruptionBudget(o) => &o.metadata,
+        }
+    }
+
+    /// The object as YAML (golden files, logs).
+    ///
+    /// # Errors
+    /// Never for these types; the serializer's error is passed on.
+    pub fn to_yaml(&self) -> Result<String, yaml_serde::Error> {
+        match self {
+            Desired::Ingress(o) => yaml_serde::to_string(o),
+            Desired::Service(o) => yaml_serde::to_string(o),
+            Desired::ConfigMap(o) => yaml_serde::to_string(o),
+            Desired::Deployment(o) => yaml_serde::to_string(o),
+            Desired::PodDisruptionBudget(o) => yaml_serde::to_string(o),
         }
     }
 }
