@@ -10,5 +10,6 @@ mod anycast;
 mod controller;
 mod gateway;
 mod metrics;
+mod pools;
 mod process;
 mod rules;

@@ -16,7 +16,7 @@ use std::time::Duration;
 use fedingress_api::cluster::{Address, Provider};
 use fedingress_api::plan::{
     AgentReport, AnycastRoute, BackendHealth, ClusterPlan, IngressKey, IngressReport, PlanDelta,
-    RuleAddresses, RuleError, SpeakerReport,
+    RuleAddresses, RuleError, SpeakerReport, VrrpReport,
 };
 use fedingress_proto::convert::{agent_to_pb, hub_from_pb};
 use fedingress_proto::pb;
@@ -103,6 +103,30 @@ impl FakeAgent {
         FakeAgent::try_connect(hub.addresses.agent, hello)
             .await
             .unwrap_or_else(|status| panic!("agent of {cluster} refused: {status}"))
+    }
+
+    /// [`FakeAgent::connect`] as member `member` of `cluster`, with `labels` and real
+    /// address `address`.
+    pub async fn connect_member(
+        hub: &TestHub,
+        cluster: &str,
+        member: &str,
+        labels: &[(&str, &str)],
+        address: IpAddr,
+    ) -> FakeAgent {
+        let token = hub.issue_token(cluster).await;
+        let hello = Hello {
+            member: member.to_string(),
+            member_labels: labels
+                .iter()
+                .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+                .collect(),
+            member_address: Some(address),
+            ..hello(cluster, &token)
+        };
+        FakeAgent::try_connect(hub.addresses.agent, hello)
+            .await
+            .unwrap_or_else(|status| panic!("member {member} of {cluster} refused: {status}"))
     }
 
     /// Opens a session with `hello` and waits for the Welcome. The hub's refusal is the
@@ -225,6 +249,19 @@ impl FakeAgent {
         self.send_report(ip, ready, rules, failed, Vec::new(), None);
     }
 
+    /// [`FakeAgent::report`] with each pool's VRRP state (`(pool, "MASTER")`, ...).
+    pub fn report_vrrp(&self, ip: IpAddr, ready: u32, vrrp: &[(&str, &str)]) {
+        let mut report = self.build_report(ip, ready, Vec::new(), &[], Vec::new(), None);
+        report.vrrp = vrrp
+            .iter()
+            .map(|(pool, state)| VrrpReport {
+                pool: (*pool).to_string(),
+                state: (*state).to_string(),
+            })
+            .collect();
+        self.send(AgentToHub::Report(report));
+    }
+
     /// [`FakeAgent::report`] with, for every share, the BGP routes `anycast` and the
     /// agent's BGP `speaker` (`None`: the agent has none).
     pub fn report_anycast(
@@ -246,6 +283,19 @@ impl FakeAgent {
         anycast: Vec<AnycastRoute>,
         speaker: Option<SpeakerReport>,
     ) {
+        let report = self.build_report(ip, ready, rules, failed, anycast, speaker);
+        self.send(AgentToHub::Report(report));
+    }
+
+    fn build_report(
+        &self,
+        ip: IpAddr,
+        ready: u32,
+        rules: Vec<RuleAddresses>,
+        failed: &[u32],
+        anycast: Vec<AnycastRoute>,
+        speaker: Option<SpeakerReport>,
+    ) -> AgentReport {
         let ingresses = self
             .plan
             .ingresses
@@ -273,14 +323,14 @@ impl FakeAgent {
                 anycast: anycast.clone(),
             })
             .collect();
-        self.send(AgentToHub::Report(AgentReport {
+        AgentReport {
             ingresses,
             addresses: vec![Address::ip(ip)],
             requests_per_second: 0.0,
             active_connections: 0,
             speaker,
             ..AgentReport::default()
-        }));
+        }
     }
 
     /// Stops the automatic heartbeats: the session now lives only as long as the test
