@@ -94,6 +94,25 @@ fn member_name(cluster: &str, member: &str) -> Result<String, Status> {
     )))
 }
 
+/// A client certificate that names a member speaks for that member only; one of the
+/// whole cluster (from before members) or a token speaks for any member of it.
+fn certificate_speaks_for(
+    certified: Option<&str>,
+    cluster: &str,
+    member: &str,
+) -> Result<(), Status> {
+    match certified {
+        None | Some("") => Ok(()),
+        Some(certified) if certified == member => Ok(()),
+        Some(certified) => {
+            IDENTITY.refused("member");
+            Err(Status::permission_denied(format!(
+                "the client certificate is member {certified:?}'s of cluster {cluster:?}: it cannot speak as member {member:?}"
+            )))
+        }
+    }
+}
+
 /// Refuses a cluster name that no Cluster can have before it is logged or looked up:
 /// an unauthenticated client chooses it (a 4 MiB name would be a 4 MiB log line).
 fn valid_cluster_name(name: &str) -> Result<(), Status> {
@@ -445,7 +464,7 @@ impl AgentGateway for Gateway {
         };
         let cluster = hello.cluster.clone();
         valid_cluster_name(&cluster)?;
-        let (registration, method, _cert_member) = match self
+        let (registration, method, cert_member) = match self
             .authenticate(&cluster, &hello.token, peer_cert.as_deref())
             .await
         {
@@ -456,6 +475,10 @@ impl AgentGateway for Gateway {
             }
         };
         let member = member_name(&cluster, &hello.member)?;
+        if let Err(status) = certificate_speaks_for(cert_member.as_deref(), &cluster, &member) {
+            tracing::warn!(cluster, member, peer = ?peer, reason = %status.message(), "agent refused");
+            return Err(status);
+        }
         let (session, kill) = self.hub.connect(
             &cluster,
             MemberInfo {
@@ -650,6 +673,30 @@ async fn session_loop(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 24: a certificate naming a member cannot open another member's session.
+    #[test]
+    fn a_members_certificate_speaks_for_that_member_only() {
+        assert!(certificate_speaks_for(Some("web-1"), "eu", "web-1").is_ok());
+        assert!(
+            certificate_speaks_for(None, "eu", "web-2").is_ok(),
+            "a token"
+        );
+        assert!(
+            certificate_speaks_for(Some(""), "eu", "web-2").is_ok(),
+            "a whole-cluster certificate"
+        );
+        let refused = certificate_speaks_for(Some("web-1"), "eu", "web-2").unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::PermissionDenied);
+        assert!(refused.message().contains("\"web-1\"") && refused.message().contains("\"web-2\""));
+        // An agent from before members is named after its cluster.
+        assert_eq!(member_name("eu", "").unwrap(), "eu");
+        assert_eq!(member_name("eu", "host-a").unwrap(), "host-a");
+        assert_eq!(
+            member_name("eu", "Bad_Name").unwrap_err().code(),
+            tonic::Code::InvalidArgument
+        );
+    }
 
     #[test]
     fn an_impossible_cluster_name_is_refused_without_echoing_it() {
