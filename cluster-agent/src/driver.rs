@@ -30,6 +30,13 @@ pub trait Driver: Send + Sync {
     /// Makes the data plane serve `plan`; returns the rules that could not be applied.
     async fn apply(&self, plan: &ClusterPlan) -> Vec<RuleError>;
 
+    /// Why a part of the plan applied last that is no rule could not be applied (the
+    /// pools' VRRP, say: [`crate::vrrp::pools`]), or `None`. The agent Nacks the plan
+    /// with it. Default: `None`.
+    fn plan_error(&self) -> Option<String> {
+        None
+    }
+
     /// How `plan` (the one applied last) is doing right now.
     fn report(&self, plan: &ClusterPlan) -> AgentReport;
 

@@ -12,7 +12,8 @@
 //!   hub is contacted, so the agent serves its last plan with the hub unreachable, also
 //!   after a restart. Nothing is ever un-applied because the hub is gone.
 //! - Every applied plan is persisted before it is acknowledged (`Ack`, or `Nack` with
-//!   the rules that could not be applied while the rest is served).
+//!   the rules that could not be applied while the rest is served, and with the
+//!   driver's [`Driver::plan_error`] for what else it could not apply: the pools' VRRP).
 //! - A `Delta` is applied only on top of the plan it was computed from (`base_version`
 //!   equal to the applied version, and the result's digest equal to the hub's when the
 //!   hub sends one); otherwise the agent drops the stream and reconnects, and its
@@ -1175,7 +1176,7 @@ impl Agent {
                     }
                     None => self.apply(version, digest, plan).await,
                 };
-                send(tx, ack(version, rule_errors)).await?;
+                send(tx, ack(version, self.driver.plan_error(), rule_errors)).await?;
                 Ok(true)
             }
             HubToAgent::Delta {
@@ -1212,7 +1213,7 @@ impl Agent {
                     return Err(End::Resync);
                 }
                 let rule_errors = self.apply(version, digest, plan).await;
-                send(tx, ack(version, rule_errors)).await?;
+                send(tx, ack(version, self.driver.plan_error(), rule_errors)).await?;
                 Ok(true)
             }
         }
@@ -1234,13 +1235,14 @@ pub async fn run(
     Agent::new(settings, driver).run(shutdown).await;
 }
 
-fn ack(version: u64, rule_errors: Vec<RuleError>) -> AgentToHub {
-    if rule_errors.is_empty() {
+/// `Ack`, or `Nack` with the driver's [`Driver::plan_error`] and the rule errors.
+fn ack(version: u64, error: Option<String>, rule_errors: Vec<RuleError>) -> AgentToHub {
+    if rule_errors.is_empty() && error.is_none() {
         AgentToHub::Ack { version }
     } else {
         AgentToHub::Nack {
             version,
-            error: String::new(),
+            error: error.unwrap_or_default(),
             rule_errors,
         }
     }

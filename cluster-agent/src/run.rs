@@ -6,9 +6,10 @@
 //! until the Lease is lost (then exit 1, as client-go's controllers do), then
 //! shut the driver down — listeners close, connections drain for at most
 //! `drainTimeoutMs` (a second signal skips the rest of the drain) — and exit 0.
-//! With `vrrp.keepalived.manage`, keepalived's config is rendered and checked before
-//! anything binds (exit 64 when keepalived is missing or refuses it), keepalived runs
-//! under the agent's supervision and is stopped before the drain.
+//! With `vrrp.keepalived.manage`, or with `pools:`, keepalived's config is rendered and
+//! checked before anything binds (exit 64 when keepalived is missing or refuses it),
+//! keepalived runs under the agent's supervision and is stopped before the drain; with
+//! `pools:` the driver loads every plan's pools into it ([`crate::vrrp::Pools`]).
 //! With `anycast:`, the BGP speaker is started (managed) or reached and configured
 //! before anything binds (exit 64 when gobgpd is missing, does not answer or refuses
 //! the config); on SIGTERM every anycast route is withdrawn and `withdrawDelayMs`
@@ -16,7 +17,7 @@
 //!
 //! `cluster-agent ready --admin ADDR` (keepalived's track script) exits 0 iff that
 //! agent is ready; `cluster-agent keepalived render -c FILE` prints the keepalived
-//! config of FILE's `vrrp:` section.
+//! config of FILE's `vrrp:` section (`pools:`: of the pools of the persisted plan).
 //!
 //! It lives in the library, and `src/main.rs` only calls it: the composition root is
 //! library code that tests and tools can reach.
@@ -38,7 +39,7 @@ use crate::driver::Driver;
 use crate::hub::{Agent, HubSettings};
 use crate::kubernetes::lease::{self, LeaderElector, LeaseSettings};
 use crate::kubernetes::{self, KubernetesDriver};
-use crate::vrrp::{self, Keepalived};
+use crate::vrrp::{self, Keepalived, Pools};
 use crate::{Config, Standalone, admin};
 
 /// EX_USAGE: bad flags or config.
@@ -80,7 +81,8 @@ enum Command {
 
 #[derive(Debug, Subcommand)]
 enum KeepalivedCommand {
-    /// Print the keepalived config rendered from the config's vrrp: section.
+    /// Print the keepalived config rendered from the config's vrrp: section (pools:
+    /// the pools of the plan the agent applied last).
     Render {
         /// The agent's config file (YAML).
         #[arg(short = 'c', long, value_name = "FILE")]
@@ -131,15 +133,27 @@ pub fn main() -> ExitCode {
         return ExitCode::from(EXIT_CONFIG);
     }
     // keepalived missing, or refusing the rendered config, is a config error.
-    let keepalived = match config.vrrp.as_ref().filter(|v| v.keepalived.manage) {
-        None => None,
-        Some(settings) => match vrrp::keepalived::prepare(&config, settings) {
-            Ok(prepared) => Some(prepared),
-            Err(e) => {
-                eprintln!("cluster-agent: {}", chain(&e));
-                return ExitCode::from(EXIT_CONFIG);
-            }
-        },
+    let prepared = match (
+        config.vrrp.as_ref().filter(|v| v.host.keepalived.manage),
+        &config.pools,
+    ) {
+        (Some(settings), _) => vrrp::keepalived::prepare(&config, settings).map(Some),
+        (None, Some(pools)) => vrrp::keepalived::prepare_pools(&config, pools).map(Some),
+        (None, None) => Ok(None),
+    };
+    let keepalived = match prepared {
+        Ok(prepared) => prepared,
+        Err(e) => {
+            eprintln!("cluster-agent: {}", chain(&e));
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    let pools = match vrrp::pools::PoolsSettings::from_config(&config) {
+        Ok(pools) => pools,
+        Err(e) => {
+            eprintln!("cluster-agent: pools: the agent's own program path: {e}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
     };
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -185,7 +199,7 @@ pub fn main() -> ExitCode {
             }
         },
     };
-    match runtime.block_on(run(config, settings, client, keepalived, speaker)) {
+    match runtime.block_on(run(config, settings, client, keepalived, pools, speaker)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("cluster-agent: {e:#}");
@@ -199,10 +213,25 @@ async fn run(
     settings: HubSettings,
     client: Option<kube::Client>,
     keepalived: Option<vrrp::keepalived::Settings>,
+    pools: Option<vrrp::pools::PoolsSettings>,
     speaker: Option<anycast::Connection>,
 ) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(config.admin)
+        .await
+        .with_context(|| format!("binding the admin address {}", config.admin))?;
+    let admin_addr = listener.local_addr().context("reading the admin address")?;
+    let keepalived = keepalived.map(Keepalived::start);
     let (driver, election) = match client {
-        None => (standalone(&config, speaker), None),
+        None => {
+            let driver = standalone(&config, speaker);
+            match (pools, &keepalived) {
+                (Some(pools), Some(keepalived)) => (
+                    Pools::new(driver, Arc::clone(keepalived), pools) as Arc<dyn Driver>,
+                    None,
+                ),
+                _ => (driver, None),
+            }
+        }
         Some(client) => {
             let mut k = config.kubernetes();
             k.owner_id.get_or_insert_with(|| config.cluster.clone());
@@ -219,15 +248,10 @@ async fn run(
     };
     let agent = Agent::new(settings, Arc::clone(&driver));
 
-    let listener = tokio::net::TcpListener::bind(config.admin)
-        .await
-        .with_context(|| format!("binding the admin address {}", config.admin))?;
-    let admin_addr = listener.local_addr().context("reading the admin address")?;
     let role = watch::Sender::new(match &election {
         Some(_) => Role::Standby { holder: None },
         None => Role::Leader,
     });
-    let keepalived = keepalived.map(Keepalived::start);
     let components = keepalived
         .iter()
         .map(|k| Arc::clone(k) as Arc<dyn admin::Component>)
@@ -407,16 +431,38 @@ fn render_keepalived(path: &Path) -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    let Some(settings) = &config.vrrp else {
-        eprintln!("cluster-agent: {} has no vrrp: section", path.display());
-        return ExitCode::from(EXIT_CONFIG);
-    };
-    let text = std::env::current_exe()
-        .map_err(|e| e.to_string())
-        .and_then(|program| {
-            vrrp::render::render(settings, &config.cluster, &program, config.admin)
+    let text = match (&config.vrrp, &config.pools) {
+        (Some(settings), _) => {
+            std::env::current_exe()
                 .map_err(|e| e.to_string())
-        });
+                .and_then(|program| {
+                    vrrp::render::render(settings, &config.cluster, &program, config.admin)
+                        .map_err(|e| e.to_string())
+                })
+        }
+        // The pools of the plan the agent applied last (persisted in its state dir).
+        (None, Some(_)) => vrrp::pools::PoolsSettings::from_config(&config)
+            .map_err(|e| e.to_string())
+            .and_then(|settings| {
+                let plan = crate::state::PlanStore::new(config.plan_file())
+                    .load_or_empty()
+                    .map(|persisted| persisted.plan)
+                    .unwrap_or_default();
+                let pools = settings.map(|s| s.render(&plan.pools.pools));
+                match pools {
+                    Some(Ok(rendered)) => Ok(rendered.text),
+                    Some(Err(e)) => Err(e.to_string()),
+                    None => Err("no pools: section".to_owned()),
+                }
+            }),
+        (None, None) => {
+            eprintln!(
+                "cluster-agent: {} has no vrrp: section (and no pools: section)",
+                path.display()
+            );
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
     match text {
         Ok(text) => {
             let mut stdout = std::io::stdout().lock();
@@ -430,7 +476,7 @@ fn render_keepalived(path: &Path) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("cluster-agent: vrrp: {e}");
+            eprintln!("cluster-agent: keepalived render: {e}");
             ExitCode::from(EXIT_CONFIG)
         }
     }

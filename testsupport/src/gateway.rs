@@ -1,11 +1,15 @@
 //! The fake hub of the agent's tests: a real tonic `AgentGateway` server on a loopback
-//! port, standing in for the federation-apiserver.
+//! port (or on a listener the test bound, in a network namespace:
+//! [`FakeHub::start_on_std`], [`FakeHub::scripted_on`]), standing in for the
+//! federation-apiserver.
 //!
 //! Interactive ([`FakeHub::start`]): every agent stream is handed to the test as a
 //! [`Conn`], which the test scripts message by message (`send`, `expect_ack`, ...).
 //! Scripted ([`FakeHub::scripted`]): the hub answers each session itself, with a Welcome
-//! (cordoned or not, [`FakeHub::set_cordoned`]) and its plan as a snapshot, and keeps the
-//! agent's reports ([`FakeHub::wait_report`]).
+//! (cordoned or not, [`FakeHub::set_cordoned`]) and its plan as a snapshot (a new plan:
+//! [`FakeHub::set_plan`]), and keeps the agents' reports ([`FakeHub::wait_report`]; per
+//! member, [`FakeHub::wait_member_report`]) and their last Ack or Nack
+//! ([`FakeHub::answer_of`]).
 //!
 //! Either way, [`FakeHub::end_sessions`] ends the open streams (the agent reconnects, as
 //! after the real hub's cordon change), [`FakeHub::refuse_next`] refuses Hellos as a
@@ -13,6 +17,7 @@
 //! deadline ([`DEADLINE`]), so a missing or unexpected message fails the test instead of
 //! hanging it. Certificates (`Join`, `Renew`) are not served.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -140,6 +145,10 @@ struct Script {
     plan: ClusterPlan,
     version: u64,
     reports: Vec<AgentReport>,
+    /// The latest report per member (its Hello's `member`).
+    by_member: BTreeMap<String, AgentReport>,
+    /// The latest Ack or Nack per member.
+    answers: BTreeMap<String, AgentToHub>,
 }
 
 #[derive(Clone)]
@@ -245,6 +254,22 @@ impl FakeHub {
             tokio::net::TcpListener::bind(addr).await.ok()
         })
         .await;
+        FakeHub::start_on(listener)
+    }
+
+    /// An interactive hub on `listener`, bound by the caller (inside a network
+    /// namespace, say: the socket stays in the namespace it was made in).
+    ///
+    /// # Panics
+    /// When `listener` cannot be used by tokio.
+    pub fn start_on_std(listener: std::net::TcpListener) -> FakeHub {
+        listener
+            .set_nonblocking(true)
+            .expect("a non-blocking listener");
+        FakeHub::start_on(tokio::net::TcpListener::from_std(listener).expect("a tokio listener"))
+    }
+
+    fn start_on(listener: tokio::net::TcpListener) -> FakeHub {
         let addr = listener.local_addr().expect("the hub's address");
         let (conns_tx, conns) = mpsc::unbounded_channel();
         let (end, end_rx) = watch::channel(0);
@@ -281,7 +306,19 @@ impl FakeHub {
     /// A scripted hub on 127.0.0.1 (a port of its own) serving `plan` as version 1: each
     /// session gets a Welcome (heartbeat 1 s, lease 10 s) and the plan as a snapshot.
     pub async fn scripted(plan: ClusterPlan) -> FakeHub {
-        let mut hub = FakeHub::start(SocketAddr::from(([127, 0, 0, 1], 0))).await;
+        FakeHub::scripting(
+            FakeHub::start(SocketAddr::from(([127, 0, 0, 1], 0))).await,
+            plan,
+        )
+    }
+
+    /// [`FakeHub::scripted`] on `listener` (see [`FakeHub::start_on_std`]).
+    pub fn scripted_on(listener: std::net::TcpListener, plan: ClusterPlan) -> FakeHub {
+        FakeHub::scripting(FakeHub::start_on_std(listener), plan)
+    }
+
+    /// Makes the interactive `hub` scripted, serving `plan` as version 1.
+    fn scripting(mut hub: FakeHub, plan: ClusterPlan) -> FakeHub {
         let script = Arc::new(Mutex::new(Script {
             plan,
             version: 1,
@@ -313,9 +350,18 @@ impl FakeHub {
                     // The whole Conn, not only `inbound`: its sending half keeps the
                     // session open for as long as the agent's side is.
                     let mut conn = conn;
+                    let member = conn.hello.member.clone();
                     while let Some(message) = conn.inbound.recv().await {
-                        if let AgentToHub::Report(report) = message {
-                            lock(&script).reports.push(report);
+                        match message {
+                            AgentToHub::Report(report) => {
+                                let mut script = lock(&script);
+                                script.by_member.insert(member.clone(), report.clone());
+                                script.reports.push(report);
+                            }
+                            answer @ (AgentToHub::Ack { .. } | AgentToHub::Nack { .. }) => {
+                                lock(&script).answers.insert(member.clone(), answer);
+                            }
+                            _ => {}
                         }
                     }
                 });
@@ -379,6 +425,62 @@ impl FakeHub {
     pub fn set_cordoned(&self, cordoned: bool) {
         lock(self.script()).cordoned = cordoned;
         self.end_sessions();
+    }
+
+    /// Serves `plan` as the next version from now on, and ends the open sessions, so
+    /// every agent reconnects and is sent it as a snapshot.
+    ///
+    /// # Panics
+    /// On an interactive hub.
+    pub fn set_plan(&self, plan: ClusterPlan) {
+        {
+            let mut script = lock(self.script());
+            script.plan = plan;
+            script.version += 1;
+        }
+        self.end_sessions();
+    }
+
+    /// The version [`FakeHub::set_plan`] serves now (1 at first).
+    ///
+    /// # Panics
+    /// On an interactive hub.
+    pub fn version(&self) -> u64 {
+        lock(self.script()).version
+    }
+
+    /// The latest Ack or Nack of the agent whose Hello named `member`.
+    ///
+    /// # Panics
+    /// On an interactive hub.
+    pub fn answer_of(&self, member: &str) -> Option<AgentToHub> {
+        lock(self.script()).answers.get(member).cloned()
+    }
+
+    /// Waits until the latest report of the agent whose Hello named `member` satisfies
+    /// `check`, and returns it.
+    ///
+    /// # Panics
+    /// On an interactive hub, or after `deadline`, with that agent's latest report.
+    pub async fn wait_member_report(
+        &self,
+        member: &str,
+        what: &str,
+        deadline: Duration,
+        check: impl Fn(&AgentReport) -> bool,
+    ) -> AgentReport {
+        eventually_async(
+            deadline,
+            &format!("a report of {member} where {what}"),
+            || async {
+                let latest = lock(self.script()).by_member.get(member).cloned();
+                match latest {
+                    Some(report) if check(&report) => Ok(report),
+                    latest => Err(format!("{latest:#?}")),
+                }
+            },
+        )
+        .await
     }
 
     /// The latest report, if any.

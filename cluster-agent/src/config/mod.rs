@@ -57,12 +57,14 @@ pub mod anycast;
 pub mod kubernetes;
 pub mod limits;
 pub mod member;
+pub mod pools;
 pub mod vrrp;
 
 pub use anycast::AnycastConfig;
 pub use kubernetes::{KubernetesConfig, ProfileSetting};
 pub use limits::LimitsConfig;
 pub use member::MemberConfig;
+pub use pools::PoolsConfig;
 pub use vrrp::VrrpConfig;
 
 /// The whole config file. Build it with [`Config::load`] (file, fully checked) or
@@ -132,6 +134,10 @@ pub struct Config {
     /// none when absent.
     #[serde(default)]
     pub vrrp: Option<VrrpConfig>,
+    /// VRRP (keepalived) for the IngressPools of the hub's plan (see [`pools`]); none
+    /// when absent. Excludes `vrrp`.
+    #[serde(default)]
+    pub pools: Option<PoolsConfig>,
     /// Who this agent is among its cluster's members: name (default the host name),
     /// labels and address (see [`member`]).
     #[serde(default)]
@@ -694,6 +700,9 @@ impl Config {
         if let Some(vrrp) = &mut config.vrrp {
             vrrp.resolve_paths(base);
         }
+        if let Some(pools) = &mut config.pools {
+            pools.resolve_paths(base);
+        }
         for files in config.tls_secrets.values_mut() {
             files.cert_file = base.join(&files.cert_file);
             files.key_file = base.join(&files.key_file);
@@ -995,6 +1004,17 @@ impl Config {
         }
         if let Some(vrrp) = &self.vrrp {
             problems.extend(vrrp.problems(self.driver, self.admin, &self.listen));
+        }
+        if let Some(pools) = &self.pools {
+            if self.vrrp.is_some() {
+                problems.push(
+                    "pools: vrrp: and pools: exclude each other (one keepalived per agent): \
+                     vrrp: is one VRRP group typed in by hand, pools: the groups of the hub's \
+                     plan"
+                        .to_owned(),
+                );
+            }
+            problems.extend(pools.problems(self.driver, self.admin, self.member.address));
         }
         for (field, value) in [
             ("udpIdleTimeoutMs", self.udp_idle_timeout_ms),

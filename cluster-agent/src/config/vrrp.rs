@@ -62,28 +62,17 @@ use serde::Deserialize;
 
 use super::{Driver, ListenAddress};
 
-/// The `vrrp:` section (see the module docs).
+/// How this host runs VRRP: what `vrrp:` and `pools:` ([`super::PoolsConfig`]) share,
+/// with the same keys and defaults in both. Deserialized only flattened into one of
+/// them, which refuses unknown keys.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct VrrpConfig {
+#[serde(rename_all = "camelCase")]
+pub struct VrrpHost {
     /// The interface VRRP runs on and the virtual addresses are added to.
     pub interface: String,
-    /// The VRRP group's id, 1-255; the same on every host of the group, different from
-    /// every other group on the segment.
-    pub virtual_router_id: u8,
-    /// This host's priority, 1-254 (255 is the address owner's); the highest ready host
-    /// holds the addresses.
-    pub priority: u8,
-    /// The shared addresses with their prefix length (`10.0.0.100/24`; without one,
-    /// /32 or /128); one address family.
-    pub virtual_addresses: Vec<VirtualAddress>,
     /// Time between two advertisements of the master (a multiple of 10 ms).
     #[serde(default = "default_advert_interval_ms")]
     pub advert_interval_ms: u32,
-    /// The other hosts' addresses, for networks without multicast: advertisements go to
-    /// each of them instead of 224.0.0.18 / ff02::12.
-    #[serde(default)]
-    pub unicast_peers: Vec<IpAddr>,
     /// Time between two readiness checks (a multiple of 1000 ms).
     #[serde(default = "default_track_interval_ms")]
     pub track_interval_ms: u64,
@@ -99,12 +88,35 @@ pub struct VrrpConfig {
     /// How long to wait before taking the address from a lower-priority master.
     #[serde(default)]
     pub preempt_delay_ms: u64,
-    /// keepalived's `router_id`; default `<cluster>-vr<virtualRouterId>-p<priority>`.
+    /// keepalived's `router_id`; the default depends on the section.
     #[serde(default)]
     pub router_id: Option<String>,
     /// How keepalived is found and run.
     #[serde(default)]
     pub keepalived: KeepalivedConfig,
+}
+
+/// The `vrrp:` section (see the module docs): [`VrrpHost`] and the one VRRP group
+/// typed in by hand.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct VrrpConfig {
+    /// Interface, timers, preemption, keepalived.
+    #[serde(flatten)]
+    pub host: VrrpHost,
+    /// The VRRP group's id, 1-255; the same on every host of the group, different from
+    /// every other group on the segment.
+    pub virtual_router_id: u8,
+    /// This host's priority, 1-254 (255 is the address owner's); the highest ready host
+    /// holds the addresses.
+    pub priority: u8,
+    /// The shared addresses with their prefix length (`10.0.0.100/24`; without one,
+    /// /32 or /128); one address family.
+    pub virtual_addresses: Vec<VirtualAddress>,
+    /// The other hosts' addresses, for networks without multicast: advertisements go to
+    /// each of them instead of 224.0.0.18 / ff02::12.
+    #[serde(default)]
+    pub unicast_peers: Vec<IpAddr>,
 }
 
 /// `vrrp.keepalived`: where the rendered config goes and whether the agent runs
@@ -202,7 +214,7 @@ pub struct KeepalivedFiles {
     pub vrrp_pid: PathBuf,
 }
 
-impl VrrpConfig {
+impl VrrpHost {
     /// `advertIntervalMs` as a duration.
     pub fn advert_interval(&self) -> Duration {
         Duration::from_millis(u64::from(self.advert_interval_ms))
@@ -211,13 +223,6 @@ impl VrrpConfig {
     /// `trackIntervalMs` as a duration.
     pub fn track_interval(&self) -> Duration {
         Duration::from_millis(self.track_interval_ms)
-    }
-
-    /// keepalived's `router_id`: `routerId`, or `<cluster>-vr<id>-p<priority>`.
-    pub fn router_id(&self, cluster: &str) -> String {
-        self.router_id
-            .clone()
-            .unwrap_or_else(|| format!("{cluster}-vr{}-p{}", self.virtual_router_id, self.priority))
     }
 
     /// The rendered config and pid files: `keepalived.configPath` (default
@@ -242,6 +247,108 @@ impl VrrpConfig {
         }
     }
 
+    /// Every problem of these keys of `section` (`vrrp`, `pools`), each naming its
+    /// field; `driver` and `admin` are the config's.
+    pub(super) fn problems(&self, section: &str, driver: Driver, admin: SocketAddr) -> Vec<String> {
+        let mut problems = Vec::new();
+        if driver != Driver::Standalone {
+            problems.push(format!("{section}: only used with driver standalone"));
+        }
+        if admin.port() == 0 {
+            problems.push(format!(
+                "admin: {section} needs a fixed admin port (not 0): keepalived's track script \
+                 asks /readyz at the address written into its config"
+            ));
+        }
+        // Linux interface names: 1-15 bytes, no '/', ':' or whitespace.
+        if self.interface.is_empty()
+            || self.interface.len() > 15
+            || self
+                .interface
+                .contains(|c: char| c == '/' || c == ':' || !c.is_ascii_graphic())
+        {
+            problems.push(format!(
+                "{section}.interface: {:?} is not an interface name (1-15 characters, no /, : or spaces)",
+                self.interface
+            ));
+        }
+        if self.interface == "lo" {
+            problems.push(format!(
+                "{section}.interface: lo is the loopback interface; VRRP runs on a network"
+            ));
+        }
+        let advert = self.advert_interval_ms;
+        if !(10..=40_950).contains(&advert) || !advert.is_multiple_of(10) {
+            problems.push(format!(
+                "{section}.advertIntervalMs: {advert} must be a multiple of 10 from 10 to 40950 \
+                 (VRRPv3 counts centiseconds)"
+            ));
+        }
+        let track = self.track_interval_ms;
+        if !(1000..=4_294_000).contains(&track) || !track.is_multiple_of(1000) {
+            problems.push(format!(
+                "{section}.trackIntervalMs: {track} must be whole seconds (a multiple of 1000 \
+                 from 1000 to 4294000): keepalived runs track scripts at whole seconds"
+            ));
+        }
+        for (field, value) in [
+            ("trackFall", self.track_fall),
+            ("trackRise", self.track_rise),
+        ] {
+            if value == 0 {
+                problems.push(format!("{section}.{field}: must be at least 1"));
+            }
+        }
+        if self.preempt_delay_ms > 1_000_000 {
+            problems.push(format!(
+                "{section}.preemptDelayMs: at most 1000000 (1000 s)"
+            ));
+        }
+        if self.nopreempt && self.preempt_delay_ms > 0 {
+            problems.push(format!(
+                "{section}.preemptDelayMs: has no effect with nopreempt"
+            ));
+        }
+        if let Some(id) = &self.router_id
+            && (id.is_empty()
+                || id.contains(|c: char| !c.is_ascii_graphic() || "\"'{}#!".contains(c)))
+        {
+            problems.push(format!(
+                "{section}.routerId: {id:?} must be non-empty printable ASCII without spaces, \
+                 quotes, braces, # or !"
+            ));
+        }
+        if self.keepalived.command.as_os_str().is_empty() {
+            problems.push(format!("{section}.keepalived.command: must not be empty"));
+        }
+        if self
+            .keepalived
+            .config_path
+            .as_ref()
+            .is_some_and(|p| p.as_os_str().is_empty())
+        {
+            problems.push(format!(
+                "{section}.keepalived.configPath: must not be empty"
+            ));
+        }
+        problems
+    }
+}
+
+impl VrrpConfig {
+    /// keepalived's `router_id`: `routerId`, or `<cluster>-vr<id>-p<priority>`.
+    pub fn router_id(&self, cluster: &str) -> String {
+        self.host
+            .router_id
+            .clone()
+            .unwrap_or_else(|| format!("{cluster}-vr{}-p{}", self.virtual_router_id, self.priority))
+    }
+
+    /// Resolves `keepalived.configPath` against `base` (the config file's directory).
+    pub(super) fn resolve_paths(&mut self, base: &Path) {
+        self.host.resolve_paths(base);
+    }
+
     /// Every problem of the section, each naming its field; `driver`, `admin` and
     /// `listen` are the config's.
     pub(super) fn problems(
@@ -260,33 +367,7 @@ impl VrrpConfig {
                 ));
             }
         }
-        if driver != Driver::Standalone {
-            problems.push("vrrp: only used with driver standalone".to_owned());
-        }
-        if admin.port() == 0 {
-            problems.push(
-                "admin: vrrp needs a fixed admin port (not 0): keepalived's track script asks \
-                 /readyz at the address written into its config"
-                    .to_owned(),
-            );
-        }
-        // Linux interface names: 1-15 bytes, no '/', ':' or whitespace.
-        if self.interface.is_empty()
-            || self.interface.len() > 15
-            || self
-                .interface
-                .contains(|c: char| c == '/' || c == ':' || !c.is_ascii_graphic())
-        {
-            problems.push(format!(
-                "vrrp.interface: {:?} is not an interface name (1-15 characters, no /, : or spaces)",
-                self.interface
-            ));
-        }
-        if self.interface == "lo" {
-            problems.push(
-                "vrrp.interface: lo is the loopback interface; VRRP runs on a network".to_owned(),
-            );
-        }
+        problems.extend(self.host.problems("vrrp", driver, admin));
         if self.virtual_router_id == 0 {
             problems.push("vrrp.virtualRouterId: must be 1-255".to_owned());
         }
@@ -320,13 +401,6 @@ impl VrrpConfig {
                 }
             }
         }
-        let advert = self.advert_interval_ms;
-        if !(10..=40_950).contains(&advert) || !advert.is_multiple_of(10) {
-            problems.push(format!(
-                "vrrp.advertIntervalMs: {advert} must be a multiple of 10 from 10 to 40950 \
-                 (VRRPv3 counts centiseconds)"
-            ));
-        }
         let mut peers = BTreeSet::new();
         for (i, peer) in self.unicast_peers.iter().enumerate() {
             let field = format!("vrrp.unicastPeers[{i}]");
@@ -340,53 +414,12 @@ impl VrrpConfig {
                 problems.push(format!("{field}: must be of the virtual addresses' family"));
             }
         }
-        let track = self.track_interval_ms;
-        if !(1000..=4_294_000).contains(&track) || !track.is_multiple_of(1000) {
-            problems.push(format!(
-                "vrrp.trackIntervalMs: {track} must be whole seconds (a multiple of 1000 from \
-                 1000 to 4294000): keepalived runs track scripts at whole seconds"
-            ));
-        }
-        for (field, value) in [
-            ("vrrp.trackFall", self.track_fall),
-            ("vrrp.trackRise", self.track_rise),
-        ] {
-            if value == 0 {
-                problems.push(format!("{field}: must be at least 1"));
-            }
-        }
-        if self.preempt_delay_ms > 1_000_000 {
-            problems.push("vrrp.preemptDelayMs: at most 1000000 (1000 s)".to_owned());
-        }
-        if self.nopreempt && self.preempt_delay_ms > 0 {
-            problems.push("vrrp.preemptDelayMs: has no effect with nopreempt".to_owned());
-        }
-        if let Some(id) = &self.router_id
-            && (id.is_empty()
-                || id.contains(|c: char| !c.is_ascii_graphic() || "\"'{}#!".contains(c)))
-        {
-            problems.push(format!(
-                "vrrp.routerId: {id:?} must be non-empty printable ASCII without spaces, \
-                 quotes, braces, # or !"
-            ));
-        }
-        if self.keepalived.command.as_os_str().is_empty() {
-            problems.push("vrrp.keepalived.command: must not be empty".to_owned());
-        }
-        if self
-            .keepalived
-            .config_path
-            .as_ref()
-            .is_some_and(|p| p.as_os_str().is_empty())
-        {
-            problems.push("vrrp.keepalived.configPath: must not be empty".to_owned());
-        }
         problems
     }
 }
 
 /// Why `ip` cannot be a virtual address or a VRRP peer, or `None`.
-fn unusable(ip: IpAddr) -> Option<&'static str> {
+pub(crate) fn unusable(ip: IpAddr) -> Option<&'static str> {
     if ip.is_unspecified() {
         Some("is the unspecified address")
     } else if ip.is_loopback() {
@@ -434,15 +467,15 @@ mod tests {
     #[test]
     fn defaults() {
         let config: VrrpConfig = yaml_serde::from_str(&section("")).unwrap();
-        assert_eq!(config.advert_interval(), Duration::from_millis(200));
-        assert_eq!(config.track_interval(), Duration::from_secs(1));
-        assert_eq!((config.track_fall, config.track_rise), (2, 2));
-        assert!(!config.nopreempt);
-        assert_eq!(config.preempt_delay_ms, 0);
-        assert_eq!(config.keepalived, KeepalivedConfig::default());
-        assert!(config.keepalived.manage);
+        assert_eq!(config.host.advert_interval(), Duration::from_millis(200));
+        assert_eq!(config.host.track_interval(), Duration::from_secs(1));
+        assert_eq!((config.host.track_fall, config.host.track_rise), (2, 2));
+        assert!(!config.host.nopreempt);
+        assert_eq!(config.host.preempt_delay_ms, 0);
+        assert_eq!(config.host.keepalived, KeepalivedConfig::default());
+        assert!(config.host.keepalived.manage);
         assert_eq!(config.router_id("eu-west"), "eu-west-vr51-p150");
-        let files = config.files(Path::new("/var/lib/agent"));
+        let files = config.host.files(Path::new("/var/lib/agent"));
         assert_eq!(files.config, Path::new("/var/lib/agent/keepalived.conf"));
         assert_eq!(files.pid, Path::new("/var/lib/agent/keepalived.pid"));
         assert_eq!(

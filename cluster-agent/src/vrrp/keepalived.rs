@@ -1,9 +1,10 @@
-//! The keepalived the agent runs (`vrrp.keepalived.manage: true`): checked before the
-//! agent serves, then supervised until the agent exits.
+//! The keepalived the agent runs (`vrrp.keepalived.manage: true`, and always with
+//! `pools:`): checked before the agent serves, then supervised until the agent exits.
 //!
-//! - [`prepare`] (synchronous, at start): renders the config, writes it, and runs
-//!   `keepalived --config-test` on it; a missing keepalived or a refused config is an
-//!   error the binary turns into exit 64.
+//! - [`prepare`] and [`prepare_pools`] (synchronous, at start): render the config
+//!   (`pools:`: the one without a pool), write it, and run `keepalived --config-test` on
+//!   it; a missing keepalived or a refused config is an error the binary turns into
+//!   exit 64.
 //! - [`Keepalived::start`]: first stops a keepalived left behind by an earlier agent
 //!   (its pid file names it; keepalived itself would refuse to start next to it) and
 //!   removes pid files naming no running keepalived (before every start), then
@@ -14,11 +15,24 @@
 //!   them; the peer takes over), and starts it again after a backoff (0.5 s doubling
 //!   to 30 s; back to 0.5 s after a minute of running). While it is down the agent is
 //!   not ready ([`crate::admin::Component`]).
+//! - [`Keepalived::reload`] (`pools:`, whenever the plan's pools change): the new config
+//!   is checked (`keepalived --config-test`; a refused one changes nothing and is the
+//!   caller's error), written in place of the old one, and keepalived is sent SIGHUP,
+//!   once its pid file names it (a SIGHUP before keepalived set up its handlers would
+//!   kill it). keepalived keeps every instance whose settings did not change as it was
+//!   (a VIP stays where it is), adds the new ones and removes the others (priority 0:
+//!   the peers take over at once).
+//! - Each instance's VRRP state, from the lines keepalived logs (`(fedingress_gold)
+//!   Entering MASTER STATE`), by instance ([`Keepalived::instance_states`]); a reload
+//!   forgets the instances it removed, and a death all of them. [`Keepalived::subscribe`]
+//!   changes with every state change, so the agent reports it at once.
 //! - [`Keepalived::stop`] (on agent exit, before the drain): SIGTERM to the group, so
 //!   keepalived sends priority 0 and the peer takes over at once, SIGKILL after 5 s.
 //!
 //! What does not belong here: the config text ([`super::render`]).
 
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::io::Write as _;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
@@ -30,9 +44,9 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::sync::watch;
 
-use super::render::{self, RenderError};
-use crate::config::vrrp::{KeepalivedFiles, VirtualAddress};
-use crate::config::{Config, VrrpConfig};
+use super::render::{self, Member, RenderError};
+use crate::config::vrrp::{KeepalivedFiles, VirtualAddress, VrrpHost};
+use crate::config::{Config, PoolsConfig, VrrpConfig};
 
 /// The first restart delay; it doubles per death up to [`MAX_RESTART_DELAY`].
 const FIRST_RESTART_DELAY: Duration = Duration::from_millis(500);
@@ -41,6 +55,10 @@ const MAX_RESTART_DELAY: Duration = Duration::from_secs(30);
 const STABLE_AFTER: Duration = Duration::from_secs(60);
 /// How long keepalived may take to exit after SIGTERM before SIGKILL.
 const STOP_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long `keepalived --config-test` may take.
+const CONFIG_TEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often a pending reload looks for keepalived's pid file.
+const RELOAD_POLL: Duration = Duration::from_millis(20);
 
 /// What the supervisor needs, from the config.
 #[derive(Clone, Debug)]
@@ -48,35 +66,87 @@ pub struct Settings {
     pub command: PathBuf,
     pub files: KeepalivedFiles,
     pub interface: String,
+    /// The config written at start, and its virtual addresses.
+    pub text: String,
     pub virtual_addresses: Vec<VirtualAddress>,
+    /// `pools:`: the config follows the plan ([`Keepalived::reload`]), and the VRRP state
+    /// metric has a `pool` label.
+    pub pools: bool,
 }
 
-/// Why keepalived cannot be run with this config.
+/// A config for [`Keepalived::reload`], from [`render::render_pools`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Desired {
+    pub text: String,
+    /// Instance name → pool name.
+    pub instances: BTreeMap<String, String>,
+    pub addresses: Vec<VirtualAddress>,
+}
+
+/// Why a new config was not loaded (keepalived runs on with the one it has).
 #[derive(Debug, thiserror::Error)]
-pub enum PrepareError {
-    #[error("vrrp: rendering keepalived's config")]
-    Render(#[source] RenderError),
-    #[error("vrrp: the agent's own program path")]
-    Program(#[source] std::io::Error),
-    #[error("vrrp.keepalived.configPath: writing {}", path.display())]
+pub enum ReloadError {
+    #[error("writing {}", path.display())]
     Write {
         path: PathBuf,
         #[source]
         source: std::io::Error,
     },
-    #[error(
-        "vrrp.keepalived.command: {} not found (Debian: apt-get install keepalived)",
-        command.display()
-    )]
-    NotFound { command: PathBuf },
-    #[error("vrrp.keepalived.command: running {}", command.display())]
+    #[error("running {} --config-test", command.display())]
     Run {
         command: PathBuf,
         #[source]
         source: std::io::Error,
     },
-    #[error("vrrp: keepalived --config-test refused {}: {output}", path.display())]
-    ConfigTest { path: PathBuf, output: String },
+    #[error("keepalived --config-test took longer than {CONFIG_TEST_TIMEOUT:?}")]
+    Timeout,
+    #[error("keepalived --config-test refused it: {0}")]
+    Refused(String),
+}
+
+/// Why keepalived cannot be run with this config; `section` is `vrrp` or `pools`.
+#[derive(Debug, thiserror::Error)]
+pub enum PrepareError {
+    #[error("{section}: rendering keepalived's config")]
+    Render {
+        section: &'static str,
+        #[source]
+        source: RenderError,
+    },
+    #[error("{section}: the agent's own program path")]
+    Program {
+        section: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{section}.keepalived.configPath: writing {}", path.display())]
+    Write {
+        section: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "{section}.keepalived.command: {} not found (Debian: apt-get install keepalived)",
+        command.display()
+    )]
+    NotFound {
+        section: &'static str,
+        command: PathBuf,
+    },
+    #[error("{section}.keepalived.command: running {}", command.display())]
+    Run {
+        section: &'static str,
+        command: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{section}: keepalived --config-test refused {}: {output}", path.display())]
+    ConfigTest {
+        section: &'static str,
+        path: PathBuf,
+        output: String,
+    },
 }
 
 /// Renders `vrrp`'s keepalived config for this agent (its own program as the track
@@ -87,15 +157,54 @@ pub enum PrepareError {
 /// [`PrepareError`]: the config does not render or cannot be written, keepalived is
 /// not there, or it refuses the config (its messages on one line).
 pub fn prepare(config: &Config, vrrp: &VrrpConfig) -> Result<Settings, PrepareError> {
-    let program = std::env::current_exe().map_err(PrepareError::Program)?;
+    let section = "vrrp";
+    let program =
+        std::env::current_exe().map_err(|source| PrepareError::Program { section, source })?;
     let text = render::render(vrrp, &config.cluster, &program, config.admin)
-        .map_err(PrepareError::Render)?;
-    let files = vrrp.files(&config.state_dir);
-    write_atomically(&files.config, &text).map_err(|source| PrepareError::Write {
+        .map_err(|source| PrepareError::Render { section, source })?;
+    let mut settings = check(config, section, &vrrp.host, &text)?;
+    settings
+        .virtual_addresses
+        .clone_from(&vrrp.virtual_addresses);
+    Ok(settings)
+}
+
+/// [`prepare`] for `pools:`: the config of no pool (keepalived runs with nothing to do
+/// until [`Keepalived::reload`] gives it the plan's pools).
+///
+/// # Errors
+/// As [`prepare`].
+pub fn prepare_pools(config: &Config, pools: &PoolsConfig) -> Result<Settings, PrepareError> {
+    let section = "pools";
+    let program =
+        std::env::current_exe().map_err(|source| PrepareError::Program { section, source })?;
+    let member = Member {
+        cluster: &config.cluster,
+        name: config.member.name(),
+        address: config.member.address,
+    };
+    let rendered = render::render_pools(pools, &member, &[], &program, config.admin)
+        .map_err(|source| PrepareError::Render { section, source })?;
+    let mut settings = check(config, section, &pools.host, &rendered.text)?;
+    settings.pools = true;
+    Ok(settings)
+}
+
+/// Writes `text` to the config path of `host` (of `section`) and runs
+/// `keepalived --config-test` on it.
+fn check(
+    config: &Config,
+    section: &'static str,
+    host: &VrrpHost,
+    text: &str,
+) -> Result<Settings, PrepareError> {
+    let files = host.files(&config.state_dir);
+    write_atomically(&files.config, text).map_err(|source| PrepareError::Write {
+        section,
         path: files.config.clone(),
         source,
     })?;
-    let command = vrrp.keepalived.command.clone();
+    let command = host.keepalived.command.clone();
     let output = std::process::Command::new(&command)
         .arg("--config-test")
         .arg("-f")
@@ -104,34 +213,44 @@ pub fn prepare(config: &Config, vrrp: &VrrpConfig) -> Result<Settings, PrepareEr
         .output()
         .map_err(|source| match source.kind() {
             std::io::ErrorKind::NotFound => PrepareError::NotFound {
+                section,
                 command: command.clone(),
             },
             _ => PrepareError::Run {
+                section,
                 command: command.clone(),
                 source,
             },
         })?;
     if !output.status.success() {
-        let mut lines: Vec<String> = String::from_utf8_lossy(&output.stderr)
-            .lines()
-            .chain(String::from_utf8_lossy(&output.stdout).lines())
-            .map(|l| l.trim().to_owned())
-            .filter(|l| !l.is_empty())
-            .collect();
-        if lines.is_empty() {
-            lines.push(format!("{}", output.status));
-        }
         return Err(PrepareError::ConfigTest {
+            section,
             path: files.config,
-            output: lines.join("; "),
+            output: messages(&output),
         });
     }
     Ok(Settings {
         command,
         files,
-        interface: vrrp.interface.clone(),
-        virtual_addresses: vrrp.virtual_addresses.clone(),
+        interface: host.interface.clone(),
+        text: text.to_owned(),
+        virtual_addresses: Vec::new(),
+        pools: false,
     })
+}
+
+/// keepalived's messages (stderr, then stdout) on one line, or its exit status.
+fn messages(output: &std::process::Output) -> String {
+    let mut lines: Vec<String> = String::from_utf8_lossy(&output.stderr)
+        .lines()
+        .chain(String::from_utf8_lossy(&output.stdout).lines())
+        .map(|l| l.trim().to_owned())
+        .filter(|l| !l.is_empty())
+        .collect();
+    if lines.is_empty() {
+        lines.push(format!("{}", output.status));
+    }
+    lines.join("; ")
 }
 
 /// Writes `text` to `path` through a temporary file and a rename.
@@ -174,9 +293,15 @@ enum Status {
 #[derive(Debug)]
 struct Shared {
     status: Mutex<Status>,
-    /// The VRRP state keepalived last logged (`MASTER`, `BACKUP`, `FAULT`), if any.
-    vrrp_state: Mutex<Option<String>>,
+    /// The VRRP state keepalived last logged per instance (`MASTER`, `BACKUP`, `FAULT`).
+    states: Mutex<BTreeMap<String, String>>,
+    /// The config's instances → pools (`pools:`; empty otherwise).
+    instances: Mutex<BTreeMap<String, String>>,
+    /// The virtual addresses keepalived may hold (removed when it dies).
+    addresses: Mutex<Addresses>,
     restarts: AtomicU64,
+    /// Bumped whenever a state, the instances or the status changed.
+    changes: watch::Sender<u64>,
 }
 
 impl Shared {
@@ -184,37 +309,86 @@ impl Shared {
         if let Ok(mut current) = self.status.lock() {
             *current = status;
         }
+        self.changed();
     }
 
-    fn set_vrrp_state(&self, state: Option<String>) {
-        if let Ok(mut current) = self.vrrp_state.lock() {
-            *current = state;
-        }
+    fn changed(&self) {
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
     }
+
+    /// `instance` entered `state`.
+    fn set_state(&self, instance: &str, state: &str) {
+        if let Ok(mut states) = self.states.lock() {
+            states.insert(instance.to_owned(), state.to_owned());
+        }
+        self.changed();
+    }
+
+    /// Every state forgotten (keepalived died or stopped).
+    fn clear_states(&self) {
+        if let Ok(mut states) = self.states.lock() {
+            states.clear();
+        }
+        self.changed();
+    }
+}
+
+/// The virtual addresses of keepalived's configs.
+#[derive(Debug, Default)]
+struct Addresses {
+    /// Of the config in place: what a keepalived started now holds.
+    config: Vec<VirtualAddress>,
+    /// Of the config keepalived was started with and of every one loaded since.
+    held: Vec<VirtualAddress>,
 }
 
 /// A supervised keepalived (see the module docs).
 #[derive(Debug)]
 pub struct Keepalived {
     shared: Arc<Shared>,
+    command: PathBuf,
+    files: KeepalivedFiles,
+    pools: bool,
     stop: watch::Sender<bool>,
+    /// Bumped by [`Keepalived::reload`] once the new config is in place.
+    reload: watch::Sender<u64>,
+    /// The config text written last; held through a reload, so reloads run one at a time.
+    written: tokio::sync::Mutex<Option<String>>,
     task: tokio::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl Keepalived {
-    /// Starts supervising keepalived with `settings` (from [`prepare`]) on the current
-    /// runtime.
+    /// Starts supervising keepalived with `settings` (from [`prepare`] or
+    /// [`prepare_pools`]) on the current runtime.
     pub fn start(settings: Settings) -> Arc<Self> {
         let shared = Arc::new(Shared {
             status: Mutex::new(Status::Starting),
-            vrrp_state: Mutex::new(None),
+            states: Mutex::new(BTreeMap::new()),
+            instances: Mutex::new(BTreeMap::new()),
+            addresses: Mutex::new(Addresses {
+                config: settings.virtual_addresses.clone(),
+                held: Vec::new(),
+            }),
             restarts: AtomicU64::new(0),
+            changes: watch::Sender::new(0),
         });
         let (stop, stopped) = watch::channel(false);
-        let task = tokio::spawn(supervise(settings, Arc::clone(&shared), stopped));
+        let (reload, reloads) = watch::channel(0u64);
+        let (command, files, pools, text) = (
+            settings.command.clone(),
+            settings.files.clone(),
+            settings.pools,
+            settings.text.clone(),
+        );
+        let task = tokio::spawn(supervise(settings, Arc::clone(&shared), stopped, reloads));
         Arc::new(Keepalived {
             shared,
+            command,
+            files,
+            pools,
             stop,
+            reload,
+            written: tokio::sync::Mutex::new(Some(text)),
             task: tokio::sync::Mutex::new(Some(task)),
         })
     }
@@ -228,9 +402,123 @@ impl Keepalived {
         }
     }
 
-    /// The VRRP state keepalived last logged (`MASTER`, `BACKUP`, `FAULT`).
+    /// Makes keepalived run `desired` (see the module docs): checked, written in place of
+    /// the running config, and loaded (SIGHUP) as soon as keepalived can take it. A
+    /// config equal to the one written last changes nothing.
+    ///
+    /// # Errors
+    /// [`ReloadError`]: it cannot be written, or keepalived refuses it (the running
+    /// config stays, and so does the config file).
+    pub async fn reload(&self, desired: Desired) -> Result<(), ReloadError> {
+        let mut written = self.written.lock().await;
+        if written.as_deref() == Some(desired.text.as_str()) {
+            self.set_instances(&desired);
+            return Ok(());
+        }
+        let mut candidate = self.files.config.as_os_str().to_owned();
+        candidate.push(".new");
+        let candidate = PathBuf::from(candidate);
+        let text = desired.text.clone();
+        let path = candidate.clone();
+        tokio::task::spawn_blocking(move || write_atomically(&path, &text))
+            .await
+            .map_err(|e| std::io::Error::other(e.to_string()))
+            .and_then(|written| written)
+            .map_err(|source| ReloadError::Write {
+                path: candidate.clone(),
+                source,
+            })?;
+        let test = tokio::process::Command::new(&self.command)
+            .arg("--config-test")
+            .arg("-f")
+            .arg(&candidate)
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .output();
+        let tested = match tokio::time::timeout(CONFIG_TEST_TIMEOUT, test).await {
+            Err(_) => Err(ReloadError::Timeout),
+            Ok(Err(source)) => Err(ReloadError::Run {
+                command: self.command.clone(),
+                source,
+            }),
+            Ok(Ok(output)) if !output.status.success() => {
+                Err(ReloadError::Refused(messages(&output)))
+            }
+            Ok(Ok(_)) => Ok(()),
+        };
+        if let Err(error) = tested {
+            let _ = tokio::fs::remove_file(&candidate).await;
+            return Err(error);
+        }
+        tokio::fs::rename(&candidate, &self.files.config)
+            .await
+            .map_err(|source| ReloadError::Write {
+                path: self.files.config.clone(),
+                source,
+            })?;
+        *written = Some(desired.text.clone());
+        if let Ok(mut addresses) = self.shared.addresses.lock() {
+            addresses.config.clone_from(&desired.addresses);
+            for address in &desired.addresses {
+                if !addresses.held.contains(address) {
+                    addresses.held.push(*address);
+                }
+            }
+        }
+        self.set_instances(&desired);
+        self.reload.send_modify(|n| *n = n.wrapping_add(1));
+        Ok(())
+    }
+
+    /// Records `desired`'s instances, forgetting the states of the others.
+    fn set_instances(&self, desired: &Desired) {
+        if let Ok(mut states) = self.shared.states.lock() {
+            states.retain(|instance, _| desired.instances.contains_key(instance));
+        }
+        if let Ok(mut instances) = self.shared.instances.lock() {
+            if *instances == desired.instances {
+                return;
+            }
+            instances.clone_from(&desired.instances);
+        }
+        self.shared.changed();
+    }
+
+    /// A channel whose value changes whenever a VRRP state, the instances or
+    /// keepalived's status changed.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.shared.changes.subscribe()
+    }
+
+    /// The VRRP state keepalived last logged (`MASTER`, `BACKUP`, `FAULT`), of the one
+    /// instance of `vrrp:` (the first by name, should there be several).
     pub fn vrrp_state(&self) -> Option<String> {
-        self.shared.vrrp_state.lock().ok().and_then(|s| s.clone())
+        self.shared
+            .states
+            .lock()
+            .ok()
+            .and_then(|s| s.values().next().cloned())
+    }
+
+    /// The VRRP state keepalived last logged per instance.
+    pub fn instance_states(&self) -> BTreeMap<String, String> {
+        self.shared
+            .states
+            .lock()
+            .map(|s| s.clone())
+            .unwrap_or_default()
+    }
+
+    /// Per pool of the config loaded last ([`Keepalived::reload`]), its instance's VRRP
+    /// state: the one keepalived last logged, `INIT` before it logged one.
+    pub fn pool_states(&self) -> BTreeMap<String, String> {
+        let instances = self
+            .shared
+            .instances
+            .lock()
+            .map(|i| i.clone())
+            .unwrap_or_default();
+        pool_states(&instances, &self.instance_states())
     }
 
     fn status(&self) -> Status {
@@ -257,7 +545,6 @@ impl crate::admin::Component for Keepalived {
     fn metrics(&self) -> String {
         let up = u8::from(matches!(self.status(), Status::Running { .. }));
         let restarts = self.shared.restarts.load(Ordering::Relaxed);
-        let state = self.vrrp_state();
         let mut text = format!(
             "# HELP fedingress_agent_keepalived_up Whether the keepalived the agent runs is running.\n\
              # TYPE fedingress_agent_keepalived_up gauge\n\
@@ -268,23 +555,47 @@ impl crate::admin::Component for Keepalived {
              # HELP fedingress_agent_vrrp_state The VRRP state keepalived last logged (1 for the current one).\n\
              # TYPE fedingress_agent_vrrp_state gauge\n"
         );
-        for name in ["MASTER", "BACKUP", "FAULT"] {
-            let value = u8::from(state.as_deref() == Some(name));
-            text.push_str(&format!(
-                "fedingress_agent_vrrp_state{{state=\"{}\"}} {value}\n",
-                name.to_ascii_lowercase()
-            ));
+        let states = if self.pools {
+            self.pool_states()
+                .into_iter()
+                .map(|(pool, state)| (Some(pool), Some(state)))
+                .collect()
+        } else {
+            vec![(None, self.vrrp_state())]
+        };
+        for (pool, state) in states {
+            let label = pool.map(|p| format!("pool=\"{p}\",")).unwrap_or_default();
+            for name in ["MASTER", "BACKUP", "FAULT"] {
+                let value = u8::from(state.as_deref() == Some(name));
+                let _ = writeln!(
+                    text,
+                    "fedingress_agent_vrrp_state{{{label}state=\"{}\"}} {value}",
+                    name.to_ascii_lowercase()
+                );
+            }
         }
         text
     }
 }
 
-/// The supervision loop: run, wait, clean up, back off, run again, until `stop`.
-async fn supervise(settings: Settings, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+/// The supervision loop: run, wait, clean up, back off, run again, until `stop`; and
+/// while keepalived runs, a reload (SIGHUP) whenever `reloads` changes.
+async fn supervise(
+    settings: Settings,
+    shared: Arc<Shared>,
+    mut stop: watch::Receiver<bool>,
+    mut reloads: watch::Receiver<u64>,
+) {
     let mut deaths = 0u32;
     loop {
         stop_stale(&settings.files).await;
         let started = Instant::now();
+        // A keepalived started now reads the config in place now: only a reload from
+        // here on needs a SIGHUP, and only that config's addresses are its.
+        reloads.borrow_and_update();
+        if let Ok(mut addresses) = shared.addresses.lock() {
+            addresses.held = addresses.config.clone();
+        }
         let reason = match spawn(&settings) {
             Err(error) => {
                 tracing::error!(
@@ -299,28 +610,46 @@ async fn supervise(settings: Settings, shared: Arc<Shared>, mut stop: watch::Rec
                 shared.set(Status::Running { pid });
                 forward_output(&mut child, pid, &shared);
                 tracing::info!(pid, config = %settings.files.config.display(), "keepalived started");
-                tokio::select! {
-                    status = child.wait() => {
-                        let reason = match status {
-                            Ok(status) => describe(status),
-                            Err(error) => format!("waiting for it failed: {error}"),
-                        };
-                        shared.restarts.fetch_add(1, Ordering::Relaxed);
-                        shared.set_vrrp_state(None);
-                        tracing::error!(
-                            pid,
-                            reason = %reason,
-                            "keepalived died; the virtual addresses go to the peer until it runs again"
-                        );
-                        stop_group(pid).await;
-                        release_addresses(&settings).await;
-                        reason
-                    }
-                    () = stopped(&mut stop) => {
-                        terminate(&mut child, pid).await;
-                        shared.set(Status::Stopped);
-                        shared.set_vrrp_state(None);
-                        return;
+                let mut pending_reload = false;
+                loop {
+                    tokio::select! {
+                        status = child.wait() => {
+                            let reason = match status {
+                                Ok(status) => describe(status),
+                                Err(error) => format!("waiting for it failed: {error}"),
+                            };
+                            shared.restarts.fetch_add(1, Ordering::Relaxed);
+                            shared.clear_states();
+                            tracing::error!(
+                                pid,
+                                reason = %reason,
+                                "keepalived died; the virtual addresses go to the peer until it runs again"
+                            );
+                            stop_group(pid).await;
+                            release_addresses(&settings.interface, &shared).await;
+                            break reason;
+                        }
+                        () = stopped(&mut stop) => {
+                            terminate(&mut child, pid).await;
+                            shared.set(Status::Stopped);
+                            shared.clear_states();
+                            return;
+                        }
+                        changed = reloads.changed() => {
+                            if changed.is_ok() {
+                                reloads.borrow_and_update();
+                                pending_reload = true;
+                            }
+                        }
+                        () = tokio::time::sleep(RELOAD_POLL), if pending_reload => {
+                            // SIGHUP kills a keepalived that has not set up its handlers
+                            // yet: wait until it wrote its pid file.
+                            if pid_file_names(&settings.files.pid, pid).await {
+                                pending_reload = false;
+                                signal(pid, rustix::process::Signal::HUP);
+                                tracing::info!(pid, config = %settings.files.config.display(), "keepalived reloading its config");
+                            }
+                        }
                     }
                 }
             }
@@ -343,6 +672,36 @@ async fn supervise(settings: Settings, shared: Arc<Shared>, mut stop: watch::Rec
             }
         }
     }
+}
+
+/// Per pool of `instances` (instance → pool), its instance's state in `states`
+/// (instance → state), `INIT` when keepalived has not announced one.
+fn pool_states(
+    instances: &BTreeMap<String, String>,
+    states: &BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
+    instances
+        .iter()
+        .map(|(instance, pool)| {
+            let state = states.get(instance).map_or("INIT", String::as_str);
+            (pool.clone(), state.to_owned())
+        })
+        .collect()
+}
+
+/// Whether keepalived's pid file names `pid`.
+async fn pid_file_names(path: &Path, pid: u32) -> bool {
+    tokio::fs::read_to_string(path)
+        .await
+        .is_ok_and(|text| text.trim().parse::<u32>().ok() == Some(pid))
+}
+
+/// Sends `signal` to process `pid` (not its group).
+fn signal(pid: u32, signal: rustix::process::Signal) -> bool {
+    i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+        .is_some_and(|pid| rustix::process::kill_process(pid, signal).is_ok())
 }
 
 /// Completes once `stop` says true (or its sender is gone).
@@ -370,16 +729,16 @@ fn spawn(settings: &Settings) -> std::io::Result<tokio::process::Child> {
         .spawn()
 }
 
-/// Logs keepalived's output line by line and follows the VRRP state it announces.
+/// Logs keepalived's output line by line and follows the VRRP states it announces.
 fn forward_output(child: &mut tokio::process::Child, pid: u32, shared: &Arc<Shared>) {
     fn follow(stream: impl AsyncRead + Unpin + Send + 'static, pid: u32, shared: Arc<Shared>) {
         tokio::spawn(async move {
             let mut lines = BufReader::new(stream).lines();
             while let Ok(Some(line)) = lines.next_line().await {
                 let line = strip_timestamp(&line);
-                if let Some(state) = announced_state(line) {
-                    shared.set_vrrp_state(Some(state.to_owned()));
-                    tracing::info!(pid, state, "vrrp state");
+                if let Some((instance, state)) = announced_state(line) {
+                    shared.set_state(instance, state);
+                    tracing::info!(pid, instance, state, "vrrp state");
                 }
                 tracing::info!(pid, line, "keepalived");
             }
@@ -408,11 +767,16 @@ fn strip_timestamp(line: &str) -> &str {
     }
 }
 
-/// The state in `(fedingress_51) Entering MASTER STATE`, if the line says one.
-fn announced_state(line: &str) -> Option<&str> {
-    let rest = line.split_once("Entering ")?.1;
+/// The instance and state in `(fedingress_51) Entering MASTER STATE`, if the line says
+/// one.
+fn announced_state(line: &str) -> Option<(&str, &str)> {
+    let (head, rest) = line.split_once("Entering ")?;
     let (state, tail) = rest.split_once(' ')?;
-    (tail.starts_with("STATE") && ["MASTER", "BACKUP", "FAULT"].contains(&state)).then_some(state)
+    if !tail.starts_with("STATE") || !["MASTER", "BACKUP", "FAULT"].contains(&state) {
+        return None;
+    }
+    let instance = head.trim().strip_prefix('(')?.strip_suffix(')')?;
+    Some((instance, state))
 }
 
 fn describe(status: ExitStatus) -> String {
@@ -531,19 +895,25 @@ fn running_keepalived(pid: i32) -> bool {
     comm == Some("keepalived") && !matches!(state, Some("Z" | "X"))
 }
 
-/// Removes the virtual addresses from the interface (`ip addr del`), where a keepalived
-/// that died without cleaning up left them: this host stops answering for them.
-async fn release_addresses(settings: &Settings) {
-    for address in &settings.virtual_addresses {
+/// Removes the virtual addresses keepalived may have held from `interface` (`ip addr
+/// del`), where a keepalived that died without cleaning up left them: this host stops
+/// answering for them.
+async fn release_addresses(interface: &str, shared: &Shared) {
+    let held = shared
+        .addresses
+        .lock()
+        .map(|a| a.held.clone())
+        .unwrap_or_default();
+    for address in &held {
         let shown = address.to_string();
         let output = tokio::process::Command::new("ip")
-            .args(["addr", "del", &shown, "dev", &settings.interface])
+            .args(["addr", "del", &shown, "dev", interface])
             .stdin(Stdio::null())
             .output()
             .await;
         match output {
             Ok(output) if output.status.success() => {
-                tracing::warn!(address = %shown, interface = %settings.interface, "removed a virtual address keepalived left behind");
+                tracing::warn!(address = %shown, interface, "removed a virtual address keepalived left behind");
             }
             // Not there: keepalived had given it up (or never held it).
             Ok(_) => {}
@@ -576,20 +946,54 @@ mod tests {
     }
 
     #[test]
+    fn states_map_to_pools_by_instance() {
+        let map = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        };
+        let instances = map(&[
+            ("fedingress_gold", "gold"),
+            ("fedingress_eu_x", "eu x"),
+            ("fedingress_new", "new"),
+        ]);
+        let mut states = map(&[
+            ("fedingress_gold", "MASTER"),
+            ("fedingress_eu_x", "BACKUP"),
+            // An instance of a config no longer loaded is no pool's.
+            ("fedingress_gone", "MASTER"),
+        ]);
+        let line =
+            strip_timestamp("Tue Nov 24 14:01:55 2026: (fedingress_gold) Entering FAULT STATE");
+        let (instance, state) = announced_state(line).unwrap();
+        states.insert(instance.to_owned(), state.to_owned());
+        assert_eq!(
+            pool_states(&instances, &states),
+            map(&[("gold", "FAULT"), ("eu x", "BACKUP"), ("new", "INIT")])
+        );
+    }
+
+    #[test]
     fn log_lines() {
         let line =
             strip_timestamp("Tue Nov 24 14:01:55 2026: (fedingress_51) Entering MASTER STATE");
         assert_eq!(line, "(fedingress_51) Entering MASTER STATE");
-        assert_eq!(announced_state(line), Some("MASTER"));
+        assert_eq!(announced_state(line), Some(("fedingress_51", "MASTER")));
         assert_eq!(
             announced_state("(fedingress_51) Entering BACKUP STATE (init)"),
-            Some("BACKUP")
+            Some(("fedingress_51", "BACKUP"))
         );
         assert_eq!(
-            announced_state("(fedingress_51) Entering FAULT STATE"),
-            Some("FAULT")
+            announced_state("(fedingress_gold-1.eu) Entering FAULT STATE"),
+            Some(("fedingress_gold-1.eu", "FAULT"))
         );
         assert_eq!(announced_state("Entering MASTER mode"), None);
+        assert_eq!(
+            announced_state("Entering MASTER STATE"),
+            None,
+            "no instance"
+        );
         assert_eq!(strip_timestamp("no stamp: here"), "no stamp: here");
         assert_eq!(
             strip_timestamp("Tue Nov  4 14:01:55 2026: x"),

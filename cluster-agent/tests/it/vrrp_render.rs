@@ -1,8 +1,10 @@
-//! Golden files of the keepalived config rendered from the `vrrp:` section
-//! (`fedingress_agent::vrrp::render`), and keepalived's own opinion of them.
+//! Golden files of the keepalived config rendered from the `vrrp:` section, and from
+//! the pools of a plan with the `pools:` section (`fedingress_agent::vrrp::render`), and
+//! keepalived's own opinion of them.
 //!
-//! `tests/golden/vrrp/<case>.conf` holds what the case's agent config renders to, with
-//! the track script's program `/usr/bin/cluster-agent` and the config's admin address.
+//! `tests/golden/vrrp/<case>.conf` holds what the case's agent config (and plan, for
+//! `pools-*`) renders to, with the track script's program `/usr/bin/cluster-agent` and
+//! the config's admin address.
 //! `UPDATE_GOLDEN=1 cargo nextest run -p cluster-agent -E 'test(golden)'` rewrites the
 //! files; otherwise they are compared.
 //!
@@ -17,7 +19,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use fedingress_agent::Config;
-use fedingress_agent::vrrp::render::render;
+use fedingress_agent::vrrp::render::{Member, render, render_pools};
+use fedingress_api::plan::{PoolAssignment, PoolPeer};
 
 /// The agent config every case extends with its `vrrp:` section.
 const BASE: &str = "\
@@ -76,6 +79,131 @@ vrrp:
 
 const PROGRAM: &str = "/usr/bin/cluster-agent";
 
+/// The `pools:` cases: the member and pools sections, and the plan's pools.
+fn pool_cases() -> Vec<(&'static str, &'static str, Vec<PoolAssignment>)> {
+    let peer = |name: &str, priority: u8, address: Option<&str>| PoolPeer {
+        name: name.into(),
+        address: address.map(|a| a.parse().unwrap()),
+        priority,
+    };
+    let pool = |name: &str, id: u8, vips: &[&str], prefix_len: u8, members: Vec<PoolPeer>| {
+        PoolAssignment {
+            name: name.into(),
+            vips: vips.iter().map(|v| v.parse().unwrap()).collect(),
+            prefix_len,
+            virtual_router_id: id,
+            members,
+        }
+    };
+    vec![
+        (
+            "pools-none",
+            "
+member: {name: edge-a, address: 10.0.0.1}
+pools:
+  interface: eth0
+",
+            Vec::new(),
+        ),
+        (
+            "pools-two",
+            "
+member: {name: edge-a, address: 10.0.0.1}
+pools:
+  interface: eth0
+  advertIntervalMs: 100
+  trackIntervalMs: 2000
+  trackFall: 1
+  trackRise: 3
+  nopreempt: true
+",
+            vec![
+                // Sorted by name in the output; a pool without VIPs has no instance.
+                pool(
+                    "silver",
+                    8,
+                    &["10.0.1.100"],
+                    0,
+                    vec![
+                        peer("edge-a", 140, Some("10.0.0.1")),
+                        peer("edge-b", 150, Some("10.0.0.2")),
+                    ],
+                ),
+                pool(
+                    "gold",
+                    7,
+                    &["10.0.0.100", "10.0.0.101"],
+                    24,
+                    vec![
+                        peer("edge-a", 150, Some("10.0.0.1")),
+                        peer("edge-b", 140, Some("10.0.0.2")),
+                        peer("edge-c", 130, None),
+                        peer("edge-d", 120, Some("10.0.0.4")),
+                    ],
+                ),
+                pool(
+                    "bronze",
+                    9,
+                    &[],
+                    24,
+                    vec![peer("edge-a", 150, Some("10.0.0.1"))],
+                ),
+            ],
+        ),
+        (
+            "pools-ipv6-alone",
+            "
+member: {name: edge-a, address: 'fd00::1'}
+pools:
+  interface: eth1
+  preemptDelayMs: 1500
+  routerId: eu-west-a
+",
+            vec![pool(
+                "v6.gold",
+                200,
+                &["fd00::100"],
+                64,
+                vec![peer("edge-a", 150, Some("fd00::1"))],
+            )],
+        ),
+    ]
+}
+
+fn rendered_pools(section: &str, plan: &[PoolAssignment], program: &Path) -> String {
+    let config = config(section);
+    let member = Member {
+        cluster: &config.cluster,
+        name: config.member.name(),
+        address: config.member.address,
+    };
+    let out = render_pools(
+        config.pools.as_ref().unwrap(),
+        &member,
+        plan,
+        program,
+        config.admin,
+    )
+    .unwrap();
+    assert!(out.errors.is_empty(), "{:?}", out.errors);
+    out.text
+}
+
+/// Every case's name and text, rendered with `program` and interfaces renamed by `dev`.
+fn every_case(program: &Path, dev: &dyn Fn(&str) -> String) -> Vec<(String, String)> {
+    let mut cases: Vec<(String, String)> = CASES
+        .iter()
+        .map(|(name, section)| ((*name).to_owned(), rendered(&dev(section), program)))
+        .collect();
+    for (name, section, plan) in pool_cases() {
+        cases.push((
+            name.to_owned(),
+            rendered_pools(&dev(section), &plan, program),
+        ));
+    }
+    cases
+}
+
 fn config(section: &str) -> Config {
     Config::from_yaml(&format!("{BASE}{section}")).unwrap()
 }
@@ -99,13 +227,13 @@ fn golden_dir() -> PathBuf {
 fn golden_keepalived_configs() {
     let update = std::env::var_os("UPDATE_GOLDEN").is_some();
     let dir = golden_dir();
-    for (name, section) in CASES {
-        let text = rendered(section, Path::new(PROGRAM));
-        assert_eq!(
-            text,
-            rendered(section, Path::new(PROGRAM)),
-            "{name}: renders the same twice"
-        );
+    let same = |section: &str| section.to_owned();
+    let again = every_case(Path::new(PROGRAM), &same);
+    for (i, (name, text)) in every_case(Path::new(PROGRAM), &same)
+        .into_iter()
+        .enumerate()
+    {
+        assert_eq!(text, again[i].1, "{name}: renders the same twice");
         let path = dir.join(format!("{name}.conf"));
         if update {
             std::fs::create_dir_all(&dir).unwrap();
@@ -168,11 +296,12 @@ fn keepalived_accepts_every_rendered_config() {
         return;
     };
     let program = PathBuf::from(env!("CARGO_BIN_EXE_cluster-agent"));
-    for (name, section) in CASES {
-        let section = section
+    let dev = |section: &str| {
+        section
             .replace("interface: eth0", &format!("interface: {interface}"))
-            .replace("interface: eth1", &format!("interface: {interface}"));
-        let text = rendered(&section, &program);
+            .replace("interface: eth1", &format!("interface: {interface}"))
+    };
+    for (name, text) in every_case(&program, &dev) {
         let (ok, messages) = config_test(&keepalived, &text);
         assert!(
             ok,

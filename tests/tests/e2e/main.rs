@@ -28,6 +28,7 @@ mod listeners;
 mod lists;
 mod namespaces;
 mod netns;
+mod pools;
 mod providers;
 mod rbac;
 mod route53;
