@@ -464,7 +464,7 @@ impl ClusterFacts for World {
 pub fn describe_kube_error(error: &kube::Error) -> String {
     match error {
         kube::Error::Api(status) if status.code == 403 => format!(
-            "forbidden: {} (grant the agent's ClusterRole, deploy/kubernetes/clusterrole.yaml)",
+            "forbidden: {} (grant the agent's ClusterRole and Role, deploy/kubernetes/clusterrole.yaml and role.yaml)",
             status.message
         ),
         kube::Error::Api(status) => {
