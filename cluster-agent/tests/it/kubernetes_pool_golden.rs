@@ -224,3 +224,27 @@ fn the_pool_workload_runs_members_that_can_hold_a_vip() {
     assert_eq!(field("NODE_NAME"), Some("spec.nodeName".into()));
     assert_eq!(field("HOST_IP"), Some("status.hostIP".into()));
 }
+
+/// The members' config, with what the entrypoint writes in, is a config the agent
+/// accepts: driver standalone, the member named after the node, its address the host
+/// IP, pools' VRRP managed by the agent.
+#[test]
+fn the_members_config_is_accepted_once_the_pod_fills_it_in() {
+    for (case, provision, ca) in cases() {
+        let objects = render(&provision, &settings(ca));
+        let Desired::ConfigMap(config_map) = &objects[0] else {
+            panic!("{objects:?}")
+        };
+        let text = config_map.data.as_ref().unwrap()["agent.yaml"]
+            .replace(NODE_NAME_PLACEHOLDER, "ip-10-0-0-1-ec2-internal")
+            .replace(HOST_IP_PLACEHOLDER, "10.0.0.1");
+        let config = fedingress_agent::Config::from_yaml(&text)
+            .unwrap_or_else(|e| panic!("{case}: {e:?}\n{text}"));
+        assert_eq!(config.driver, fedingress_agent::config::Driver::Standalone);
+        assert_eq!(config.cluster, "eu-west");
+        assert_eq!(config.member.name(), "ip-10-0-0-1-ec2-internal");
+        assert_eq!(config.member.address, Some("10.0.0.1".parse().unwrap()));
+        assert_eq!(config.member.labels, provision.member_labels);
+        assert!(config.pools.is_some(), "{case}");
+    }
+}
