@@ -5,6 +5,7 @@
 
 use crate::support;
 
+use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr};
 
 use fedingress_api::plan::IngressKey;
@@ -203,5 +204,69 @@ async fn a_pool_gets_a_vip_its_members_the_vrrp_assignment_and_dns_answers_the_v
     wait_answer(&hub, "web", &[Ipv4Addr::new(127, 0, 1, 1)]).await;
     let web = hub.ingress("web").await;
     assert_eq!(support::entry(&web, "eu").unwrap()["healthy"], true);
+    hub.stop().await;
+}
+
+/// The series of a Prometheus text exposition (name and labels, without values).
+fn series(text: &str) -> BTreeSet<String> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(|l| l.rsplit_once(' ').map(|(series, _)| series.to_string()))
+        .collect()
+}
+
+/// Status, DNS and metrics stay bounded with 100 members: the status lists each member
+/// once (128 at most), DNS answers at most 8 member addresses, and members 11 to 100 add
+/// no metric series.
+#[tokio::test]
+async fn a_cluster_of_100_members_stays_bounded() {
+    let hub = TestHub::start().await;
+    hub.create_cluster("eu").await;
+    hub.create_ingress("web", 7104, json!({})).await;
+    let mut members = Vec::new();
+    let mut series_before = BTreeSet::new();
+    for i in 0..100u8 {
+        let ip = Ipv4Addr::new(127, 0, 2, i + 1);
+        let mut agent =
+            FakeAgent::connect_member(&hub, "eu", &format!("host-{i:03}"), &[], IpAddr::V4(ip))
+                .await;
+        settle(&mut agent, &key("web"), true).await;
+        agent.report(IpAddr::V4(ip), 1);
+        members.push(agent);
+        if i == 9 {
+            // Every kind of series has appeared with ten members.
+            wait_object(&hub, &format!("{GROUP}/clusters/eu"), "10 members", |c| {
+                c["status"]["readyMembers"] == 10
+            })
+            .await;
+            // The first scrape and query add their own series.
+            hub.get_text("/metrics").await;
+            query_a(hub.addresses.dns.unwrap(), &dns_name("web")).await;
+            series_before = series(&hub.get_text("/metrics").await);
+        }
+    }
+    let cluster = wait_object(&hub, &format!("{GROUP}/clusters/eu"), "100 members", |c| {
+        c["status"]["readyMembers"] == 100
+    })
+    .await;
+    assert_eq!(cluster["status"]["members"].as_array().unwrap().len(), 100);
+    let size = serde_json::to_vec(&cluster).unwrap().len();
+    assert!(
+        size < 64 * 1024,
+        "the Cluster is {size} bytes with 100 members"
+    );
+    let dns = hub.addresses.dns.unwrap();
+    let answer = eventually_async(DEADLINE, "8 member addresses", || async {
+        let answer = query_a(dns, &dns_name("web")).await;
+        (answer.ips.len() == 8)
+            .then_some(answer.clone())
+            .ok_or(format!("{answer:?}"))
+    })
+    .await;
+    assert!(answer.ips.iter().all(|ip| ip.octets()[2] == 2));
+    let series_after = series(&hub.get_text("/metrics").await);
+    let new: Vec<&String> = series_after.difference(&series_before).collect();
+    assert!(new.is_empty(), "series added by members 11-100: {new:#?}");
+    drop(members);
     hub.stop().await;
 }
