@@ -114,12 +114,19 @@ pub const PROFILES: [&str; 7] = [
 pub struct JoinArgs {
     /// Cluster name (a DNS-1123 label such as `eu-west`).
     pub name: String,
-    /// Region the cluster runs in, e.g. `europe-west1`.
-    #[arg(long)]
-    pub region: String,
-    /// Position of the cluster, `LATITUDE,LONGITUDE` in degrees (e.g. `50.45,3.82`).
-    #[arg(long, value_name = "LAT,LON", value_parser = parse_location, allow_hyphen_values = true)]
-    pub location: (f64, f64),
+    /// Region the cluster runs in, e.g. `europe-west1` (needed to create the cluster).
+    #[arg(long, required_unless_present = "member")]
+    pub region: Option<String>,
+    /// Position of the cluster, `LATITUDE,LONGITUDE` in degrees (e.g. `50.45,3.82`;
+    /// needed to create the cluster).
+    #[arg(long, value_name = "LAT,LON", value_parser = parse_location, allow_hyphen_values = true, required_unless_present = "member")]
+    pub location: Option<(f64, f64)>,
+    /// Join an agent as member NAME of the cluster (a DNS-1123 label; issue 24, ingress
+    /// pools): when the cluster exists, only a join token for it is issued (the cluster
+    /// is created as without --member otherwise), and `--emit standalone` writes
+    /// `member: {name: NAME}`, `CLUSTER-NAME.join-token` and `CLUSTER-NAME-state`.
+    #[arg(long, value_name = "NAME")]
+    pub member: Option<String>,
     /// Zone within the region.
     #[arg(long)]
     pub zone: Option<String>,

@@ -1,6 +1,7 @@
 //! A member cluster's lifecycle: `join` (Cluster object, agent token, optionally a ready
-//! agent config and a wait for the agent), `cordon`/`uncordon`, and `unjoin` (drain:
-//! cordon and wait one DNS TTL; then revoke the tokens and delete the Cluster).
+//! agent config and a wait for the agent; with `--member`, another agent of an existing
+//! cluster), `cordon`/`uncordon`, and `unjoin` (drain: cordon and wait one DNS TTL; then
+//! revoke the tokens and delete the Cluster).
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -25,9 +26,20 @@ pub async fn join(ctx: &Ctx, args: Box<JoinArgs>) -> anyhow::Result<()> {
     let connection = ctx.connection()?;
     let api = Api::new(&connection)?;
     let name = args.name.clone();
+    if let Some(member) = &args.member
+        && let Some(problem) = fedingress_api::names::dns1123_label(member).first()
+    {
+        return Err(UsageError(format!("--member {member:?}: {problem}")).into());
+    }
+    if args.member.is_some() && matches!(args.emit, Some(Emit::Kubernetes)) {
+        return Err(UsageError(
+            "--member is for --emit standalone (the kubernetes driver's pool members are provisioned by the agent)".into(),
+        )
+        .into());
+    }
     let mut spec = json!({
         "region": args.region,
-        "location": {"latitude": args.location.0, "longitude": args.location.1},
+        "location": args.location.map(|(latitude, longitude)| json!({"latitude": latitude, "longitude": longitude})),
     });
     if let Some(zone) = &args.zone {
         spec["zone"] = json!(zone);
@@ -72,18 +84,42 @@ pub async fn join(ctx: &Ctx, args: Box<JoinArgs>) -> anyhow::Result<()> {
     if args.join_token_ttl == Some(0) {
         return Err(UsageError("--join-token-ttl must be positive".into()).into());
     }
-    let created = api
-        .post(&cluster_path(None), &body)
-        .await
-        .map_err(|e| {
-            if e.is_already_exists() {
-                anyhow::anyhow!(
-                    "cluster {name:?} already exists: `fedctl token create {name}` issues another token, `fedctl unjoin {name}` removes it"
-                )
-            } else {
-                e.into()
-            }
-        })?;
+    // Another member of an existing cluster: a token for it, no Cluster written.
+    let existing = match &args.member {
+        None => None,
+        Some(_) => match api.get(&cluster_path(Some(&name)), &[]).await {
+            Ok(cluster) => Some(cluster),
+            Err(e) if e.is_not_found() => None,
+            Err(e) => return Err(e.into()),
+        },
+    };
+    if existing.is_none() && (args.region.is_none() || args.location.is_none()) {
+        return Err(UsageError(format!(
+            "cluster {name:?} does not exist: give --region and --location to create it"
+        ))
+        .into());
+    }
+    let reused = existing.is_some();
+    let created = match existing {
+        Some(cluster) => cluster,
+        None => api
+            .post(&cluster_path(None), &body)
+            .await
+            .map_err(|e| {
+                if e.is_already_exists() {
+                    anyhow::anyhow!(
+                        "cluster {name:?} already exists: `fedctl token create {name}` issues another token, `fedctl join {name} --member NAME` adds an agent, `fedctl unjoin {name}` removes it"
+                    )
+                } else {
+                    e.into()
+                }
+            })?,
+    };
+    let what = match (&args.member, reused) {
+        (Some(member), true) => format!("member {member} of cluster/{name}"),
+        (Some(member), false) => format!("cluster/{name} created, for member {member}"),
+        (None, _) => format!("cluster/{name} created"),
+    };
     let token_request = match (join_flow, args.join_token_ttl) {
         (false, _) => token_path(&name, None),
         (true, None) => format!("{}?type=join", token_path(&name, None)),
@@ -114,7 +150,7 @@ pub async fn join(ctx: &Ctx, args: Box<JoinArgs>) -> anyhow::Result<()> {
             out.write_all(config.as_bytes())?;
             out.flush()?;
             eprintln!(
-                "cluster/{name} created; {kind} {token_id} written to {}",
+                "{what}; {kind} {token_id} written to {}",
                 plan.token_file(join_flow).display()
             );
             if join_flow {
@@ -130,13 +166,16 @@ pub async fn join(ctx: &Ctx, args: Box<JoinArgs>) -> anyhow::Result<()> {
             out.write_all(manifests.as_bytes())?;
             out.flush()?;
             eprintln!(
-                "cluster/{name} created; agent token {token_id} is in the Secret {}/fedingress-agent-token above: apply the manifests in the member cluster (kubectl apply -f FILE)",
+                "{what}; agent token {token_id} is in the Secret {}/fedingress-agent-token above: apply the manifests in the member cluster (kubectl apply -f FILE)",
                 plan.namespace
             );
         }
         None => match ctx.global.output {
             Output::Table => {
-                println!("cluster/{name} created");
+                println!("{what}");
+                if let Some(member) = &args.member {
+                    println!("the agent's config needs member: {{name: {member}}}");
+                }
                 if join_flow {
                     println!(
                         "join token {token_id}, single use, expires {} (shown only now; the agent reads it from its joinTokenFile):",
@@ -378,13 +417,22 @@ struct EmitPlan {
     serving: Serving,
 }
 
+/// The file and directory names of an emitted agent: `CLUSTER`, or `CLUSTER-MEMBER` for
+/// `--member` (each member of a cluster keeps its own token and state).
+fn agent_stem(args: &JoinArgs) -> String {
+    match &args.member {
+        Some(member) => format!("{}-{member}", args.name),
+        None => args.name.clone(),
+    }
+}
+
 impl EmitPlan {
     fn new(args: &JoinArgs, connection: &crate::kubeconfig::Connection) -> anyhow::Result<Self> {
         let token_file = absolute(
             &args
                 .token_file
                 .clone()
-                .unwrap_or_else(|| PathBuf::from(format!("{}.token", args.name))),
+                .unwrap_or_else(|| PathBuf::from(format!("{}.token", agent_stem(args)))),
         )?;
         let (hub_addresses, hub_address_note) = hub_addresses(args, connection)?;
         let ca = if !is_https(&hub_addresses) {
@@ -407,7 +455,7 @@ impl EmitPlan {
         };
         let join_token_file = match &args.token_file {
             Some(_) => token_file.clone(),
-            None => absolute(&PathBuf::from(format!("{}.join-token", args.name)))?,
+            None => absolute(&PathBuf::from(format!("{}.join-token", agent_stem(args))))?,
         };
         Ok(Self {
             token_file,
@@ -419,6 +467,7 @@ impl EmitPlan {
                 listens: args.listens.clone(),
                 services: args.services.clone(),
                 admin: args.admin_address,
+                member: args.member.clone(),
             },
         })
     }
@@ -507,6 +556,9 @@ pub struct Serving {
     /// `--admin-address`: the admin endpoint (`/healthz`, `/readyz`); `None` writes
     /// `127.0.0.1:0` (a port picked at start).
     pub admin: Option<std::net::SocketAddr>,
+    /// `--member`: the agent's member name (`member: {name: ...}`; its state dir is
+    /// `CLUSTER-MEMBER-state`); `None` leaves the host name as the member name.
+    pub member: Option<String>,
 }
 
 /// A `cluster-agent` config for the standalone driver. Listen addresses and services
@@ -524,6 +576,7 @@ pub fn standalone_config(
         listens,
         services,
         admin,
+        member,
     } = serving;
     let mut out = String::new();
     out.push_str(&format!(
@@ -555,6 +608,11 @@ pub fn standalone_config(
         ));
     }
     out.push_str(&format!("cluster: {cluster}\n"));
+    if let Some(member) = member {
+        out.push_str(&format!(
+            "member: {{name: {member}}}           # this agent among the cluster's members (labels: and address: for pools)\n"
+        ));
+    }
     out.push_str(&format!(
         "tokenFile: {}   # the agent token, written by fedctl join (mode 0600)\n",
         quoted(&token_file.display().to_string())
@@ -597,7 +655,10 @@ pub fn standalone_config(
     };
     out.push_str(&format!(
         "healthCheck:\n  intervalMs: 1000\n  timeoutMs: 500\n  healthyThreshold: 2\n  unhealthyThreshold: 2\nstateDir: {}\nadmin: {admin}\nreportIntervalMs: 5000\n",
-        quoted(&format!("{cluster}-state"))
+        quoted(&match member {
+            Some(member) => format!("{cluster}-{member}-state"),
+            None => format!("{cluster}-state"),
+        })
     ));
     out
 }
@@ -829,6 +890,7 @@ mod tests {
                 )],
                 services: vec![("echo".into(), vec!["127.0.0.1:9000".into()])],
                 admin: None,
+                member: None,
             },
         );
         assert!(!filled.contains("REPLACE"), "{filled}");
@@ -840,6 +902,34 @@ mod tests {
         assert_eq!(parsed["hub"]["address"].as_str(), Some("http://hub:6444"));
         assert!(parsed["hub"].get("addresses").is_none(), "{filled}");
         assert_eq!(parsed["admin"].as_str(), Some("127.0.0.1:0"), "{filled}");
+    }
+
+    /// Issue 24: `--member` names the agent's member; its state dir is its own.
+    #[test]
+    fn a_member_is_emitted_with_its_own_state_dir() {
+        let text = standalone_config(
+            "eu-west",
+            &["https://hub:6444".to_owned()],
+            None,
+            None,
+            Path::new("/t"),
+            &Serving {
+                member: Some("web-2".into()),
+                ..Serving::default()
+            },
+        );
+        let parsed: yaml_serde::Value = yaml_serde::from_str(&text).unwrap_or_default();
+        assert_eq!(parsed["member"]["name"].as_str(), Some("web-2"), "{text}");
+        assert_eq!(parsed["stateDir"].as_str(), Some("eu-west-web-2-state"));
+        let plain = standalone_config(
+            "eu-west",
+            &["https://hub:6444".to_owned()],
+            None,
+            None,
+            Path::new("/t"),
+            &Serving::default(),
+        );
+        assert!(!plain.contains("member:"), "{plain}");
     }
 
     /// `--emit standalone` always wrote `admin: 127.0.0.1:0`, and no flag could fix the

@@ -164,11 +164,13 @@ fn https_agent(dir: &Path, hub: &Hub, spec: &ClusterSpec, secret: &str, join: bo
     https_agent_config(dir, &hub.agent, &hub.ca, spec, secret, join)
 }
 
-/// Whether the agent's client certificate (next to `config`) holds `text` (its URI SAN
-/// is in the DER as written).
+/// Whether the client certificate of the agent of `config` (in its `stateDir`) holds
+/// `text` (its URI SAN is in the DER as written).
 fn cert_holds(config: &Path, text: &str) -> bool {
     use base64::Engine as _;
-    let pem = std::fs::read_to_string(config.parent().unwrap().join("state/agent.crt"))
+    let yaml: Value = yaml_serde::from_str(&std::fs::read_to_string(config).unwrap()).unwrap();
+    let state = yaml["stateDir"].as_str().unwrap_or("state");
+    let pem = std::fs::read_to_string(config.parent().unwrap().join(state).join("agent.crt"))
         .unwrap_or_default();
     let body: String = pem
         .lines()
@@ -498,6 +500,53 @@ fn fedctl_join_emits_an_agent_that_joins_with_a_certificate() {
         .map(|c| c["type"].as_str().unwrap_or_default().to_string())
         .collect();
     assert_eq!(kinds, ["certificate"], "the join token is spent");
+
+    // Issue 24: a second agent of the same cluster, as member web-2: a join token for the
+    // existing cluster (no --region, --location), the member and its own state dir in
+    // the config; both agents hold a session.
+    let member_spec = ClusterSpec::numbered(98, 2, "europe-west1", 10.0, 20.0);
+    let member_dir = dir.join("agent-web-2");
+    std::fs::create_dir_all(&member_dir).unwrap();
+    let member_join_file = member_dir.join("c1-web-2.join-token");
+    let run = fedctl.run(&[
+        "join",
+        "c1",
+        "--member",
+        "web-2",
+        "--emit",
+        "standalone",
+        "--hub-address",
+        &hub.agent,
+        "--hub-ca",
+        &hub.ca.display().to_string(),
+        "--token-file",
+        &member_join_file.display().to_string(),
+        "--listen",
+        &member_spec.bind.to_string(),
+        "--service",
+        &format!("echo={}", spec.backend),
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("member web-2 of cluster/c1"),
+        "{}",
+        run.stderr
+    );
+    let emitted: Value = yaml_serde::from_str(&run.stdout).unwrap();
+    assert_eq!(emitted["member"]["name"], "web-2", "{}", run.stdout);
+    assert_eq!(emitted["stateDir"], "c1-web-2-state", "{}", run.stdout);
+    let member_config = member_dir.join("agent.yaml");
+    std::fs::write(&member_config, &run.stdout).unwrap();
+    let _member_agent = start_agent(&member_config, "c1 web-2");
+    hub.wait_connected(2, "both members of c1 connected");
+    assert!(cert_holds(&member_config, "/members/web-2"));
+    let run = fedctl.run(&["join", "c9", "--member", "web-1"]);
+    assert_ne!(run.code, 0);
+    assert!(
+        run.stderr.contains("give --region and --location"),
+        "{}",
+        run.stderr
+    );
 
     // The compatibility path on request.
     let run = fedctl.run(&[
