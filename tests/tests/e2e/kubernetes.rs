@@ -823,3 +823,131 @@ reportIntervalMs: 1000
     assert!(ungranted.is_empty(), "used without a grant: {ungranted:?}");
     drop(agent);
 }
+
+/// The claim test's block.
+const CLAIM_BLOCK: u8 = 74;
+
+/// The whole chain with the real hub: an IngressClaim on a kubernetes cluster makes the
+/// hub's claim controller provision a pool, the hub's plan carries it to the real
+/// kubernetes agent, which writes the pool's workload at the member cluster; deleting the
+/// claim's ingress (reclaim Delete) deletes the pool, and the agent the workload.
+#[test]
+fn an_ingress_claim_on_a_kubernetes_cluster_is_run_as_a_workload_until_reclaimed() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let (member, hub, k) = member_and_hub(&runtime, dir, CLAIM_BLOCK);
+    let agent_dir = dir.join("agent-k1");
+    std::fs::create_dir_all(&agent_dir).unwrap();
+    member.write_kubeconfig(&agent_dir.join("member.kubeconfig"));
+    let (_, token) = issue_token(&hub.api, "k1").unwrap();
+    std::fs::write(agent_dir.join("token"), token).unwrap();
+    member.put(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"namespace": "fedingress-system", "name": "fedingress-agent-0"},
+        "spec": {
+            "containers": [{"name": "agent", "image": "registry.example.com/fedingress/cluster-agent:0.2.0",
+                            "volumeMounts": [{"name": "token", "mountPath": agent_dir.display().to_string()}]}],
+            "volumes": [{"name": "token", "secret": {"secretName": "fedingress-agent-token"}}]
+        }
+    }));
+    let config = format!(
+        "hub: {{address: {}}}
+cluster: k1
+tokenFile: token
+driver: kubernetes
+kubernetes:
+  kubeconfig: member.kubeconfig
+  leaderElection: {{namespace: fedingress-system, leaseDurationSeconds: 3}}
+stateDir: state
+admin: 127.0.0.1:0
+reportIntervalMs: 1000
+",
+        hub.agent
+    );
+    let path = write(&agent_dir, "agent.yaml", &config);
+    let mut command = Command::new(binary("cluster-agent"));
+    command
+        .arg("--config")
+        .arg(path)
+        .env("POD_NAME", "fedingress-agent-0")
+        .env("POD_NAMESPACE", "fedingress-system");
+    let agent = Process::start(command, "cluster-agent k1 (claim)", WAIT).unwrap();
+    eventually(WAIT, "the kubernetes agent connected", || {
+        let cluster = get_json(&k, &["cluster", "k1"]);
+        (cluster["status"]["driver"] == "kubernetes")
+            .then_some(())
+            .ok_or(cluster.to_string())
+    });
+
+    k.ok(&["apply", "-f", &write(dir, "ingress.yaml", INGRESS)]);
+    let claim = "apiVersion: fedingress.io/v1alpha1
+kind: IngressClaim
+metadata: {name: shop, namespace: default}
+spec:
+  ingresses: [echo]
+  template:
+    replicas: 3
+    memberLabels: {pool: shop}
+    resources:
+      requests: {cpu: 500m}
+      limits: {memory: 512Mi}
+  reclaimPolicy: Delete
+";
+    k.ok(&["apply", "-f", &write(dir, "claim.yaml", claim)]);
+    let deployment = runtime
+        .block_on(member.wait_for_object(
+            "deployments",
+            "fedingress-system",
+            "fedingress-pool-shop-k1",
+            |_| true,
+            WAIT,
+        ))
+        .unwrap();
+    assert_eq!(deployment["spec"]["replicas"], 3, "{deployment}");
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        container["image"],
+        "registry.example.com/fedingress/cluster-agent:0.2.0"
+    );
+    assert_eq!(container["resources"]["requests"]["cpu"], "500m");
+    let config_map = member
+        .get("configmaps", "fedingress-system", "fedingress-pool-shop-k1")
+        .unwrap();
+    let members_config: Value =
+        yaml_serde::from_str(config_map["data"]["agent.yaml"].as_str().unwrap()).unwrap();
+    assert_eq!(members_config["cluster"], "k1");
+    assert_eq!(members_config["hub"]["addresses"][0], hub.agent);
+    // The members carry the claim's labels, which the provisioned pool selects.
+    let pool = get_json(&k, &["ingresspool", "shop-k1"]);
+    for (key, value) in pool["spec"]["memberSelector"]["matchLabels"]
+        .as_object()
+        .unwrap()
+    {
+        assert_eq!(&members_config["member"]["labels"][key], value, "{pool}");
+    }
+    assert!(
+        member
+            .get(
+                "poddisruptionbudgets",
+                "fedingress-system",
+                "fedingress-pool-shop-k1"
+            )
+            .is_some()
+    );
+
+    // Reclaim Delete: the ingress goes, the pool goes, the workload goes.
+    k.ok(&["delete", "federatedingress", "echo"]);
+    eventually(WAIT, "the pool's workload deleted", || {
+        let left: Vec<&str> = ["configmaps", "deployments", "poddisruptionbudgets"]
+            .into_iter()
+            .filter(|r| {
+                member
+                    .get(r, "fedingress-system", "fedingress-pool-shop-k1")
+                    .is_some()
+            })
+            .collect();
+        left.is_empty().then_some(()).ok_or(format!("{left:?}"))
+    });
+    drop(agent);
+}
