@@ -11,6 +11,7 @@ mod kubernetes_golden;
 mod kubernetes_mock;
 mod kubernetes_pool_golden;
 mod l7;
+mod pools;
 mod process;
 mod standalone;
 mod vrrp_render;
