@@ -1,7 +1,7 @@
 //! Builds the hub ([`Hub::build`]) from the settings and the store: agent sessions,
 //! the agent gateway, the controller (its first pass run), replication and the agent
-//! directory on a shared store, the namespace controller, the DNS providers and the
-//! DNS server. It spawns nothing: what runs is returned as [`Tasks`].
+//! directory on a shared store, the namespace and claim controllers, the DNS providers
+//! and the DNS server. It spawns nothing: what runs is returned as [`Tasks`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,7 +35,7 @@ pub struct Hub {
     /// The hub's REST endpoints (tokens, DNS, explain), for the REST server.
     pub extensions: Extensions,
     /// Started at once, before the controller's first pass: they follow the store
-    /// (revocations, agent records, roles, namespaces).
+    /// (revocations, agent records, roles, namespaces, claims).
     pub background: Tasks,
     /// Started when serving: the agent gateway and DNS.
     pub serving: Tasks,
@@ -119,6 +119,11 @@ impl Hub {
                 roles.role.clone(),
             )
             .run(),
+        );
+        background.add(
+            "claims",
+            fedingress_hub::claims::ClaimController::new(registry.clone(), roles.role.clone())
+                .run(),
         );
         let (gslb, dns_server) = match dns {
             Some(bound) => {

@@ -12,6 +12,8 @@
 //! - [`tokens`] issues, lists and revokes agent tokens;
 //! - [`endpoints`] adds the hub's subresources (`explain`, `token`) and metrics to the
 //!   REST surface, through its extensions;
+//! - [`claims`] provisions or binds an IngressPool per placed cluster for each
+//!   IngressClaim and applies its reclaim policy (leader only);
 //! - [`namespaces`] deletes the content of Namespaces being deleted (leader only) and
 //!   creates the bootstrap namespaces at start;
 //! - with several replicas on one etcd: [`replication`] keeps the replica's lease and
@@ -28,6 +30,7 @@
 //! binding listeners (`federation-apiserver`, the process).
 
 pub mod admission;
+pub mod claims;
 pub mod controller;
 pub mod credentials;
 pub mod directory;
