@@ -7,6 +7,7 @@
 mod support;
 
 mod anycast;
+mod claims;
 mod controller;
 mod gateway;
 mod metrics;
