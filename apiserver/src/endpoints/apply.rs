@@ -34,6 +34,7 @@ pub async fn serve<R: Resource>(
     headers: &http::HeaderMap,
     body: &[u8],
     now: Time,
+    check: impl Fn(Option<&R>, &R) -> Result<(), ApiError>,
 ) -> Result<Response, ApiError> {
     if codec::media_type(content_type(headers)) == APPLY_CBOR {
         return Err(ApiError::unsupported_media_type(format!(
@@ -43,16 +44,19 @@ pub async fn serve<R: Resource>(
     let config = codec::parse_body(body, BodyFormat::Yaml)?;
     check_config::<R>(&config, namespace, name)?;
     let applied = registry
-        .apply::<R>(Apply {
-            namespace,
-            name,
-            scope,
-            config,
-            force: flag(&params.force),
-            validation: FieldValidation::parse(params.field_validation.as_deref())?,
-            dry_run: parse_dry_run(&params.dry_run)?,
-            now,
-        })
+        .apply_checked::<R>(
+            Apply {
+                namespace,
+                name,
+                scope,
+                config,
+                force: flag(&params.force),
+                validation: FieldValidation::parse(params.field_validation.as_deref())?,
+                dry_run: parse_dry_run(&params.dry_run)?,
+                now,
+            },
+            check,
+        )
         .await?;
     let code = if applied.created {
         StatusCode::CREATED

@@ -439,8 +439,17 @@ async fn patch<R: Printable>(call: &Call<'_>, request: Request) -> Result<Respon
     let validation = FieldValidation::parse(params.field_validation.as_deref())?;
     let (headers, body) = read_body(request).await?;
     if applying {
+        // An apply is a write like any other: it may not escalate privileges.
         return apply::serve::<R>(
-            registry, namespace, name, scope, params, &headers, &body, now,
+            registry,
+            namespace,
+            name,
+            scope,
+            params,
+            &headers,
+            &body,
+            now,
+            |current, new| call.check_escalation(current, new),
         )
         .await;
     }

@@ -36,6 +36,18 @@ impl Registry {
     /// missing (not through a subresource). Fields other managers own are a 409 unless
     /// `force`; an invalid result gets the same field-path errors as create and update.
     pub async fn apply<R: Resource>(&self, request: Apply<'_>) -> Result<Applied<R>, ApiError> {
+        self.apply_checked(request, |_: Option<&R>, _: &R| Ok(()))
+            .await
+    }
+
+    /// [`Registry::apply`], with `check` run on the object the apply makes (over the
+    /// current one, `None` when it creates) before it is stored: what a verb checks on
+    /// every write (RBAC escalation) is checked on applies too.
+    pub async fn apply_checked<R: Resource>(
+        &self,
+        request: Apply<'_>,
+        check: impl Fn(Option<&R>, &R) -> Result<(), ApiError>,
+    ) -> Result<Applied<R>, ApiError> {
         let mut config = request.config;
         // Unknown fields are refused or reported per fieldValidation, then dropped:
         // nobody owns a field the object cannot hold.
@@ -67,7 +79,11 @@ impl Registry {
                     request.scope,
                     request.dry_run,
                     Tracking::Applied,
-                    |current: &R| decode(fields::apply(Some(current), &config, &apply)?),
+                    |current: &R| {
+                        let object = decode(fields::apply(Some(current), &config, &apply)?)?;
+                        check(Some(current), &object)?;
+                        Ok(object)
+                    },
                 )
                 .await
             {
@@ -93,6 +109,7 @@ impl Registry {
             let meta = object.metadata_mut();
             meta.name = Some(request.name.to_string());
             meta.namespace = request.namespace.map(String::from);
+            check(None, &object)?;
             match self
                 .create_tracked(
                     request.namespace,

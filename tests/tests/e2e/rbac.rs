@@ -266,6 +266,28 @@ fn a_rolebinding_to_edit_scopes_a_user_to_one_namespace() {
         err.contains("rolebindings.rbac.authorization.k8s.io \"erin-root\" is forbidden: user \"dave\" (groups=[\"system:authenticated\"]) is attempting to grant RBAC permissions not currently held"),
         "{err}"
     );
+    // Server-side apply is a write like the others: no escalation through it either,
+    // creating or updating (it once skipped the check).
+    let root = write(
+        dir,
+        "erin-root.yaml",
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {name: erin-root, namespace: team}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}\nsubjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: erin}]\n",
+    );
+    let err = dave.fails(&["apply", "--server-side", "-f", &root]);
+    assert!(
+        err.contains("is attempting to grant RBAC permissions not currently held"),
+        "{err}"
+    );
+    let role = write(
+        dir,
+        "erin-role.yaml",
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: erin-role, namespace: team}\nrules: [{apiGroups: [\"*\"], resources: [\"*\"], verbs: [\"*\"]}]\n",
+    );
+    let err = dave.fails(&["apply", "--server-side", "-f", &role]);
+    assert!(
+        err.contains("is attempting to grant RBAC permissions not currently held"),
+        "{err}"
+    );
     let (code, status) = server.curl("/metrics", "dave-token");
     assert_eq!(code, 403);
     assert_eq!(
