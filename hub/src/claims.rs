@@ -584,7 +584,12 @@ fn bind(
 
     let mut events = Vec::new();
     for entry in &status.clusters {
-        let before = stored.clusters.iter().find(|e| e.cluster == entry.cluster);
+        // A released claim's entries say what reclaim did: what it binds now is news.
+        let before = stored
+            .clusters
+            .iter()
+            .filter(|_| stored.phase != ClaimPhase::Released)
+            .find(|e| e.cluster == entry.cluster);
         match &entry.pool {
             Some(pool) if before.and_then(|b| b.pool.as_ref()) != Some(pool) => {
                 let (reason, message) = if entry.provisioned {
@@ -1536,6 +1541,13 @@ mod tests {
         );
         assert_eq!(status.conditions[0].reason, "Released");
         // Released stays so, quietly.
+        assert_eq!(world.decide(), []);
+        // The ingress comes back: a new pool is provisioned, the recycled one bound again.
+        world
+            .ingresses
+            .insert(key("web"), ingress("web", &["k8s", "std"]));
+        assert_eq!(world.apply(world.decide()), ["Provisioned", "Bound"]);
+        assert_eq!(world.status("web").phase, ClaimPhase::Bound);
         assert_eq!(world.decide(), []);
     }
 
