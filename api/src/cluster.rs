@@ -74,9 +74,11 @@ pub struct ClusterSpec {
     #[serde(default)]
     pub provider: Provider,
 
-    /// How much traffic the cluster can take. Overflow reads `rps` only: it sends new
-    /// clients elsewhere once `status.load.rps` passes `overflowThreshold` × `rps`.
-    /// `connections` is informational. Optional.
+    /// How much traffic the cluster can take. Overflow reads `rps`: it sends new clients
+    /// elsewhere once `status.load.rps` passes `overflowThreshold` × `rps`. Placement
+    /// reads both: a cluster at 0.9 of either (`status.load.rps`,
+    /// `status.load.activeConnections`) takes no new FederatedIngress, like one whose
+    /// IngressPools are all saturated (docs/pools.md). Optional.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity: Option<Capacity>,
 
@@ -129,8 +131,8 @@ pub struct Capacity {
     /// the unit of `status.load.rps`; the Overflow strategy's limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rps: Option<i64>,
-    /// Concurrent connections the cluster can hold (at least 0). Informational: no
-    /// strategy reads it.
+    /// Concurrent connections the cluster can hold (at least 0). No routing strategy
+    /// reads it; placement does (a cluster at 0.9 of it takes no new ingress).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connections: Option<i64>,
 }

@@ -1427,6 +1427,40 @@ mod tests {
     }
 
     #[test]
+    fn a_cluster_is_saturated_when_every_ready_pool_is_or_its_capacity_is_reached() {
+        let policy = Policy::default();
+        // a at 95 of 100 rps, b idle: not saturated.
+        let (clusters, pools, members) = world(vec![
+            member("h1", "r1", &["web"], 95.0, None),
+            member("h3", "r2", &[], 0.0, None),
+        ]);
+        let book = book(&clusters, &pools, &members);
+        let views: BTreeMap<String, AgentState> = [(
+            "eu".to_owned(),
+            cluster_view(&members["eu"], book.get("eu"), None).unwrap(),
+        )]
+        .into();
+        assert!(saturated_clusters(&clusters, &book, &views, &policy).is_empty());
+        // b gone: the only ready pool is saturated.
+        let (clusters, pools, members) = world(vec![member("h1", "r1", &["web"], 95.0, None)]);
+        let book = super::book(&clusters, &pools, &members);
+        assert!(saturated_clusters(&clusters, &book, &views, &policy).contains("eu"));
+        // No pools, the Cluster's own capacity.connections reached (1 connection per
+        // share listener here; 0.9 of 1 is reached).
+        let mut clusters = clusters;
+        clusters.get_mut("eu").unwrap().spec.capacity = Some(fedingress_api::cluster::Capacity {
+            rps: None,
+            connections: Some(1),
+        });
+        let mut view = views["eu"].clone();
+        let mut report = (*view.report.clone().unwrap()).clone();
+        report.active_connections = 1;
+        view.report = Some(Arc::new(report));
+        let views = [("eu".to_owned(), view)].into();
+        assert!(saturated_clusters(&clusters, &Book::new(), &views, &policy).contains("eu"));
+    }
+
+    #[test]
     fn provisions_come_from_the_claim_of_a_provisioned_pool() {
         let mut p = pool("shop-eu", "r1", 100);
         p.metadata

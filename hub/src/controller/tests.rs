@@ -118,6 +118,8 @@ struct Fixture {
     routing: BTreeMap<IngressKey, IngressRouting>,
     placements: BTreeMap<IngressKey, Vec<String>>,
     conflicts: BTreeMap<IngressKey, Vec<Conflict>>,
+    /// Clusters that take no new share.
+    saturated: BTreeSet<String>,
     restoring: bool,
     now: Time,
 }
@@ -138,6 +140,7 @@ impl Fixture {
             routing: BTreeMap::new(),
             placements: BTreeMap::new(),
             conflicts: BTreeMap::new(),
+            saturated: BTreeSet::new(),
             restoring: false,
             now: at(T0),
         }
@@ -161,7 +164,7 @@ impl Fixture {
             members: &Members::new(),
             book: &Book::new(),
             bindings: &Bindings::new(),
-            saturated: &BTreeSet::new(),
+            saturated: &self.saturated,
             restoring: self.restoring,
             routing: &self.routing,
             placements: &self.placements,
@@ -481,6 +484,25 @@ fn status_load_rps_is_the_load_overflow_reads_and_only_capacity_rps_is_its_limit
     }
     assert_eq!(view("eu-west").capacity, Some(100.0));
     assert_eq!(view("us-east").capacity, None);
+}
+
+/// Issue 24: a saturated cluster (its pools, or its own capacity) takes no new ingress
+/// and keeps the ones placed there.
+#[test]
+fn a_saturated_cluster_keeps_its_ingresses_and_takes_no_new_one() {
+    let mut f = Fixture::new().with_ingress(ingress("old", 1, "ServeAll"));
+    f.step();
+    assert_eq!(f.placements[&key("old")], ["eu-west", "us-east"]);
+    f.saturated.insert("us-east".into());
+    f.ingresses
+        .insert(key("new"), ingress("new", 1, "ServeAll"));
+    f.step();
+    assert_eq!(f.placements[&key("new")], ["eu-west"]);
+    assert_eq!(f.placements[&key("old")], ["eu-west", "us-east"], "kept");
+    // Below capacity again: the new one is placed there too.
+    f.saturated.clear();
+    f.step();
+    assert_eq!(f.placements[&key("new")], ["eu-west", "us-east"]);
 }
 
 #[test]
