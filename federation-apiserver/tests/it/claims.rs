@@ -3,7 +3,8 @@
 //! is sent its PoolProvision; on a standalone cluster it binds a free pool that matches
 //! or stays Pending with the reason; once the ingresses are gone each reclaim policy
 //! applies (Delete: the pool goes; Recycle: its claimRef is cleared; Retain: Released),
-//! and a deleted claim goes once its finalizer is removed.
+//! a deleted claim goes once its finalizer is removed, and a Namespace being deleted
+//! waits for its claims' reclaim.
 
 use crate::support;
 
@@ -330,5 +331,62 @@ async fn a_standalone_claim_binds_a_free_pool_or_stays_pending_with_the_reason()
         c["status"]["phase"] == "Released"
     })
     .await;
+    hub.stop().await;
+}
+
+#[tokio::test]
+async fn a_namespace_being_deleted_waits_until_its_claims_are_reclaimed() {
+    let hub = TestHub::start().await;
+    hub.create_cluster("k8s").await;
+    let _agent = FakeAgent::connect_with(&hub, "k8s", "kubernetes", KUBERNETES).await;
+    wait_object(&hub, &format!("{GROUP}/clusters/k8s"), "k8s driver", |c| {
+        c["status"]["driver"] == "kubernetes"
+    })
+    .await;
+    let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}});
+    hub.post("/api/v1/namespaces", Some(&namespace)).await;
+    let ingresses = format!("{GROUP}/namespaces/team/federatedingresses");
+    let ingress = json!({
+        "apiVersion": "fedingress.io/v1alpha1",
+        "kind": "FederatedIngress",
+        "metadata": {"name": "app"},
+        "spec": {
+            "rules": [{"protocol": "TCP", "port": 7401, "backend": {"service": "echo", "port": 9000}}],
+            "traffic": {"dnsName": "app.fedingress.test"},
+            "placement": {"clusters": ["k8s"]},
+        }
+    });
+    hub.post(&ingresses, Some(&ingress)).await;
+    wait_object(&hub, &format!("{ingresses}/app"), "app placed", |i| {
+        i["status"]["clusters"][0]["name"] == "k8s"
+    })
+    .await;
+    let claims = format!("{GROUP}/namespaces/team/ingressclaims");
+    let claim = json!({
+        "apiVersion": "fedingress.io/v1alpha1",
+        "kind": "IngressClaim",
+        "metadata": {"name": "app"},
+        "spec": {"ingresses": ["app"]},
+    });
+    hub.post(&claims, Some(&claim)).await;
+    let pool = wait_object(&hub, &pool_path("app-k8s"), "app-k8s provisioned", |p| {
+        p["spec"]["claimRef"]["namespace"] == "team"
+    })
+    .await;
+    assert_eq!(
+        pool["metadata"]["labels"]["fedingress.io/provisioned-by"],
+        "team.app"
+    );
+    wait_object(&hub, &format!("{claims}/app"), "app protected", |c| {
+        c["metadata"]["finalizers"] == json!(["fedingress.io/claim-protection"])
+    })
+    .await;
+
+    hub.delete("/api/v1/namespaces/team").await;
+    // The claim's deletion waits for its reclaim (Delete: the pool goes), then the
+    // namespace goes.
+    wait_gone(&hub, &pool_path("app-k8s")).await;
+    wait_gone(&hub, &format!("{claims}/app")).await;
+    wait_gone(&hub, "/api/v1/namespaces/team").await;
     hub.stop().await;
 }
