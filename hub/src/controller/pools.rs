@@ -93,6 +93,18 @@ impl PoolState {
     pub fn utilization(&self) -> f64 {
         schedule::utilization(&self.load, &self.capacity)
     }
+
+    /// The pool as the scheduler sees it.
+    pub fn scheduler_input(&self) -> schedule::PoolInput<'_> {
+        schedule::PoolInput {
+            name: &self.name,
+            labels: &self.labels,
+            ready: !self.ready.is_empty(),
+            capacity: self.capacity,
+            load: self.load,
+            draining: self.draining,
+        }
+    }
 }
 
 /// Every cluster's pools this pass, by cluster, in name order.
@@ -369,17 +381,8 @@ pub fn bind(
     }
     let mut out = BTreeMap::new();
     for (claim, (group_pools, keys)) in &groups {
-        let inputs_pools: Vec<schedule::PoolInput<'_>> = group_pools
-            .iter()
-            .map(|p| schedule::PoolInput {
-                name: &p.name,
-                labels: &p.labels,
-                ready: !p.ready.is_empty(),
-                capacity: p.capacity,
-                load: p.load,
-                draining: p.draining,
-            })
-            .collect();
+        let inputs_pools: Vec<schedule::PoolInput<'_>> =
+            group_pools.iter().map(|p| p.scheduler_input()).collect();
         let share_inputs: Vec<schedule::ShareInput<'_>> = keys
             .iter()
             .map(|key| schedule::ShareInput {
@@ -988,17 +991,8 @@ pub fn saturated_clusters(
             .get(name)
             .filter(|p| !p.is_empty())
             .is_some_and(|pools| {
-                let inputs: Vec<schedule::PoolInput<'_>> = pools
-                    .iter()
-                    .map(|p| schedule::PoolInput {
-                        name: &p.name,
-                        labels: &p.labels,
-                        ready: !p.ready.is_empty(),
-                        capacity: p.capacity,
-                        load: p.load,
-                        draining: p.draining,
-                    })
-                    .collect();
+                let inputs: Vec<schedule::PoolInput<'_>> =
+                    pools.iter().map(PoolState::scheduler_input).collect();
                 schedule::saturated(&inputs, policy)
             });
         let capacity_full = match (
