@@ -11,9 +11,13 @@
 //! ```
 //!
 //! - `name` is a DNS-1123 label. Without it the agent takes the host name
-//!   (`/proc/sys/kernel/hostname`) when it loads the file ([`crate::Config::load`]); a
-//!   host name that is not a DNS-1123 label (upper case, dots, underscores) is refused
-//!   rather than rewritten, and the error says to set `member.name`.
+//!   (`/proc/sys/kernel/hostname`) when it loads the file ([`crate::Config::load`]), as
+//!   `hostname -s` shows it and made a label: its first dot-separated part, lower case,
+//!   any other character than a letter, digit or `-` turned into `-`, no `-` at either
+//!   end, 63 characters at most (`IP-10-0-0-1.ec2.internal` → `ip-10-0-0-1`,
+//!   `web_1` → `web-1`). So an agent upgraded from before members, on any host, starts
+//!   with no new setting (an existing single-agent cluster keeps working). A host name
+//!   with nothing left (`___`) is refused, and the error says to set `member.name`.
 //! - `labels` are Kubernetes labels: keys are qualified names (`prefix/name`), values
 //!   label values.
 //! - `address` is the member's real IP address in its L2 domain: its pool peers send
@@ -99,20 +103,30 @@ impl MemberConfig {
     }
 }
 
-/// The member name a host name gives: the host name itself, trimmed, when it is a
+/// The member name a host name gives (see the module docs): its first part, made a
 /// DNS-1123 label.
 ///
 /// # Errors
-/// Not a DNS-1123 label: a message naming `member.name` and saying to set it.
+/// Nothing of a label is left: a message naming `member.name` and saying to set it.
 pub fn name_from_hostname(text: &str) -> Result<String, String> {
     let host = text.trim();
-    let problems = names::dns1123_label(host);
+    let short = host.split('.').next().unwrap_or_default();
+    let mapped: String = short
+        .chars()
+        .map(|c| match c.to_ascii_lowercase() {
+            c @ ('a'..='z' | '0'..='9' | '-') => c,
+            _ => '-',
+        })
+        .collect();
+    let mut name = mapped.trim_matches('-').to_owned();
+    name.truncate(names::DNS1123_LABEL_MAX_LEN);
+    let name = name.trim_end_matches('-').to_owned();
+    let problems = names::dns1123_label(&name);
     if problems.is_empty() {
-        return Ok(host.to_owned());
+        return Ok(name);
     }
     Err(format!(
-        "member.name: not set, and the host name {host:?} is not a DNS-1123 label ({}): set member.name",
-        problems.join("; ")
+        "member.name: not set, and the host name {host:?} gives no DNS-1123 label: set member.name"
     ))
 }
 
@@ -121,9 +135,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_host_name_is_the_member_name_only_when_it_is_a_label() {
-        assert_eq!(name_from_hostname("web-1\n").unwrap(), "web-1");
-        for bad in ["Web-1", "web-1.example.com", "web_1", ""] {
+    fn a_host_name_is_made_the_member_name() {
+        for (host, name) in [
+            ("web-1\n", "web-1"),
+            ("Web-1", "web-1"),
+            ("web-1.example.com", "web-1"),
+            ("IP-10-0-0-1.ec2.internal", "ip-10-0-0-1"),
+            ("web_1", "web-1"),
+            ("-edge-", "edge"),
+        ] {
+            assert_eq!(name_from_hostname(host).unwrap(), name, "{host}");
+        }
+        let long = "a".repeat(70);
+        assert_eq!(name_from_hostname(&long).unwrap().len(), 63);
+        for bad in ["", "___", ".example.com"] {
             let error = name_from_hostname(bad).unwrap_err();
             assert!(
                 error.starts_with("member.name: ") && error.ends_with("set member.name"),
