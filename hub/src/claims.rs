@@ -1663,4 +1663,85 @@ mod tests {
         );
         assert_eq!(provisioned_by(&IngressKey::new("shop", "web")), "shop.web");
     }
+
+    /// A registry on a fresh redb store holding a kubernetes cluster, an ingress placed
+    /// on it and a claim for it, written straight to the store (statuses included).
+    async fn stored_world(dir: &std::path::Path) -> Registry {
+        use fedingress_apiserver::registry::prefix;
+        use fedingress_store::{Precondition, RedbStore};
+        async fn put<R: Resource>(registry: &Registry, namespace: Option<&str>, object: &R) {
+            let name = object.metadata().name.clone().unwrap();
+            registry
+                .store()
+                .put(
+                    &format!("{}{name}", prefix::<R>(namespace)),
+                    serde_json::to_vec(object).unwrap().into(),
+                    Precondition::Absent,
+                )
+                .await
+                .unwrap();
+        }
+        let store: Arc<dyn Store> =
+            Arc::new(RedbStore::open(&dir.join("db"), Default::default()).unwrap());
+        let registry = Registry::new(store);
+        fedingress_apiserver::registry::namespaces::ensure(&registry, "shop", now())
+            .await
+            .unwrap();
+        put(
+            &registry,
+            None,
+            &cluster("k8s", Some(AgentDriver::Kubernetes)),
+        )
+        .await;
+        put(&registry, Some("shop"), &ingress("web", &["k8s"])).await;
+        let mut claim = claim("web", &["web"], ReclaimPolicy::Delete);
+        claim.metadata.finalizers.clear();
+        put(&registry, Some("shop"), &claim).await;
+        registry
+    }
+
+    #[tokio::test]
+    async fn only_the_leader_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let registry = stored_world(dir.path()).await;
+        let (role, receiver) = watch::channel(Role::Follower);
+        let task = tokio::spawn(ClaimController::new(registry.clone(), receiver).run());
+        // A follower: nothing is written (it would have been within this long).
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let claim = registry
+            .get::<IngressClaim>(Some("shop"), "web")
+            .await
+            .unwrap();
+        assert!(claim.metadata.finalizers.is_empty());
+        assert!(claim.status.is_none());
+        let pool = registry.get::<IngressPool>(None, "web-k8s").await;
+        assert_eq!(pool.unwrap_err().code, StatusCode::NOT_FOUND);
+        // Leading: the pool is provisioned, the claim protected and Bound.
+        role.send(Role::Leader(registry.store().clone())).unwrap();
+        fedingress_testsupport::eventually_async(
+            Duration::from_secs(10),
+            "the leader provisions and protects",
+            || async {
+                let claim = registry
+                    .get::<IngressClaim>(Some("shop"), "web")
+                    .await
+                    .map_err(|e| e.message)?;
+                let pool = registry
+                    .get::<IngressPool>(None, "web-k8s")
+                    .await
+                    .map_err(|e| e.message)?;
+                let bound = claim.status.as_ref().map(|s| s.phase) == Some(ClaimPhase::Bound);
+                let managed = pool
+                    .metadata
+                    .managed_fields
+                    .iter()
+                    .any(|f| f.manager.as_deref() == Some(CLAIMS_MANAGER));
+                (claim.metadata.finalizers == [FINALIZER] && bound && managed)
+                    .then_some(())
+                    .ok_or(format!("{claim:?}"))
+            },
+        )
+        .await;
+        task.abort();
+    }
 }
