@@ -119,7 +119,7 @@ pub struct FederatedIngressSpec {
 
     /// Which member clusters carry this ingress. When neither `clusters` nor
     /// `clusterSelector` is given, every schedulable cluster does.
-    #[serde(default, skip_serializing_if = "Placement::is_empty")]
+    #[serde(default, skip_serializing_if = "Placement::is_unset")]
     pub placement: Placement,
 
     /// Per-cluster adjustments of how the ingress is rendered there (one per cluster).
@@ -412,6 +412,12 @@ impl Placement {
     /// `poolSelector` chooses within clusters and does not count.
     pub fn is_empty(&self) -> bool {
         self.clusters.is_empty() && self.cluster_selector.is_none() && self.max_clusters.is_none()
+    }
+
+    /// Whether nothing at all is set, `poolSelector` included: what serialization leaves
+    /// out (`is_empty` would drop a lone `poolSelector` from the stored object).
+    pub fn is_unset(&self) -> bool {
+        self.is_empty() && self.pool_selector.is_none()
     }
 }
 

@@ -1107,3 +1107,31 @@ fn schema_carries_docs_defaults_and_enums() {
     assert!(text.contains("\"format\":\"date-time\""));
     assert!(text.contains("\"default\":30"), "serde defaults are shown");
 }
+
+/// A lone `placement.poolSelector` is kept when the object is serialized (as the store
+/// does): `Placement::is_empty` ignores it, and serialization used to skip the whole
+/// placement on it, so every stored ingress lost its poolSelector (issue 24).
+#[test]
+fn a_lone_pool_selector_survives_serialization() {
+    let fi: FederatedIngress = yaml_serde::from_str(
+        "apiVersion: fedingress.io/v1alpha1\nkind: FederatedIngress\nmetadata: {name: w, namespace: default}\nspec:\n  rules: [{protocol: TCP, port: 7000, backend: {service: echo, port: 9000}}]\n  placement:\n    poolSelector: {matchLabels: {tier: gold}}\n",
+    )
+    .unwrap();
+    assert!(fi.spec.placement.is_empty());
+    let json = serde_json::to_value(&fi).unwrap();
+    assert_eq!(
+        json["spec"]["placement"],
+        serde_json::json!({"poolSelector": {"matchLabels": {"tier": "gold"}}})
+    );
+    let back: FederatedIngress = serde_json::from_value(json).unwrap();
+    assert_eq!(back.pool_selector("eu"), fi.pool_selector("eu"));
+    assert!(back.pool_selector("eu").is_some());
+    // Nothing set: no placement key at all.
+    let mut bare = fi;
+    bare.spec.placement = Placement::default();
+    assert!(
+        serde_json::to_value(&bare).unwrap()["spec"]
+            .get("placement")
+            .is_none()
+    );
+}
