@@ -461,6 +461,8 @@ impl ClusterPlan {
         }
     }
 
+    /// The digest of the shares alone (the JSON list of a plan without pools), cached
+    /// with the shares: it never covers the pools, which change without them.
     fn shares_digest(&self) -> String {
         self.ingresses
             .0
@@ -468,8 +470,9 @@ impl ClusterPlan {
             .get_or_init(|| {
                 const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
                 let mut hash = Fnv1a(OFFSET_BASIS);
+                let shares: Vec<&IngressShare> = self.ingresses.values().map(|s| &**s).collect();
                 // Fails only on a failing writer, and ours does not.
-                let hash = match serde_json::to_writer(&mut hash, self) {
+                let hash = match serde_json::to_writer(&mut hash, &shares) {
                     Ok(()) => hash.0,
                     Err(_) => OFFSET_BASIS,
                 };
@@ -859,8 +862,22 @@ mod tests {
         let delta = plan.delta_to(&other);
         assert!(delta.upserts.is_empty() && delta.pools.is_some());
         let mut applied = plan.clone();
+        // Digested before the delta, as an agent's plan is: the shares' cached digest
+        // must not carry the old pools.
+        let _ = applied.digest();
         applied.apply(&delta);
         assert_eq!(applied, other);
+        // The same content built afresh (no cache shared with `plan`).
+        let fresh = ClusterPlan {
+            ingresses: other
+                .ingresses
+                .values()
+                .map(|s| (s.key.clone(), (**s).clone()))
+                .collect(),
+            pools: Arc::new((*other.pools).clone()),
+        };
+        assert_eq!(applied.digest(), fresh.digest(), "a pools-only delta");
+        assert_eq!(other.digest(), fresh.digest());
         // A plan without pools is still written as a list (agents' plan.json).
         let flat = self::plan(&[share("a", 80)]);
         assert!(serde_json::to_value(&flat).unwrap().is_array());
