@@ -80,8 +80,10 @@ pub struct PoolState {
     pub capacity: Capacity,
     /// Being deleted.
     pub draining: bool,
-    /// The claim it is bound to (`namespace/name`).
+    /// The claim it is bound to (`namespace/name`), and that claim's uid (empty when
+    /// the claimRef was written without one).
     pub claim: Option<String>,
+    pub claim_uid: String,
 }
 
 impl PoolState {
@@ -170,6 +172,12 @@ pub fn book(
                 .claim_ref
                 .as_ref()
                 .map(|c| format!("{}/{}", c.namespace, c.name)),
+            claim_uid: pool
+                .spec
+                .claim_ref
+                .as_ref()
+                .map(|c| c.uid.clone())
+                .unwrap_or_default(),
             capacity: capacity(pool),
             ..PoolState::default()
         };
@@ -366,9 +374,24 @@ pub fn bind(
     // Claimed pools serve exactly their claims' ingresses: one scheduling group per
     // claim, and one for everything else on the unclaimed pools.
     let mut groups: BTreeMap<Option<&str>, (Vec<&PoolState>, Vec<&IngressKey>)> = BTreeMap::new();
-    for pool in pools {
+    // A pool whose claim is gone, or is another claim of the same name (its uid
+    // differs), is its own group: it takes no share.
+    let stale: Vec<String> = pools
+        .iter()
+        .map(|p| match &p.claim {
+            Some(claim) if !claimed_by(inputs.claims, claim, &p.claim_uid) => {
+                format!("{claim} (gone)")
+            }
+            _ => String::new(),
+        })
+        .collect();
+    for (pool, stale) in pools.iter().zip(&stale) {
         groups
-            .entry(pool.claim.as_deref())
+            .entry(if stale.is_empty() {
+                pool.claim.as_deref()
+            } else {
+                Some(stale.as_str())
+            })
             .or_default()
             .0
             .push(pool);
@@ -408,6 +431,17 @@ pub fn bind(
         }
     }
     out
+}
+
+/// Whether the claim `claim` (`namespace/name`) exists and is the one of uid `uid`
+/// (any, when `uid` is empty).
+fn claimed_by(claims: &BTreeMap<IngressKey, IngressClaim>, claim: &str, uid: &str) -> bool {
+    let Some((namespace, name)) = claim.split_once('/') else {
+        return false;
+    };
+    claims
+        .get(&IngressKey::new(namespace, name))
+        .is_some_and(|c| uid.is_empty() || c.metadata.uid.as_deref() == Some(uid))
 }
 
 /// The claim (`namespace/name`) that names the ingress of `key`, if any.
@@ -1047,7 +1081,11 @@ pub fn provisions(
         if state.draining {
             continue;
         }
-        let Some(claim) = claims.get(&IngressKey::new(&claim_ref.namespace, &claim_ref.name))
+        let Some(claim) = claims
+            .get(&IngressKey::new(&claim_ref.namespace, &claim_ref.name))
+            .filter(|c| {
+                claim_ref.uid.is_empty() || c.metadata.uid.as_deref() == Some(&claim_ref.uid)
+            })
         else {
             continue;
         };
@@ -1452,6 +1490,55 @@ mod tests {
         view.report = Some(Arc::new(report));
         let views = [("eu".to_owned(), view)].into();
         assert!(saturated_clusters(&clusters, &Book::new(), &views, &policy).contains("eu"));
+    }
+
+    #[test]
+    fn a_claimed_pool_serves_its_claim_only_and_a_stale_claim_nothing() {
+        let (clusters, mut pools, members) = world(vec![
+            member("h1", "r1", &[], 0.0, None),
+            member("h3", "r2", &[], 0.0, None),
+        ]);
+        let mut claim = IngressClaim::new("default", "shop", Default::default());
+        claim.metadata.uid = Some("new".into());
+        claim.spec.ingresses = vec!["web".into()];
+        let claims: BTreeMap<IngressKey, IngressClaim> = [(key("shop"), claim)].into();
+        let ingresses: BTreeMap<IngressKey, FederatedIngress> =
+            [(key("web"), ingress("web")), (key("api"), ingress("api"))].into();
+        let keys = [key("api"), key("web")];
+        let shares: Vec<&IngressKey> = keys.iter().collect();
+        let run = |pools: &BTreeMap<String, IngressPool>| {
+            let book = book(&clusters, pools, &members);
+            let inputs = BindInputs {
+                book: &book,
+                members: &members,
+                ingresses: &ingresses,
+                claims: &claims,
+                now_ms: 0,
+                policy: Policy::default(),
+            };
+            bind(&inputs, "eu", &shares, None)
+        };
+        // a is claimed by shop (same uid): web goes there, api to b.
+        pools.get_mut("a").unwrap().spec.claim_ref = Some(pool_api::ClaimRef {
+            namespace: "default".into(),
+            name: "shop".into(),
+            uid: "new".into(),
+        });
+        let bound = run(&pools);
+        assert_eq!(bound[&key("web")].pool.as_deref(), Some("a"));
+        assert_eq!(bound[&key("api")].pool.as_deref(), Some("b"));
+        // a was retained by an earlier claim of that name: it takes nothing.
+        pools
+            .get_mut("a")
+            .unwrap()
+            .spec
+            .claim_ref
+            .as_mut()
+            .unwrap()
+            .uid = "old".into();
+        let bound = run(&pools);
+        assert_eq!(bound[&key("web")].pool.as_deref(), Some("b"));
+        assert_eq!(bound[&key("api")].pool.as_deref(), Some("b"));
     }
 
     #[test]
