@@ -760,3 +760,44 @@ fn tls_tokens_and_groups() {
         (Some(401), Some("Unauthorized"))
     );
 }
+
+/// docs/pools.md's IngressPool and IngressClaim examples, applied verbatim with kubectl
+/// (issue 24): the pool is accepted with its field values, and the same pool again under
+/// another name is refused with the field paths the doc lists.
+#[test]
+fn the_pools_docs_examples_apply_verbatim() {
+    use fedingress_tests::docs::code_block;
+    let dir = tempfile::tempdir().unwrap();
+    let server = start_apiserver(&dir.path().join("data"), &["--dev"]);
+    let k = dev_kubectl(dir.path(), &server, None);
+    k.ok(&["apply", "-f", &example("cluster-eu-west.yaml")]);
+    let pool = code_block("pools.md", "## IngressPool", "yaml");
+    let path = write(dir.path(), "pool.yaml", &pool);
+    assert_eq!(
+        k.ok(&["apply", "-f", &path]).trim(),
+        "ingresspool.fedingress.io/gold created"
+    );
+    let spec = k.ok(&[
+        "get",
+        "ipool",
+        "gold",
+        "-o",
+        "jsonpath={.spec.vipCIDR} {.spec.vips[0]} {.spec.capacity.bandwidth}",
+    ]);
+    assert_eq!(spec.trim(), "10.0.0.96/28 10.0.0.100 125000000");
+    let twin = write(
+        dir.path(),
+        "twin.yaml",
+        &pool.replace("name: gold", "name: twin"),
+    );
+    let err = k.fails(&["apply", "-f", &twin]);
+    for field in ["spec.vipCIDR", "spec.vips[0]", "spec.virtualRouterId"] {
+        assert!(err.contains(field), "{field} in {err}");
+    }
+    let claim = code_block("pools.md", "## Claims", "yaml");
+    let path = write(dir.path(), "claim.yaml", &claim);
+    assert_eq!(
+        k.ok(&["apply", "-f", &path]).trim(),
+        "ingressclaim.fedingress.io/shop created"
+    );
+}
