@@ -13,6 +13,7 @@
 //! [`bgp`] runs BIRD 2 as a router and reads its RIB; [`anycast`] is an anycast
 //! network in namespaces (router, two sites with agents, a client);
 //! [`vrrp`] is two hosts sharing a virtual IP through keepalived, with agents or alone;
+//! [`pools`] is one cluster with two IngressPools of two hosts each, run by the real hub;
 //! [`oidc`] is an OIDC issuer (discovery and JWKS over HTTPS) that mints tokens;
 //! [`docs`] reads the examples of `docs/*.md` for tests that run them as written. The
 //! tests themselves live in `tests/`. What does not belong here: product logic. Tests
@@ -32,6 +33,7 @@ pub mod kubeapi;
 pub mod moto;
 pub mod netns;
 pub mod oidc;
+pub mod pools;
 pub mod replicas;
 pub mod soak;
 pub mod throttle;

@@ -29,6 +29,7 @@ mod lists;
 mod namespaces;
 mod netns;
 mod pools;
+mod pools_hub;
 mod providers;
 mod rbac;
 mod route53;
