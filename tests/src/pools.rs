@@ -11,7 +11,8 @@
 //!                                 └ client 10.0.0.20 (DNS lookups, load, probes)
 //! ```
 //!
-//! - The hub: Cluster `eu` with `spec.vipCIDR` [`VIP_CIDR`]; the IngressPools `gold` and
+//! - The hub: the client is exempt from DNS response-rate limiting (it resolves many
+//!   times a second, as a resolver serving many clients would); Cluster `eu` with `spec.vipCIDR` [`VIP_CIDR`]; the IngressPools `gold` and
 //!   `silver` (created in that order, so gold gets [`GOLD_VIP`] and silver
 //!   [`SILVER_VIP`]) with [`Options::capacity_connections`]; one agent token per member
 //!   (`POST .../clusters/eu/token`).
@@ -256,7 +257,7 @@ impl PoolSite {
         std::fs::write(
             &config,
             format!(
-                "listen: {API}\nagentListen: {HUB_IP}:16444\ntls: {{certFile: {cert}, keyFile: {key}}}\ndataDir: {data}\ntokenFile: {tokens}\nagents:\n  heartbeatIntervalMs: 300\n  leaseMs: 1500\ndns:\n  listen: {DNS}\n  zones:\n  - name: {ZONE}\n    nameservers: [ns1.{ZONE}]\n    soa: {{mname: ns1.{ZONE}, rname: hostmaster.{ZONE}, refresh: 3600, retry: 600, expire: 86400, minimum: 30}}\n  locations:\n    default: {{region: europe-west1, latitude: 50.0, longitude: 4.0}}\n",
+                "listen: {API}\nagentListen: {HUB_IP}:16444\ntls: {{certFile: {cert}, keyFile: {key}}}\ndataDir: {data}\ntokenFile: {tokens}\nagents:\n  heartbeatIntervalMs: 300\n  leaseMs: 1500\ndns:\n  listen: {DNS}\n  zones:\n  - name: {ZONE}\n    nameservers: [ns1.{ZONE}]\n    soa: {{mname: ns1.{ZONE}, rname: hostmaster.{ZONE}, refresh: 3600, retry: 600, expire: 86400, minimum: 30}}\n  locations:\n    default: {{region: europe-west1, latitude: 50.0, longitude: 4.0}}\n  rrl: {{exempt: ['{CLIENT_IP}/32']}}\n",
                 data = dir.join("hub-data").display(),
                 tokens = tokens.display(),
                 cert = dir.join("tls.crt").display(),
@@ -579,6 +580,7 @@ pub fn resolve_a(server: SocketAddr, name: &str, timeout: Duration) -> anyhow::R
         return match outcome {
             crate::dnsprobe::Outcome::Response {
                 rcode: 0,
+                truncated: false,
                 addresses,
                 ..
             } => Ok(addresses),
@@ -698,9 +700,13 @@ impl ClientLoop {
                                 ip
                             }
                             other => {
+                                let why = match other {
+                                    Ok(_) => "no address".to_owned(),
+                                    Err(e) => format!("{e:#}"),
+                                };
                                 report
                                     .failures
-                                    .push(format!("{:?}: DNS {other:?}", since.elapsed()));
+                                    .push(format!("{:?}: DNS {why}", since.elapsed()));
                                 std::thread::sleep(Duration::from_millis(20));
                                 continue;
                             }
