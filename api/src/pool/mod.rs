@@ -244,8 +244,8 @@ pub struct PoolLoad {
     /// Bytes per second, both directions.
     #[serde(default)]
     pub bytes_per_second: f64,
-    /// The busiest member's CPU (the higher of its data plane's share of the host and the
-    /// host's own use), 0-1.
+    /// The busiest member's data plane CPU (the agent process's share of the host's
+    /// cores), 0-1.
     #[serde(default)]
     pub cpu: f64,
     /// The highest ratio of load to `spec.capacity` (and of `cpu` to 1), 0 and up.

@@ -55,7 +55,8 @@ pub struct Load {
     pub rps: f64,
     pub connections: f64,
     pub bytes_per_second: f64,
-    /// 0..1 of the busiest member: host or process cpu, whichever is higher.
+    /// 0..1: the busiest member's data plane CPU (its process's share of the host's
+    /// cores).
     pub cpu: f64,
 }
 

@@ -260,7 +260,9 @@ pub fn member_load(report: &AgentReport) -> Load {
         rps: report.load_per_second(),
         connections: report.active_connections as f64,
         bytes_per_second: report.bytes_per_second,
-        cpu: report.process_cpu.max(report.host_cpu),
+        // The data plane's own CPU: a host busy with other work does not make a pool
+        // full (hostCpu is reported, and shown, but not scheduled on).
+        cpu: report.process_cpu,
     }
 }
 
