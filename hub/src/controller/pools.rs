@@ -76,6 +76,8 @@ pub struct PoolState {
     pub allocation_error: Option<String>,
     /// The ready member reporting MASTER for it.
     pub holder: Option<String>,
+    /// A ready member reports BACKUP for it: its keepalived runs and stands ready.
+    pub standby: bool,
     pub load: Load,
     pub capacity: Capacity,
     /// Being deleted.
@@ -87,9 +89,13 @@ pub struct PoolState {
 }
 
 impl PoolState {
-    /// Whether DNS answers its VIPs: it has some and a ready member holds them.
+    /// Whether DNS answers its VIPs: it has some, and a ready member holds them or
+    /// stands by for them (BACKUP). The second covers a failover: the old master's
+    /// member is gone and the new master's report is on its way, while VRRP already
+    /// moves the VIP; only when no ready member runs VRRP for the pool (every one INIT
+    /// or FAULT) does DNS fall back to the members' own addresses.
     pub fn vips_held(&self) -> bool {
-        !self.vips.is_empty() && self.holder.is_some()
+        !self.vips.is_empty() && (self.holder.is_some() || self.standby)
     }
 
     pub fn utilization(&self) -> f64 {
@@ -236,13 +242,12 @@ fn select_members(
         let Some(report) = agent.report.as_deref() else {
             continue;
         };
-        if state.holder.is_none()
-            && report
-                .vrrp
-                .iter()
-                .any(|v| v.pool == state.name && v.is_master())
-        {
-            state.holder = Some(name.clone());
+        for vrrp in report.vrrp.iter().filter(|v| v.pool == state.name) {
+            if vrrp.is_master() {
+                state.holder.get_or_insert_with(|| name.clone());
+            } else if vrrp.state.eq_ignore_ascii_case("BACKUP") {
+                state.standby = true;
+            }
         }
         let load = member_load(report);
         // Load adds up across members; CPU is the busiest member's.
@@ -1368,12 +1373,32 @@ mod tests {
                 .ingresses
                 .contains_key(&key("web"))
         );
-        // Nobody holds the VIP: the ready members' own addresses.
-        let (clusters, pools, members) = world(vec![member("h2", "r1", &["web"], 1.0, None)]);
+        // A failover: the master's member is gone, the other stands by (BACKUP, its
+        // MASTER report on its way): still the VIP.
+        let mut gone = member("h1", "r1", &["web"], 1.0, Some(("a", "MASTER")));
+        gone.connected = false;
+        let (clusters, pools, members) = world(vec![
+            gone,
+            member("h2", "r1", &["web"], 1.0, Some(("a", "BACKUP"))),
+        ]);
         let book = super::book(&clusters, &pools, &members);
         let view = cluster_view(&members["eu"], book.get("eu"), Some(&bindings)).unwrap();
         let web = &view.report.as_deref().unwrap().ingresses[0];
-        assert_eq!(web.addresses, [Address::ip("10.0.1.2".parse().unwrap())]);
+        assert_eq!(web.addresses, [Address::ip("10.0.0.97".parse().unwrap())]);
+        // Nobody runs VRRP for it (FAULT, or no state): the members' own addresses.
+        let (clusters, pools, members) = world(vec![
+            member("h2", "r1", &["web"], 1.0, Some(("a", "FAULT"))),
+            member("h3", "r1", &["web"], 1.0, None),
+        ]);
+        let book = super::book(&clusters, &pools, &members);
+        let view = cluster_view(&members["eu"], book.get("eu"), Some(&bindings)).unwrap();
+        let web = &view.report.as_deref().unwrap().ingresses[0];
+        assert!(
+            web.addresses
+                .iter()
+                .all(|a| a.ip.unwrap().to_string().starts_with("10.0.1.")),
+            "{web:?}"
+        );
     }
 
     #[test]

@@ -25,8 +25,7 @@
 //!    checks for w05; resumed (SIGCONT), h3 connects again and takes the VIP back.
 //!
 //! The steps are three tests (1-3 and 5; 4; 6), each on a site of its own. Needs root,
-//! iproute2, keepalived, curl and wrk (skips otherwise, saying why). All three are
-//! `#[ignore]`d for now, each saying why; run them with `--run-ignored all`.
+//! iproute2, keepalived, curl and wrk (skips otherwise, saying why).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
@@ -150,15 +149,10 @@ fn bind(
     })
 }
 
-/// Steps 1, 2, 3 and 5 of the module docs.
-// Ignored until the hub can schedule on a machine whose cpu is busy: every member in
-// these namespaces reports the one machine's /proc/stat as host_cpu, which counts in a
-// pool's utilization (capacity 1), so on a busy machine (a build, the suite's other
-// tests) every pool is at or above 90 %: new shares stay unbound ("every matching pool
-// is saturated") and a saturated pool's shares have nowhere to go. Run it on an idle
-// machine: `cargo nextest run -p fedingress-tests --test e2e pools_hub:: --run-ignored all`.
+/// Steps 1, 2, 3 and 5 of the module docs. (Every member here reports the one
+/// machine's /proc/stat as its host CPU; the scheduler reads the data plane's own CPU,
+/// so a busy machine does not saturate the pools.)
 #[test]
-#[ignore = "needs an idle machine: host cpu counts in every pool's utilization (see above)"]
 fn vips_sessions_bindings_and_a_host_death() {
     if let Some(why) = skip() {
         eprintln!("skipping: {why}");
@@ -281,7 +275,6 @@ fn vips_sessions_bindings_and_a_host_death() {
 
 /// Step 4 of the module docs. Ignored for the same reason as the test above.
 #[test]
-#[ignore = "needs an idle machine: host cpu counts in every pool's utilization"]
 fn load_moves_a_share_make_before_break() {
     if let Some(why) = skip() {
         eprintln!("skipping: {why}");
@@ -393,12 +386,10 @@ fn load_moves_a_share_make_before_break() {
     drop(site);
 }
 
-/// Step 6 of the module docs. Fails on today's hub: for about 250 ms after the frozen
-/// holder's session ends (lease), DNS answers h4's own address instead of the VIP, though
-/// h4 reported MASTER over a second earlier; ignored until that is fixed (and for the
-/// cpu reason above).
+/// Step 6 of the module docs. (It once saw DNS answer h4's own address for ~250 ms
+/// once the frozen holder's session ended; the hub now answers the VIP while a ready
+/// member stands by for it, BACKUP, as well as while one holds it.)
 #[test]
-#[ignore = "the hub answers member addresses for ~250 ms after a frozen VIP holder's session ends"]
 fn a_frozen_member_moves_the_vip_and_dns_stays() {
     if let Some(why) = skip() {
         eprintln!("skipping: {why}");
