@@ -440,8 +440,10 @@ impl ClusterSpec {
                 }
             }
         }
-        if let Some(cidr) = &self.vip_cidr {
-            errs.extend(crate::pool::validate_cidr(cidr, 1, &path.child("vipCIDR")));
+        if let Some(cidr) = &self.vip_cidr
+            && let Err(msg) = crate::cidr::parse_cidr(cidr)
+        {
+            errs.push(FieldError::invalid(path.child("vipCIDR"), cidr, msg));
         }
         if let Some(capacity) = &self.capacity {
             let at = path.child("capacity");

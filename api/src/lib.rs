@@ -24,6 +24,7 @@
 //! tonic, hyper or kube-client; CI checks that.
 
 pub mod capability;
+pub mod cidr;
 pub mod claim;
 pub mod cluster;
 pub mod conflict;

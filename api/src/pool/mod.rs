@@ -292,21 +292,7 @@ impl IngressPool {
     }
 }
 
-/// Parses a CIDR as written in `vipCIDR` (`10.0.0.96/28`, `fd00::/120`); the address
-/// must be the network's first (`10.0.0.97/28` is refused: which was meant?).
-pub fn parse_cidr(value: &str) -> Result<ipnet::IpNet, String> {
-    let net: ipnet::IpNet = value
-        .parse()
-        .map_err(|_| "must be a CIDR such as 10.0.0.96/28 or fd00::/120".to_owned())?;
-    if net.network() != net.addr() {
-        return Err(format!(
-            "must name its network address ({}/{})",
-            net.network(),
-            net.prefix_len()
-        ));
-    }
-    Ok(net)
-}
+pub use crate::cidr::parse_cidr;
 
 /// Validates a `vipCIDR` at `path`: it parses, and holds at least `count` usable
 /// addresses.

@@ -23,7 +23,6 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use super::load::LoadCounters;
 use crate::config::Config;
 
 /// The caps and timeouts of every listener, and the shared descriptor budget.
@@ -278,13 +277,22 @@ impl Activity {
     }
 }
 
+/// Where a [`Watched`] stream counts its bytes: a listener's load counters
+/// (`super::load::LoadCounters`).
+pub(crate) trait ByteCounter: Send + Sync {
+    /// `n` bytes the client sent.
+    fn received(&self, n: usize);
+    /// `n` bytes sent to the client.
+    fn sent(&self, n: usize);
+}
+
 /// A stream that records every byte read or written in an [`Activity`], and, when
 /// [`Watched::counting`], in a listener's byte counters (read: from the client; written:
 /// to it).
 pub(crate) struct Watched<S> {
     inner: S,
     activity: Activity,
-    bytes: Option<Arc<LoadCounters>>,
+    bytes: Option<Arc<dyn ByteCounter>>,
 }
 
 impl<S> Watched<S> {
@@ -297,7 +305,7 @@ impl<S> Watched<S> {
     }
 
     /// Counts the bytes read and written in `counters` too (`inner` is the client side).
-    pub fn counting(mut self, counters: Arc<LoadCounters>) -> Self {
+    pub fn counting(mut self, counters: Arc<impl ByteCounter + 'static>) -> Self {
         self.bytes = Some(counters);
         self
     }
@@ -452,15 +460,27 @@ mod tests {
     #[tokio::test]
     async fn a_counting_stream_counts_the_bytes_either_way() {
         use std::sync::atomic::AtomicU64;
-        let total = Arc::new(AtomicU64::new(0));
-        let counters = LoadCounters::counting_into(Arc::clone(&total));
+        #[derive(Default)]
+        struct Counted(AtomicU64, AtomicU64);
+        impl ByteCounter for Counted {
+            fn received(&self, n: usize) {
+                self.0.fetch_add(n as u64, Ordering::Relaxed);
+            }
+            fn sent(&self, n: usize) {
+                self.1.fetch_add(n as u64, Ordering::Relaxed);
+            }
+        }
+        let counters = Arc::new(Counted::default());
         let (client, mut peer) = tokio::io::duplex(64);
         let mut watched = Watched::new(client, Activity::new()).counting(Arc::clone(&counters));
         peer.write_all(b"hello world").await.unwrap();
         let mut buf = [0u8; 11];
         watched.read_exact(&mut buf).await.unwrap();
         watched.write_all(b"abc").await.unwrap();
-        assert_eq!(counters.bytes(), (11, 3), "(from the client, to it)");
-        assert_eq!(total.load(Ordering::Relaxed), 14);
+        let counted = (
+            counters.0.load(Ordering::Relaxed),
+            counters.1.load(Ordering::Relaxed),
+        );
+        assert_eq!(counted, (11, 3), "(from the client, to it)");
     }
 }

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::limits::GuardCounters;
+use super::limits::{ByteCounter, GuardCounters};
 
 /// How far back `connections_per_second` looks.
 pub(crate) const WINDOW: Duration = Duration::from_secs(5);
@@ -216,6 +216,16 @@ impl RateWindow {
             .saturating_duration_since(self.start)
             .clamp(Duration::from_secs(1), WINDOW);
         total as f64 / span.as_secs_f64()
+    }
+}
+
+impl ByteCounter for LoadCounters {
+    fn received(&self, n: usize) {
+        LoadCounters::received(self, n);
+    }
+
+    fn sent(&self, n: usize) {
+        LoadCounters::sent(self, n);
     }
 }
 

@@ -29,7 +29,7 @@ use fedingress_api::ingress::{
     DnsStatus, FederatedIngressStatus, IngressRule, REASON_ALL_RULES_SERVABLE, REASON_CONFLICT,
     REASON_UNSUPPORTED_RULES, RuleAddressStatus, StrategyType,
 };
-use fedingress_api::meta::{Condition, ConditionStatus, set_condition};
+use fedingress_api::meta::{Condition, set_condition};
 use fedingress_api::plan::{ClusterPlan, IngressKey, cluster_plans};
 use fedingress_api::{Cluster, ClusterStatus, FederatedIngress, Resource, Time};
 use fedingress_dns::routing::failover_step;
@@ -40,7 +40,7 @@ use super::super::AgentState;
 use super::super::gslb::AnswerChange;
 use super::super::providers::{ProviderEvent, ProviderNameStatus, ProviderReadiness};
 use super::super::routing_state::{IngressRouting, Serving};
-use super::pools::{self, Bindings, Book, Members};
+use super::pools::{self, Bindings, Book, Members, condition};
 use super::serving::{AgentKnowledge, serving};
 
 /// lastHeartbeatTime is rewritten at most this often while nothing else changes.
@@ -484,20 +484,6 @@ fn next_change_ms(
     let failover =
         fedingress_dns::routing::next_failover_change_ms(&ingress.spec.traffic, &routing.failover);
     held.into_iter().chain(failover).min()
-}
-
-pub(super) fn condition(
-    type_: &str,
-    ok: bool,
-    reason: &str,
-    message: impl Into<String>,
-) -> Condition {
-    let status = if ok {
-        ConditionStatus::True
-    } else {
-        ConditionStatus::False
-    };
-    Condition::new(type_, status, reason, message)
 }
 
 /// Cluster status from what its agent said.

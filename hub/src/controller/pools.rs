@@ -26,6 +26,7 @@ use std::sync::Arc;
 
 use fedingress_api::claim::IngressClaim;
 use fedingress_api::cluster::{Address, ClusterLoad, MemberStatus, MemberVrrp};
+use fedingress_api::meta::ConditionStatus;
 use fedingress_api::meta::set_condition;
 use fedingress_api::plan::{
     AgentReport, ClusterPlan, IngressKey, IngressReport, IngressShare, PoolAssignment, PoolPeer,
@@ -36,9 +37,7 @@ use fedingress_api::pool::schedule::{self, Capacity, Decision, Load, Policy};
 use fedingress_api::pool::{
     self as pool_api, IngressPool, IngressPoolStatus, PoolLoad, PoolMemberStatus, PoolPhase,
 };
-use fedingress_api::{Cluster, FederatedIngress, Time};
-
-use super::decide::condition;
+use fedingress_api::{Cluster, Condition, FederatedIngress, Time};
 use ipnet::IpNet;
 
 use super::super::{AgentState, Published};
@@ -1057,6 +1056,22 @@ pub fn saturated_clusters(
         }
     }
     out
+}
+
+/// A condition of `type_`, True when `ok`. (Here rather than in `decide`, which uses it
+/// too: `decide` depends on this module, not the other way round.)
+pub(super) fn condition(
+    type_: &str,
+    ok: bool,
+    reason: &str,
+    message: impl Into<String>,
+) -> Condition {
+    let status = if ok {
+        ConditionStatus::True
+    } else {
+        ConditionStatus::False
+    };
+    Condition::new(type_, status, reason, message)
 }
 
 /// Label the claim controller puts on an IngressPool it provisioned: the claim as
