@@ -9,7 +9,10 @@
 //! - Deletes carry the owned object's uid as a precondition, so an object re-created
 //!   by someone else under the same name in between is left alone.
 //! - Garbage collection runs only when the stores of owned kinds have listed once, so a
-//!   watch that never worked cannot make the driver forget what it owns.
+//!   watch that never worked cannot make the driver forget what it owns. It deletes the
+//!   owned objects of the stores the plan no longer holds, and (the driver adds them)
+//!   objects it applied itself that the watches have not delivered yet, so that a plan
+//!   dropping what the one before added leaves nothing behind.
 
 use std::collections::BTreeSet;
 use std::fmt::Debug;
@@ -134,6 +137,11 @@ impl Applier {
             Ok(Some(existing)) => Ok(self.owns(existing.meta().labels.as_ref())),
             Err(e) => Err(ApplyError::api("reading", target, &e)),
         }
+    }
+
+    /// Whether the watches have delivered `target` (in the stores).
+    pub fn stored(&self, target: &ObjectRef) -> bool {
+        self.stored_labels(target).is_some()
     }
 
     fn stored_labels(

@@ -465,7 +465,19 @@ impl KubernetesDriver {
             return vec![message];
         }
         let mut problems = Vec::new();
-        for (object, uid) in self.applier.garbage(keep) {
+        let mut garbage = self.applier.garbage(keep);
+        // Objects this agent applied that the watches have not delivered yet (a plan
+        // that drops what the one before added, within the watch's delay): the stores
+        // do not show them, but they are ours and no longer wanted.
+        let unseen: Vec<ObjectRef> = lock(&self.state)
+            .applied_at
+            .keys()
+            .filter(|o| !keep.contains(*o) && !self.applier.stored(o))
+            .filter(|o| !garbage.iter().any(|(g, _)| g == *o))
+            .cloned()
+            .collect();
+        garbage.extend(unseen.into_iter().map(|o| (o, None)));
+        for (object, uid) in garbage {
             match self.applier.delete(&object, uid).await {
                 Ok(()) => tracing::info!(
                     kind = object.kind.as_str(),
