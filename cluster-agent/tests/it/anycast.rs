@@ -337,9 +337,11 @@ async fn routes_follow_health_cordon_the_speaker_and_sigterm() {
     // Healthy, but no session yet (GoBGP 3 connects out 5-9 s after a peer is added):
     // the speaker carries the route, no router has it, so it is not reported
     // announced and the agent is not ready (issue 23).
+    // (The backend's first health check may come after the first report that carries
+    // the route: wait for the one that says the backend is ready.)
     let report = hub
         .wait_report("the route carried, no session yet", DEADLINE, |r| {
-            route(r).is_some()
+            route(r).is_some_and(|c| !c.reason.contains("no ready endpoint"))
         })
         .await;
     let carried = route(&report).unwrap();
