@@ -58,7 +58,8 @@ pub enum Output {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Register a member cluster: create its Cluster object and issue its agent token.
+    /// Register a member cluster (create its Cluster object and issue its agent token),
+    /// or with --member add an agent to an existing cluster.
     Join(Box<JoinArgs>),
     /// Remove a member cluster: cordon, wait one DNS TTL, revoke its tokens, delete it.
     Unjoin(UnjoinArgs),
